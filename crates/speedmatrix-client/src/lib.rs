@@ -1,0 +1,1 @@
+//! OpenAI-compatible streaming client for benchmarking: exact timestamps, typed errors, server probing.

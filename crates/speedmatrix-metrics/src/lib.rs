@@ -1,0 +1,1 @@
+//! Metrics math over request timelines: TTFT, time between tokens, windowed throughput, percentiles.

@@ -1,0 +1,1 @@
+//! The versioned speedmatrix result model and its renderers: JSON, Markdown, CSV, HTML, compare.

@@ -1,0 +1,1 @@
+//! Prompts of an exact token count, with cache control, via the tokenizers crate.

@@ -1,0 +1,55 @@
+//! One module per subcommand; each owns its clap `Args` and an async `run`.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+mod capacity;
+mod compare;
+mod probe;
+mod prompt;
+mod report;
+mod sim;
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Ask a server what it says about itself: models, max_model_len, KV cache, version.
+    Probe(probe::Args),
+    /// Run the built-in simulated inference server until Ctrl-C.
+    Sim(sim::Args),
+    /// Print prompts of an exact token count, for this or any other tool.
+    Prompt(prompt::Args),
+    /// Predict which matrix cells fit a server's KV cache, offline.
+    Capacity(capacity::Args),
+    /// Render a saved run (run.json) as Markdown, CSV or HTML.
+    Report(report::Args),
+    /// Compare two saved runs cell by cell (B/A ratios) and flag regressions.
+    Compare(compare::Args),
+}
+
+/// Runs one subcommand.
+pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Probe(args) => probe::run(args).await,
+        Command::Sim(args) => sim::run(args).await,
+        Command::Prompt(args) => prompt::run(args).await,
+        Command::Capacity(args) => capacity::run(args).await,
+        Command::Report(args) => report::run(args).await,
+        Command::Compare(args) => compare::run(args).await,
+    }
+}
+
+/// Bad input the user can fix: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) String);
+
+/// Exit code for a failed command: 2 when the input was bad, 1 otherwise.
+pub(crate) fn exit_code_for(err: &anyhow::Error) -> ExitCode {
+    if err.chain().any(|e| e.is::<UsageError>()) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
+}

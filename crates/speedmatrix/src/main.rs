@@ -1,0 +1,66 @@
+//! `speedmatrix`: the command-line face of the speedmatrix crates.
+//!
+//! This binary is glue: it parses flags into the libraries' typed
+//! configurations, calls them, prints what they return and maps failures to
+//! exit codes (0 done, 1 the work failed or is incomplete, 2 bad input).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Measure how fast an OpenAI-compatible LLM inference server really is.
+///
+/// speedmatrix runs a speed test matrix: prefill speed per context length and
+/// sustained decode speed for every context × concurrency cell that fits the
+/// server's KV cache. With no --url it uses a built-in simulated server, so
+/// every command can be tried on a laptop with no GPU and no network.
+#[derive(Debug, Parser)]
+#[command(name = "speedmatrix", version, about, long_about)]
+struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: cmd::Command,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: could not start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cmd::dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            cmd::exit_code_for(&err)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SPEEDMATRIX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,59 @@
+//! Developer workflows for speedmatrix, run as `cargo xtask <command>`.
+//!
+//! Each workflow is a Rust function instead of a shell script, so it runs the
+//! same way on every machine that has the pinned toolchain.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod ci;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// speedmatrix developer workflows.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Everything CI checks: rustfmt, clippy with -D warnings, all tests, docs.
+    Ci(ci::Args),
+    /// Print the project's performance figures (runs every `harness = false` bench).
+    Perf(PerfArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PerfArgs {
+    /// Only the benches of this package (e.g. speedmatrix-client); all when omitted.
+    #[arg(long, short)]
+    package: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ci(args) => ci::run(&args),
+        Command::Perf(args) => perf(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn perf(args: &PerfArgs) -> anyhow::Result<()> {
+    let mut cmd = util::cargo(&["bench"]);
+    match &args.package {
+        Some(p) => cmd.args(["--package", p]),
+        None => cmd.arg("--workspace"),
+    };
+    util::run(&mut cmd)
+}

@@ -1,0 +1,43 @@
+//! Small helpers to run cargo and other programs from the workspace root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The workspace root (the folder above `xtask/`).
+pub(crate) fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A `cargo` command with `args`, run from the workspace root.
+pub(crate) fn cargo(args: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(project_root());
+    cmd
+}
+
+/// Runs `cmd`, echoing it first; fails when it does not exit 0.
+pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("$ {}", describe(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{}`", describe(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed with {status}", describe(cmd));
+    }
+    Ok(())
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
