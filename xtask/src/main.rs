@@ -4,8 +4,11 @@
 //! same way on every machine that has the pinned toolchain.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench;
 mod ci;
+mod gen_tokenizer;
 mod util;
+mod vllm;
 
 use std::process::ExitCode;
 
@@ -23,8 +26,15 @@ struct Cli {
 enum Command {
     /// Everything CI checks: rustfmt, clippy with -D warnings, all tests, docs.
     Ci(ci::Args),
+    /// Benchmark a server (default: the built-in simulator) with `speedmatrix run` (release
+    /// build); the report lands in target/bench/<time>/. Extra arguments go to `speedmatrix run`.
+    Bench(bench::Args),
     /// Print the project's performance figures (runs every `harness = false` bench).
     Perf(PerfArgs),
+    /// End to end against a real vLLM 0.32 (CPU build) serving the project's tiny model.
+    VllmE2e(vllm::Args),
+    /// Train the bundled tokenizer from its recipe and write its asset (`--check`: compare only).
+    GenTokenizer(gen_tokenizer::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,7 +48,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ci(args) => ci::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Perf(args) => perf(&args),
+        Command::GenTokenizer(args) => gen_tokenizer::run(&args),
+        Command::VllmE2e(args) => vllm::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

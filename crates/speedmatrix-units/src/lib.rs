@@ -120,7 +120,7 @@ impl From<u64> for Tokens {
 impl fmt::Display for Tokens {
     /// `0`, `16K` for whole multiples of 1,024, else the count with thousands separators.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 != 0 && self.0 % 1024 == 0 {
+        if self.0 != 0 && self.0.is_multiple_of(1024) {
             write!(f, "{}K", group_thousands(self.0 / 1024))
         } else {
             f.write_str(&group_thousands(self.0))
@@ -318,7 +318,7 @@ pub fn group_thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

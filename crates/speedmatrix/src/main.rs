@@ -6,6 +6,8 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod cmd;
+mod hardware;
+mod progress;
 
 use std::process::ExitCode;
 

@@ -9,11 +9,14 @@ mod compare;
 mod probe;
 mod prompt;
 mod report;
+mod run;
 mod sim;
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Measure the speed test matrix (the main job); without --url, on the built-in simulator.
+    Run(Box<run::Args>),
     /// Ask a server what it says about itself: models, max_model_len, KV cache, version.
     Probe(probe::Args),
     /// Run the built-in simulated inference server until Ctrl-C.
@@ -31,6 +34,7 @@ pub(crate) enum Command {
 /// Runs one subcommand.
 pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Run(args) => run::run(*args).await,
         Command::Probe(args) => probe::run(args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Prompt(args) => prompt::run(args).await,

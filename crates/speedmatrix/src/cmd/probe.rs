@@ -1,12 +1,189 @@
-//! `speedmatrix probe` (being built; see its issue).
+//! `speedmatrix probe`: what a server says about itself.
 
 use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+use speedmatrix_client::{
+    ApiKey, CacheConfig, Client, ClientConfig, Error, ModelInfo, ServerInfo, Timeouts,
+};
+use speedmatrix_units::{Tokens, group_thousands};
+
+use crate::cmd::UsageError;
 
 /// Flags of `speedmatrix probe`.
+///
+/// Asks the server for `GET /v1/models`, `GET /version` and `GET /metrics`
+/// and prints the served models with their context limit (max_model_len),
+/// the engine version, and the KV cache size (blocks × block size) when the
+/// server exports vLLM's `vllm:cache_config_info` metric. Endpoints the
+/// server lacks are reported as "not exposed". Exits 1 when the server cannot
+/// be reached or lists no models endpoint, 2 on a bad flag.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// Server root URL (a trailing /v1 is accepted).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8000")]
+    url: String,
+
+    /// API key sent as `Authorization: Bearer`; defaults to $OPENAI_API_KEY. Never printed.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "OPENAI_API_KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<ApiKey>,
+
+    /// Skip TLS certificate verification (only for self-signed test servers: anyone
+    /// on the path could read and change the traffic).
+    #[arg(long)]
+    insecure: bool,
+
+    /// Seconds to wait for connecting, for each answer, and between body reads.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    timeout: f64,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Runs `speedmatrix probe`.
-pub(crate) async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`speedmatrix probe` is not built yet")
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let client = build_client(&args)?;
+    let info = client.probe().await?;
+    let report = ProbeReport::from_info(&info);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    if info.models.is_none() {
+        eprintln!(
+            "error: {} has no /v1/models endpoint; is it an OpenAI-compatible server?",
+            info.base_url
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn build_client(args: &Args) -> anyhow::Result<Client> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout < 1e9) {
+        return Err(UsageError(format!(
+            "--timeout must be a positive number of seconds, got {}",
+            args.timeout
+        ))
+        .into());
+    }
+    let limit = Duration::from_secs_f64(args.timeout);
+    let config = ClientConfig::new(&args.url)
+        .api_key(
+            args.api_key
+                .clone()
+                .filter(|k| !k.expose().trim().is_empty()),
+        )
+        .insecure(args.insecure)
+        .timeouts(Timeouts::new(limit, limit, limit));
+    Client::new(config).map_err(|err| match err {
+        Error::InvalidConfig { reason } => UsageError(reason).into(),
+        other => anyhow::Error::new(other),
+    })
+}
+
+/// What `probe` prints, as JSON or as a table.
+#[derive(Debug, Serialize)]
+struct ProbeReport {
+    base_url: String,
+    version: Option<String>,
+    models: Option<Vec<ModelInfo>>,
+    kv_cache: Option<KvCache>,
+    metrics_exposed: bool,
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct KvCache {
+    num_gpu_blocks: Option<u64>,
+    block_size: Option<u64>,
+    kv_cache_tokens: Option<Tokens>,
+    cache_dtype: Option<String>,
+    gpu_memory_utilization: Option<f64>,
+}
+
+impl KvCache {
+    fn from_config(cache: &CacheConfig) -> Self {
+        KvCache {
+            num_gpu_blocks: cache.num_gpu_blocks,
+            block_size: cache.block_size,
+            kv_cache_tokens: cache.kv_cache_tokens(),
+            cache_dtype: cache.cache_dtype.clone(),
+            gpu_memory_utilization: cache.gpu_memory_utilization,
+        }
+    }
+}
+
+impl ProbeReport {
+    fn from_info(info: &ServerInfo) -> Self {
+        ProbeReport {
+            base_url: info.base_url.clone(),
+            version: info.version.clone(),
+            models: info.models.clone(),
+            kv_cache: info.cache_config().as_ref().map(KvCache::from_config),
+            metrics_exposed: info.metrics.is_some(),
+            warnings: info.warnings.clone(),
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut out = format!("server          {}\n", self.base_url);
+        let version = self
+            .version
+            .as_deref()
+            .unwrap_or("not exposed (no /version)");
+        out.push_str(&format!("engine version  {version}\n"));
+        match &self.models {
+            None => out.push_str("models          not exposed (no /v1/models)\n"),
+            Some(models) if models.is_empty() => out.push_str("models          none listed\n"),
+            Some(models) => {
+                for (i, model) in models.iter().enumerate() {
+                    let label = if i == 0 { "models" } else { "" };
+                    let len = model
+                        .max_model_len
+                        .map_or("max_model_len not reported".to_owned(), |n| {
+                            format!("max_model_len {}", group_thousands(n.get()))
+                        });
+                    out.push_str(&format!("{label:<16}{}  ({len})\n", model.id));
+                }
+            }
+        }
+        out.push_str(&format!("kv cache        {}\n", self.kv_cache_line()));
+        for warning in &self.warnings {
+            out.push_str(&format!("warning         {warning}\n"));
+        }
+        out
+    }
+
+    fn kv_cache_line(&self) -> String {
+        let Some(cache) = &self.kv_cache else {
+            return if self.metrics_exposed {
+                "not exposed (/metrics has no vllm:cache_config_info)".to_owned()
+            } else {
+                "not exposed (no /metrics)".to_owned()
+            };
+        };
+        let blocks = cache.num_gpu_blocks.map_or("?".to_owned(), group_thousands);
+        let block = cache.block_size.map_or("?".to_owned(), group_thousands);
+        let mut line = format!("{blocks} blocks × {block} tokens");
+        if let Some(tokens) = cache.kv_cache_tokens {
+            line.push_str(&format!(" = {} tokens", group_thousands(tokens.get())));
+        }
+        if let Some(dtype) = &cache.cache_dtype {
+            line.push_str(&format!(", dtype {dtype}"));
+        }
+        if let Some(util) = cache.gpu_memory_utilization {
+            line.push_str(&format!(", gpu_memory_utilization {util}"));
+        }
+        line
+    }
 }

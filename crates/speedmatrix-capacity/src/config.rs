@@ -1,0 +1,711 @@
+//! A lenient reader of Hugging Face `config.json`: the shapes that size the KV cache
+//! and the weights.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::{CapacityError, Dtype};
+
+/// What one decoder layer keeps per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum LayerKind {
+    /// Full attention (or MLA when the model has MLA fields): KV for every token.
+    FullAttention,
+    /// Sliding-window attention over the last `window` tokens.
+    SlidingWindow {
+        /// Window in tokens.
+        window: u64,
+    },
+    /// Chunked local attention (Llama 4 style) in chunks of `chunk` tokens.
+    ChunkedLocal {
+        /// Chunk in tokens.
+        chunk: u64,
+    },
+    /// Gated DeltaNet / linear attention: a fixed recurrent state per sequence.
+    LinearAttention,
+    /// Mamba-2 style state-space layer: a fixed recurrent state per sequence.
+    Mamba,
+    /// A layer that keeps nothing per sequence (MLP-only block).
+    NoCache,
+}
+
+impl LayerKind {
+    /// Whether the layer stores attention KV.
+    pub const fn is_attention(self) -> bool {
+        matches!(
+            self,
+            LayerKind::FullAttention
+                | LayerKind::SlidingWindow { .. }
+                | LayerKind::ChunkedLocal { .. }
+        )
+    }
+
+    /// Whether the layer stores a recurrent state.
+    pub const fn is_recurrent(self) -> bool {
+        matches!(self, LayerKind::LinearAttention | LayerKind::Mamba)
+    }
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3 style): one latent vector per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MlaShape {
+    /// `kv_lora_rank`.
+    pub kv_lora_rank: u64,
+    /// `qk_rope_head_dim`.
+    pub qk_rope_head_dim: u64,
+    /// `qk_nope_head_dim` (weights only).
+    pub qk_nope_head_dim: u64,
+    /// `v_head_dim` (weights only).
+    pub v_head_dim: u64,
+    /// `q_lora_rank`, 0 when queries are not low-rank (weights only).
+    pub q_lora_rank: u64,
+}
+
+impl MlaShape {
+    /// Elements stored per token per layer.
+    pub const fn latent_dim(self) -> u64 {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
+}
+
+/// Gated DeltaNet state shape (Qwen3-Next, Qwen3.5 `linear_attention` layers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GdnShape {
+    /// `linear_num_key_heads`.
+    pub num_key_heads: u64,
+    /// `linear_num_value_heads`.
+    pub num_value_heads: u64,
+    /// `linear_key_head_dim`.
+    pub key_head_dim: u64,
+    /// `linear_value_head_dim`.
+    pub value_head_dim: u64,
+    /// `linear_conv_kernel_dim`.
+    pub conv_kernel: u64,
+}
+
+/// Mamba-2 state shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mamba2Shape {
+    /// Number of SSM heads.
+    pub num_heads: u64,
+    /// Head dimension.
+    pub head_dim: u64,
+    /// SSM state size (`d_state`).
+    pub state_size: u64,
+    /// Number of B/C groups.
+    pub n_groups: u64,
+    /// Convolution kernel width.
+    pub conv_kernel: u64,
+    /// Inner width (`num_heads * head_dim` unless given).
+    pub d_inner: u64,
+}
+
+/// Mixture-of-experts MLP shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MoeShape {
+    /// Routed experts.
+    pub num_experts: u64,
+    /// Intermediate width of one expert.
+    pub expert_intermediate: u64,
+    /// Total intermediate width of the shared expert(s); 0 if none.
+    pub shared_intermediate: u64,
+    /// Leading layers that use a dense MLP instead (`first_k_dense_replace`).
+    pub first_dense_layers: u64,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub experts_per_token: u64,
+}
+
+/// How the checkpoint's linear weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "method")]
+#[non_exhaustive]
+pub enum Quantization {
+    /// Unquantized: the model dtype.
+    None,
+    /// FP8 weights (one byte each).
+    Fp8,
+    /// Integer weights (AWQ, GPTQ, compressed-tensors int) with group scales.
+    Int {
+        /// Bits per weight.
+        bits: u64,
+        /// Weights per scale group.
+        group_size: u64,
+    },
+    /// NVFP4: 4-bit values plus one fp8 scale per 16.
+    Nvfp4,
+    /// MXFP4 on the MoE experts only (gpt-oss): 4-bit values plus one scale per 32.
+    Mxfp4Experts,
+}
+
+impl Quantization {
+    /// Bytes per quantized linear weight, scales included.
+    pub fn bytes_per_weight(self, model: Dtype) -> f64 {
+        match self {
+            Quantization::None | Quantization::Mxfp4Experts => model.bytes() as f64,
+            Quantization::Fp8 => 1.0,
+            // Packed values + one fp16 scale (and a packed zero point) per group.
+            Quantization::Int { bits, group_size } => {
+                bits as f64 / 8.0 + (2.0 + bits as f64 / 8.0) / group_size.max(1) as f64
+            }
+            Quantization::Nvfp4 => 0.5 + 1.0 / 16.0,
+        }
+    }
+}
+
+/// A vision tower, counted only when the engine loads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VisionShape {
+    /// Blocks.
+    pub depth: u64,
+    /// Width.
+    pub hidden_size: u64,
+    /// MLP width.
+    pub intermediate_size: u64,
+    /// Width of the projection into the language model.
+    pub out_hidden_size: u64,
+}
+
+/// The parts of a model config that decide KV-cache and weight sizes.
+///
+/// Built by [`ModelConfig::from_json`]; fields are public so a caller can also
+/// describe a model by hand.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelConfig {
+    /// `architectures[0]`, or empty.
+    pub architecture: String,
+    /// `model_type` (of `text_config` when nested), or empty.
+    pub model_type: String,
+    /// Activation / unquantized weight dtype (`torch_dtype`, default bfloat16).
+    pub dtype: Dtype,
+    /// `hidden_size`.
+    pub hidden_size: u64,
+    /// `num_attention_heads`.
+    pub num_attention_heads: u64,
+    /// `num_key_value_heads` (defaults to the attention heads).
+    pub num_kv_heads: u64,
+    /// Attention head dim for K (`head_dim`, else hidden / heads).
+    pub head_dim: u64,
+    /// Attention head dim for V.
+    pub head_dim_v: u64,
+    /// One entry per decoder layer.
+    pub layers: Vec<LayerKind>,
+    /// MLA fields, when the attention is latent.
+    pub mla: Option<MlaShape>,
+    /// GDN state shape for `LinearAttention` layers.
+    pub gdn: Option<GdnShape>,
+    /// Mamba-2 state shape for `Mamba` layers.
+    pub mamba: Option<Mamba2Shape>,
+    /// dtype of the recurrent (SSM) state (`mamba_ssm_dtype`), default: `dtype`.
+    pub ssm_dtype: Dtype,
+    /// `vocab_size`.
+    pub vocab_size: u64,
+    /// Dense MLP width (`intermediate_size`).
+    pub intermediate_size: u64,
+    /// MoE shape when the MLP is routed.
+    pub moe: Option<MoeShape>,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: bool,
+    /// `attn_output_gate` (doubles the q projection).
+    pub attn_output_gate: bool,
+    /// `max_position_embeddings`, if given.
+    pub max_position_embeddings: Option<u64>,
+    /// Weight quantization.
+    pub quantization: Quantization,
+    /// The checkpoint declares an fp8 KV-cache scheme (`kv_cache_scheme`, `kv_cache_quant_algo`).
+    pub declares_fp8_kv: bool,
+    /// MTP (multi-token prediction) layers shipped with the checkpoint.
+    pub mtp_layers: u64,
+    /// Vision tower, if the config has one.
+    pub vision: Option<VisionShape>,
+    /// Each layer has one mixer only and MLPs are their own `NoCache` layers
+    /// (`hybrid_override_pattern` models); otherwise every layer has an MLP.
+    pub separate_mlp_layers: bool,
+}
+
+/// A JSON object with the text model's fields first and the outer config as fallback.
+struct Fields<'a> {
+    inner: Option<&'a Map<String, Value>>,
+    outer: &'a Map<String, Value>,
+}
+
+impl<'a> Fields<'a> {
+    fn value(&self, keys: &[&str]) -> Option<&'a Value> {
+        let look = |m: &'a Map<String, Value>| {
+            keys.iter().find_map(|k| m.get(*k).filter(|v| !v.is_null()))
+        };
+        self.inner.and_then(look).or_else(|| look(self.outer))
+    }
+
+    fn u64(&self, keys: &[&str]) -> Option<u64> {
+        self.value(keys).and_then(as_u64)
+    }
+
+    fn req(&self, keys: &'static [&'static str], name: &'static str) -> Result<u64, CapacityError> {
+        self.u64(keys)
+            .ok_or(CapacityError::MissingField { field: name })
+    }
+
+    fn bool(&self, keys: &[&str]) -> Option<bool> {
+        self.value(keys).and_then(Value::as_bool)
+    }
+
+    fn str(&self, keys: &[&str]) -> Option<&'a str> {
+        self.value(keys).and_then(Value::as_str)
+    }
+}
+
+/// Integers also arrive as floats (`4.0`) or strings in hand-edited configs.
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+impl ModelConfig {
+    /// Parses config.json text. Multimodal configs are read from `text_config`
+    /// (or `llm_config` / `language_config`) with the outer object as fallback.
+    pub fn from_json(text: &str) -> Result<Self, CapacityError> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| CapacityError::NotJson(e.to_string()))?;
+        let outer = root
+            .as_object()
+            .ok_or_else(|| CapacityError::NotJson("the top level is not an object".into()))?;
+        let inner = ["text_config", "llm_config", "language_config"]
+            .iter()
+            .find_map(|k| outer.get(*k).and_then(Value::as_object));
+        let f = Fields { inner, outer };
+        parse(&f, outer)
+    }
+
+    /// Number of layers of each kind, in a fixed order.
+    pub fn layer_counts(&self) -> Vec<(LayerKind, u64)> {
+        let mut counts: Vec<(LayerKind, u64)> = Vec::new();
+        for kind in &self.layers {
+            match counts.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((*kind, 1)),
+            }
+        }
+        counts
+    }
+
+    /// Whether any layer keeps a recurrent state.
+    pub fn is_hybrid_recurrent(&self) -> bool {
+        self.layers.iter().any(|k| k.is_recurrent())
+    }
+}
+
+fn parse(f: &Fields<'_>, outer: &Map<String, Value>) -> Result<ModelConfig, CapacityError> {
+    let hidden_size = f.req(&["hidden_size", "d_model", "n_embd", "dim"], "hidden_size")?;
+    let num_layers = f.req(
+        &["num_hidden_layers", "num_layers", "n_layer", "n_layers"],
+        "num_hidden_layers",
+    )?;
+    let num_attention_heads = f
+        .u64(&["num_attention_heads", "n_head", "n_heads", "num_heads"])
+        .unwrap_or(0);
+    let num_kv_heads = if f.bool(&["multi_query"]) == Some(true) {
+        1
+    } else {
+        f.u64(&[
+            "num_key_value_heads",
+            "num_kv_heads",
+            "n_head_kv",
+            "multi_query_group_num",
+        ])
+        .unwrap_or(num_attention_heads)
+    };
+    let head_dim = match f.u64(&["head_dim", "attention_head_dim"]) {
+        Some(h) => h,
+        None if num_attention_heads > 0 => hidden_size / num_attention_heads,
+        None => 0,
+    };
+    let head_dim_v = f.u64(&["v_head_dim_attn"]).unwrap_or(head_dim);
+    let dtype = match f.str(&["torch_dtype", "dtype"]) {
+        Some(s) if s != "auto" => Dtype::parse(s)?,
+        _ => Dtype::Bfloat16,
+    };
+    let ssm_dtype = match f.str(&["mamba_ssm_dtype", "mamba_ssm_cache_dtype", "ssm_dtype"]) {
+        Some(s) if s != "auto" => Dtype::parse(s)?,
+        _ => dtype,
+    };
+    let layers = layer_kinds(f, num_layers)?;
+    let mla = f
+        .u64(&["kv_lora_rank"])
+        .filter(|r| *r > 0)
+        .map(|kv_lora_rank| MlaShape {
+            kv_lora_rank,
+            qk_rope_head_dim: f.u64(&["qk_rope_head_dim"]).unwrap_or(64),
+            qk_nope_head_dim: f.u64(&["qk_nope_head_dim"]).unwrap_or(128),
+            v_head_dim: f.u64(&["v_head_dim"]).unwrap_or(128),
+            q_lora_rank: f.u64(&["q_lora_rank"]).unwrap_or(0),
+        });
+    let gdn = gdn_shape(f);
+    let mamba = mamba_shape(f, hidden_size);
+    if layers
+        .iter()
+        .any(|k| matches!(k, LayerKind::LinearAttention))
+        && gdn.is_none()
+    {
+        return Err(CapacityError::MissingField {
+            field: "linear_num_value_heads / linear_key_head_dim",
+        });
+    }
+    if layers.iter().any(|k| matches!(k, LayerKind::Mamba)) && mamba.is_none() {
+        return Err(CapacityError::MissingField {
+            field: "mamba_n_heads / ssm_state_size",
+        });
+    }
+    if layers.iter().any(|k| k.is_attention())
+        && mla.is_none()
+        && (num_kv_heads == 0 || head_dim == 0)
+    {
+        return Err(CapacityError::MissingField {
+            field: "num_attention_heads or head_dim",
+        });
+    }
+    let (quantization, declares_fp8_kv) = quantization(outer, f);
+    Ok(ModelConfig {
+        architecture: outer
+            .get("architectures")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        model_type: f.str(&["model_type"]).unwrap_or_default().to_owned(),
+        dtype,
+        hidden_size,
+        num_attention_heads,
+        num_kv_heads,
+        head_dim,
+        head_dim_v,
+        layers,
+        mla,
+        gdn,
+        mamba,
+        ssm_dtype,
+        vocab_size: f.u64(&["vocab_size", "padded_vocab_size"]).unwrap_or(0),
+        intermediate_size: f
+            .u64(&["intermediate_size", "ffn_hidden_size", "n_inner"])
+            .unwrap_or(4 * hidden_size),
+        moe: moe_shape(f),
+        tie_word_embeddings: f.bool(&["tie_word_embeddings"]).unwrap_or(false),
+        attn_output_gate: f.bool(&["attn_output_gate"]).unwrap_or(false),
+        max_position_embeddings: f.u64(&[
+            "max_position_embeddings",
+            "n_positions",
+            "max_seq_len",
+            "seq_length",
+        ]),
+        quantization,
+        declares_fp8_kv,
+        mtp_layers: f
+            .u64(&["mtp_num_hidden_layers", "num_nextn_predict_layers"])
+            .unwrap_or(0),
+        vision: vision_shape(outer),
+        separate_mlp_layers: f.str(&["hybrid_override_pattern"]).is_some(),
+    })
+}
+
+/// Layer kinds from, in order of preference: `layer_types`, `hybrid_override_pattern`,
+/// `layers_block_type`, `full_attention_interval`, `attn_layer_period`,
+/// sliding-window fields; otherwise all full attention.
+fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, CapacityError> {
+    let window = f.u64(&["sliding_window", "attention_window"]);
+    let n_usize = usize::try_from(n).map_err(|_| CapacityError::BadField {
+        field: "num_hidden_layers",
+        value: n.to_string(),
+        why: "too large",
+    })?;
+    if let Some(types) = f
+        .value(&["layer_types", "layers_block_type", "block_types"])
+        .and_then(Value::as_array)
+    {
+        let kinds = types
+            .iter()
+            .map(|t| layer_kind_from_name(t.as_str().unwrap_or_default(), window))
+            .collect::<Result<Vec<_>, _>>()?;
+        return fit_len(kinds, n_usize, "layer_types");
+    }
+    if let Some(pattern) = f.str(&["hybrid_override_pattern"]) {
+        let kinds = pattern
+            .chars()
+            .map(|c| match c {
+                'M' => LayerKind::Mamba,
+                '*' => LayerKind::FullAttention,
+                _ => LayerKind::NoCache,
+            })
+            .collect();
+        return fit_len(kinds, n_usize, "hybrid_override_pattern");
+    }
+    if let Some(k) = f.u64(&["full_attention_interval"]).filter(|k| *k > 0) {
+        return Ok((0..n)
+            .map(|i| {
+                if (i + 1) % k == 0 {
+                    LayerKind::FullAttention
+                } else {
+                    LayerKind::LinearAttention
+                }
+            })
+            .collect());
+    }
+    if let Some(period) = f.u64(&["attn_layer_period"]).filter(|p| *p > 0) {
+        let offset = f.u64(&["attn_layer_offset"]).unwrap_or(0);
+        return Ok((0..n)
+            .map(|i| {
+                if i % period == offset {
+                    LayerKind::FullAttention
+                } else {
+                    LayerKind::Mamba
+                }
+            })
+            .collect());
+    }
+    let all_full = vec![LayerKind::FullAttention; n_usize];
+    let Some(w) = window.filter(|w| *w > 0) else {
+        return Ok(all_full);
+    };
+    if f.bool(&["use_sliding_window"]) == Some(false) {
+        return Ok(all_full);
+    }
+    // Gemma 2/3: every `sliding_window_pattern`-th layer is global.
+    if let Some(p) = f.u64(&["sliding_window_pattern"]).filter(|p| *p > 0) {
+        return Ok((0..n)
+            .map(|i| {
+                if (i + 1) % p == 0 {
+                    LayerKind::FullAttention
+                } else {
+                    LayerKind::SlidingWindow { window: w }
+                }
+            })
+            .collect());
+    }
+    // Qwen2 style: layers from `max_window_layers` on use the window.
+    if let Some(m) = f.u64(&["max_window_layers"]) {
+        return Ok((0..n)
+            .map(|i| {
+                if i >= m {
+                    LayerKind::SlidingWindow { window: w }
+                } else {
+                    LayerKind::FullAttention
+                }
+            })
+            .collect());
+    }
+    Ok(vec![LayerKind::SlidingWindow { window: w }; n_usize])
+}
+
+fn fit_len(
+    mut kinds: Vec<LayerKind>,
+    n: usize,
+    field: &'static str,
+) -> Result<Vec<LayerKind>, CapacityError> {
+    if kinds.len() < n {
+        return Err(CapacityError::BadField {
+            field,
+            value: format!("{} entries", kinds.len()),
+            why: "fewer entries than num_hidden_layers",
+        });
+    }
+    kinds.truncate(n);
+    Ok(kinds)
+}
+
+fn layer_kind_from_name(name: &str, window: Option<u64>) -> Result<LayerKind, CapacityError> {
+    let n = name.to_ascii_lowercase();
+    Ok(match n.as_str() {
+        "full_attention" | "attention" | "full" | "global" | "hybrid" | "attn" => {
+            LayerKind::FullAttention
+        }
+        "sliding_attention" | "sliding_window" | "sliding" | "local" | "swa" => {
+            LayerKind::SlidingWindow {
+                window: window.ok_or(CapacityError::MissingField {
+                    field: "sliding_window",
+                })?,
+            }
+        }
+        "chunked_attention" => LayerKind::ChunkedLocal {
+            chunk: window.unwrap_or(8192),
+        },
+        "linear_attention" | "gated_deltanet" | "linear" => LayerKind::LinearAttention,
+        "mamba" | "mamba2" | "m" => LayerKind::Mamba,
+        "mlp" | "moe" | "-" | "conv" => LayerKind::NoCache,
+        _ => {
+            return Err(CapacityError::BadField {
+                field: "layer_types",
+                value: name.to_owned(),
+                why: "unknown layer type (known: full_attention, sliding_attention, linear_attention, mamba)",
+            });
+        }
+    })
+}
+
+fn gdn_shape(f: &Fields<'_>) -> Option<GdnShape> {
+    Some(GdnShape {
+        num_key_heads: f.u64(&["linear_num_key_heads"])?,
+        num_value_heads: f.u64(&["linear_num_value_heads"])?,
+        key_head_dim: f.u64(&["linear_key_head_dim"])?,
+        value_head_dim: f.u64(&["linear_value_head_dim"])?,
+        conv_kernel: f.u64(&["linear_conv_kernel_dim"]).unwrap_or(4),
+    })
+}
+
+fn mamba_shape(f: &Fields<'_>, hidden: u64) -> Option<Mamba2Shape> {
+    let state_size = f.u64(&["ssm_state_size", "mamba_d_state", "state_size", "d_state"])?;
+    let expand = f.u64(&["mamba_expand", "expand"]).unwrap_or(2);
+    let head_dim = f
+        .u64(&["mamba_head_dim", "mamba_d_head", "head_dim_mamba"])
+        .unwrap_or(64);
+    let num_heads = f
+        .u64(&["mamba_n_heads", "mamba_num_heads", "num_heads_mamba"])
+        .unwrap_or(expand * hidden / head_dim.max(1));
+    Some(Mamba2Shape {
+        num_heads,
+        head_dim,
+        state_size,
+        n_groups: f
+            .u64(&["mamba_n_groups", "n_groups", "ngroups"])
+            .unwrap_or(1),
+        conv_kernel: f
+            .u64(&["mamba_d_conv", "conv_kernel", "d_conv"])
+            .unwrap_or(4),
+        d_inner: f
+            .u64(&["mamba_d_inner", "d_inner"])
+            .unwrap_or(num_heads * head_dim),
+    })
+}
+
+fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
+    let num_experts = f
+        .u64(&[
+            "num_experts",
+            "num_local_experts",
+            "n_routed_experts",
+            "moe_num_experts",
+        ])
+        .filter(|n| *n > 1)?;
+    let expert_intermediate = f.u64(&[
+        "moe_intermediate_size",
+        "expert_intermediate_size",
+        "intermediate_size",
+    ])?;
+    let shared = f
+        .u64(&["shared_expert_intermediate_size"])
+        .unwrap_or_else(|| {
+            f.u64(&["n_shared_experts", "num_shared_experts"])
+                .unwrap_or(0)
+                * expert_intermediate
+        });
+    Some(MoeShape {
+        num_experts,
+        expert_intermediate,
+        shared_intermediate: shared,
+        first_dense_layers: f.u64(&["first_k_dense_replace"]).unwrap_or(0),
+        experts_per_token: f
+            .u64(&["num_experts_per_tok", "moe_topk", "top_k"])
+            .unwrap_or(8),
+    })
+}
+
+fn vision_shape(outer: &Map<String, Value>) -> Option<VisionShape> {
+    let v = outer.get("vision_config")?.as_object()?;
+    let g = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(as_u64));
+    let hidden_size = g(&["hidden_size", "embed_dim", "width"])?;
+    Some(VisionShape {
+        depth: g(&["depth", "num_hidden_layers", "layers"])?,
+        hidden_size,
+        intermediate_size: g(&["intermediate_size", "mlp_dim"]).unwrap_or(4 * hidden_size),
+        out_hidden_size: g(&["out_hidden_size", "projection_dim"]).unwrap_or(hidden_size),
+    })
+}
+
+/// Weight quantization and whether an fp8 KV scheme is declared.
+fn quantization(outer: &Map<String, Value>, f: &Fields<'_>) -> (Quantization, bool) {
+    let Some(q) = outer
+        .get("quantization_config")
+        .or_else(|| f.value(&["quantization_config"]))
+        .and_then(Value::as_object)
+    else {
+        return (Quantization::None, false);
+    };
+    let s = |k: &str| {
+        q.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    };
+    let method = s("quant_method");
+    let algo = s("quant_algo");
+    let kv_fp8 = q.get("kv_cache_scheme").is_some_and(|v| !v.is_null())
+        || q.get("kv_cache_quant_algo")
+            .and_then(Value::as_str)
+            .is_some_and(|a| a.to_ascii_lowercase().contains("fp8"));
+    let bits = q
+        .get("bits")
+        .or_else(|| q.get("w_bit"))
+        .and_then(as_u64)
+        .unwrap_or(4);
+    let group_size = q
+        .get("group_size")
+        .or_else(|| q.get("q_group_size"))
+        .and_then(as_u64)
+        .unwrap_or(128);
+    let quant = match method.as_str() {
+        "fp8" | "fbgemm_fp8" | "ptpc_fp8" => Quantization::Fp8,
+        "mxfp4" => Quantization::Mxfp4Experts,
+        "awq" | "gptq" | "awq_marlin" | "gptq_marlin" | "auto-round" | "bitsandbytes" => {
+            Quantization::Int { bits, group_size }
+        }
+        "modelopt" | "modelopt_fp4" => {
+            if algo.contains("fp4") {
+                Quantization::Nvfp4
+            } else {
+                Quantization::Fp8
+            }
+        }
+        "compressed-tensors" | "compressed_tensors" => compressed_tensors(q),
+        _ => Quantization::None,
+    };
+    (quant, kv_fp8)
+}
+
+fn compressed_tensors(q: &Map<String, Value>) -> Quantization {
+    let format = q.get("format").and_then(Value::as_str).unwrap_or_default();
+    let weights = q
+        .get("config_groups")
+        .and_then(Value::as_object)
+        .and_then(|g| g.values().next())
+        .and_then(|g| g.get("weights"))
+        .and_then(Value::as_object);
+    let bits = weights
+        .and_then(|w| w.get("num_bits"))
+        .and_then(as_u64)
+        .unwrap_or(8);
+    let is_float = weights.and_then(|w| w.get("type")).and_then(Value::as_str) == Some("float");
+    let group = weights
+        .and_then(|w| w.get("group_size"))
+        .and_then(as_u64)
+        .unwrap_or(128);
+    match (
+        bits,
+        is_float || format.contains("float") || format.contains("nvfp4"),
+    ) {
+        (4, true) => Quantization::Nvfp4,
+        (8, true) => Quantization::Fp8,
+        (b, false) if b < 8 => Quantization::Int {
+            bits: b,
+            group_size: group,
+        },
+        (8, false) => Quantization::Fp8,
+        _ => Quantization::None,
+    }
+}

@@ -1,0 +1,175 @@
+//! Weight bytes from the config's shapes (or from a safetensors index).
+
+use serde::Serialize;
+use serde_json::Value;
+use speedmatrix_units::ByteSize;
+
+use crate::CapacityError;
+use crate::config::{LayerKind, ModelConfig, Quantization};
+
+/// Weight size of a model, counted from its shapes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WeightEstimate {
+    /// Parameters in decoder linear layers (the ones quantization applies to).
+    pub linear_params: u64,
+    /// Embedding and LM-head parameters (kept in the model dtype).
+    pub embedding_params: u64,
+    /// Vision-tower parameters counted (0 when text-only).
+    pub vision_params: u64,
+    /// Bytes of the whole checkpoint as loaded.
+    pub total: ByteSize,
+    /// Bytes one tensor-parallel rank holds.
+    pub per_rank: ByteSize,
+    /// How the number was obtained.
+    pub basis: String,
+}
+
+impl ModelConfig {
+    /// Counts the weights from the config's shapes. `language_model_only` skips the
+    /// vision tower (vLLM `--language-model-only`); `tp` divides everything but the
+    /// small replicated tensors.
+    pub fn estimate_weights(&self, language_model_only: bool, tp: u32) -> WeightEstimate {
+        let linear: u64 = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, k)| self.layer_params(i as u64, *k))
+            .sum();
+        let embed =
+            self.vocab_size * self.hidden_size * if self.tie_word_embeddings { 1 } else { 2 };
+        let vision = match (&self.vision, language_model_only) {
+            (Some(v), false) => {
+                let h = v.hidden_size;
+                v.depth * (4 * h * h + 2 * h * v.intermediate_size)
+                    + 16 * h * h
+                    + 4 * h * v.out_hidden_size
+            }
+            _ => 0,
+        };
+        let dtype = self.dtype.bytes() as f64;
+        let per_linear = self.quantization.bytes_per_weight(self.dtype);
+        let expert_params = self.expert_params();
+        let linear_bytes = match self.quantization {
+            // gpt-oss: only the experts are MXFP4.
+            Quantization::Mxfp4Experts => {
+                (linear - expert_params) as f64 * dtype + expert_params as f64 * (0.5 + 1.0 / 32.0)
+            }
+            _ => linear as f64 * per_linear,
+        };
+        let total = linear_bytes + (embed + vision) as f64 * dtype;
+        let total = total.round() as u64;
+        WeightEstimate {
+            linear_params: linear,
+            embedding_params: embed,
+            vision_params: vision,
+            total: ByteSize::new(total),
+            per_rank: ByteSize::new(total / u64::from(tp.max(1))),
+            basis: format!(
+                "counted from config shapes: {:.3} B linear params at {:.3} B each ({:?}), \
+                 {:.3} B embedding params at {} B{}",
+                linear as f64 / 1e9,
+                per_linear,
+                self.quantization,
+                embed as f64 / 1e9,
+                self.dtype.bytes(),
+                if vision > 0 {
+                    format!(", {:.3} B vision params", vision as f64 / 1e9)
+                } else {
+                    String::new()
+                }
+            ),
+        }
+    }
+
+    fn layer_params(&self, index: u64, kind: LayerKind) -> u64 {
+        let mixer = match kind {
+            k if k.is_attention() => self.attention_params(),
+            LayerKind::LinearAttention => self.gdn_params(),
+            LayerKind::Mamba => self.mamba_params(),
+            _ => 0,
+        };
+        let has_mlp = !self.separate_mlp_layers || matches!(kind, LayerKind::NoCache);
+        mixer + if has_mlp { self.mlp_params(index) } else { 0 }
+    }
+
+    fn attention_params(&self) -> u64 {
+        let h = self.hidden_size;
+        let heads = self.num_attention_heads;
+        if let Some(m) = self.mla {
+            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            let q = if m.q_lora_rank > 0 {
+                h * m.q_lora_rank + m.q_lora_rank * heads * qk
+            } else {
+                h * heads * qk
+            };
+            let kv =
+                h * m.latent_dim() + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
+            return q + kv + heads * m.v_head_dim * h;
+        }
+        let gate = if self.attn_output_gate { 2 } else { 1 };
+        h * heads * self.head_dim * gate
+            + h * self.num_kv_heads * (self.head_dim + self.head_dim_v)
+            + heads * self.head_dim_v * h
+    }
+
+    fn gdn_params(&self) -> u64 {
+        let Some(g) = self.gdn else { return 0 };
+        let h = self.hidden_size;
+        let key = g.num_key_heads * g.key_head_dim;
+        let value = g.num_value_heads * g.value_head_dim;
+        h * (2 * key + 2 * value)
+            + h * 2 * g.num_value_heads
+            + value * h
+            + (2 * key + value) * g.conv_kernel
+    }
+
+    fn mamba_params(&self) -> u64 {
+        let Some(m) = self.mamba else { return 0 };
+        let h = self.hidden_size;
+        let bc = 2 * m.n_groups * m.state_size;
+        h * (2 * m.d_inner + bc + m.num_heads) + m.d_inner * h + (m.d_inner + bc) * m.conv_kernel
+    }
+
+    fn mlp_params(&self, index: u64) -> u64 {
+        let h = self.hidden_size;
+        match self.moe {
+            Some(moe) if index >= moe.first_dense_layers => {
+                moe.num_experts * 3 * h * moe.expert_intermediate
+                    + 3 * h * moe.shared_intermediate
+                    + h * moe.num_experts
+            }
+            _ => 3 * h * self.intermediate_size,
+        }
+    }
+
+    fn expert_params(&self) -> u64 {
+        let Some(moe) = self.moe else { return 0 };
+        let moe_layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter(|(i, k)| {
+                (*i as u64) >= moe.first_dense_layers
+                    && (!self.separate_mlp_layers || matches!(k, LayerKind::NoCache))
+            })
+            .count() as u64;
+        moe_layers * moe.num_experts * 3 * self.hidden_size * moe.expert_intermediate
+    }
+}
+
+/// Reads `metadata.total_size` from a `model.safetensors.index.json` text: the exact
+/// bytes of the checkpoint's tensors.
+pub fn weights_from_safetensors_index(text: &str) -> Result<ByteSize, CapacityError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| CapacityError::NotJson(e.to_string()))?;
+    v.get("metadata")
+        .and_then(|m| m.get("total_size"))
+        .and_then(|t| {
+            t.as_u64()
+                .or_else(|| t.as_f64().map(|f| f as u64))
+                .or_else(|| t.as_str().and_then(|s| s.parse().ok()))
+        })
+        .map(ByteSize::new)
+        .ok_or(CapacityError::MissingField {
+            field: "metadata.total_size",
+        })
+}

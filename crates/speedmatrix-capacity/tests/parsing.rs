@@ -1,0 +1,162 @@
+//! Lenient config.json parsing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use speedmatrix_capacity::{
+    CapacityError, Dtype, Gpu, LayerKind, ModelConfig, Quantization, weights_from_safetensors_index,
+};
+
+#[test]
+fn head_dim_falls_back_to_hidden_over_heads_and_kv_heads_to_heads() {
+    let m = ModelConfig::from_json(
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}"#,
+    )
+    .unwrap();
+    assert_eq!(m.head_dim, 128);
+    assert_eq!(m.num_kv_heads, 32);
+    assert_eq!(m.dtype, Dtype::Bfloat16);
+    assert!(m.layers.iter().all(|k| *k == LayerKind::FullAttention));
+}
+
+#[test]
+fn nested_text_config_wins_over_the_outer_object() {
+    let m = ModelConfig::from_json(
+        r#"{"hidden_size": 1, "text_config": {"hidden_size": 2560, "num_hidden_layers": 2,
+            "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "torch_dtype": "float16"}}"#,
+    )
+    .unwrap();
+    assert_eq!(m.hidden_size, 2560);
+    assert_eq!(m.dtype, Dtype::Float16);
+}
+
+#[test]
+fn hybrid_layouts_from_every_spelling() {
+    let gdn = r#""linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128"#;
+    let base = r#""hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256"#;
+    let interval = ModelConfig::from_json(&format!(
+        r#"{{{base}, {gdn}, "num_hidden_layers": 8, "full_attention_interval": 4}}"#
+    ))
+    .unwrap();
+    assert_eq!(interval.layers[3], LayerKind::FullAttention);
+    assert_eq!(interval.layers[0], LayerKind::LinearAttention);
+    assert_eq!(
+        interval.layer_counts(),
+        vec![
+            (LayerKind::LinearAttention, 6),
+            (LayerKind::FullAttention, 2)
+        ]
+    );
+
+    let nemotron = ModelConfig::from_json(&format!(
+        r#"{{{base}, "num_hidden_layers": 6, "hybrid_override_pattern": "M-M*-M", "ssm_state_size": 128,
+        "mamba_num_heads": 64, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4}}"#
+    ))
+    .unwrap();
+    assert_eq!(
+        nemotron
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::Mamba)
+            .count(),
+        3
+    );
+    assert_eq!(
+        nemotron
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::NoCache)
+            .count(),
+        2
+    );
+
+    let gemma = ModelConfig::from_json(&format!(
+        r#"{{{base}, "num_hidden_layers": 12, "sliding_window": 1024, "sliding_window_pattern": 6}}"#
+    ))
+    .unwrap();
+    assert_eq!(
+        gemma
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::FullAttention)
+            .count(),
+        2
+    );
+    assert_eq!(gemma.layers[0], LayerKind::SlidingWindow { window: 1024 });
+
+    let missing_state = ModelConfig::from_json(&format!(
+        r#"{{{base}, "num_hidden_layers": 8, "full_attention_interval": 4}}"#
+    ));
+    assert!(matches!(
+        missing_state,
+        Err(CapacityError::MissingField { .. })
+    ));
+}
+
+#[test]
+fn quantization_methods_are_recognised() {
+    let q = |qc: &str| {
+        ModelConfig::from_json(&format!(
+            r#"{{"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1, "quantization_config": {qc}}}"#
+        ))
+        .unwrap()
+        .quantization
+    };
+    assert_eq!(q(r#"{"quant_method": "fp8"}"#), Quantization::Fp8);
+    assert_eq!(
+        q(r#"{"quant_method": "awq", "bits": 4, "group_size": 128}"#),
+        Quantization::Int {
+            bits: 4,
+            group_size: 128
+        }
+    );
+    assert_eq!(
+        q(r#"{"quant_method": "modelopt", "quant_algo": "NVFP4"}"#),
+        Quantization::Nvfp4
+    );
+    assert_eq!(
+        q(
+            r#"{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+             "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float"}}}}"#
+        ),
+        Quantization::Nvfp4
+    );
+    assert_eq!(
+        q(r#"{"quant_method": "mxfp4"}"#),
+        Quantization::Mxfp4Experts
+    );
+}
+
+#[test]
+fn bad_input_is_a_typed_error_not_a_panic() {
+    assert!(matches!(
+        ModelConfig::from_json("not json"),
+        Err(CapacityError::NotJson(_))
+    ));
+    assert!(matches!(
+        ModelConfig::from_json("[1, 2]"),
+        Err(CapacityError::NotJson(_))
+    ));
+    assert!(matches!(
+        ModelConfig::from_json("{}"),
+        Err(CapacityError::MissingField { .. })
+    ));
+    assert!(matches!(
+        ModelConfig::from_json(
+            r#"{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 1, "layer_types": ["full_attention"]}"#
+        ),
+        Err(CapacityError::BadField { .. })
+    ));
+    assert!(matches!(
+        Gpu::lookup("tpu-v9"),
+        Err(CapacityError::UnknownGpu(_))
+    ));
+    assert_eq!(Gpu::lookup("RTX 3090").unwrap().key, "rtx3090");
+    assert!((Gpu::lookup("23.5GiB").unwrap().memory.as_gib_f64() - 23.5).abs() < 1e-9);
+    assert_eq!(
+        weights_from_safetensors_index(r#"{"metadata": {"total_size": 123}}"#)
+            .unwrap()
+            .get(),
+        123
+    );
+    assert!(weights_from_safetensors_index("{}").is_err());
+}

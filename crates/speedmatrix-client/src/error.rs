@@ -1,0 +1,303 @@
+//! The crate's one error type and its stable grouping key.
+
+use std::time::Duration;
+
+/// Everything that can go wrong talking to a server.
+///
+/// Every variant names what failed and, where it helps, the URL, the HTTP
+/// status and a short snippet of what the server sent. Use [`Error::kind`] to
+/// group failures in reports: its string form is stable across releases.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The client configuration cannot work (bad base URL, bad API key bytes, TLS setup).
+    #[error("invalid client configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
+    /// A request could not be encoded.
+    #[error("invalid request: {reason}")]
+    InvalidRequest {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The TCP or TLS connection could not be made.
+    #[error("could not connect to {url} ({cause}); is the server running and the URL right?")]
+    Connect {
+        /// The URL requested.
+        url: String,
+        /// The transport's account of the failure, outermost first.
+        cause: String,
+    },
+
+    /// Connecting took longer than the connect timeout.
+    #[error("connecting to {url} timed out after {after:?}")]
+    TimeoutConnect {
+        /// The URL requested.
+        url: String,
+        /// The configured limit.
+        after: Duration,
+    },
+
+    /// The response head did not arrive within the headers timeout.
+    #[error("no response headers from {url} within {after:?} of sending the request")]
+    TimeoutHeaders {
+        /// The URL requested.
+        url: String,
+        /// The configured limit.
+        after: Duration,
+    },
+
+    /// The body went quiet for longer than the idle timeout.
+    #[error("no data from {url} for {after:?} in the middle of the response")]
+    TimeoutIdle {
+        /// The URL requested.
+        url: String,
+        /// The configured limit.
+        after: Duration,
+    },
+
+    /// The server answered with a non-success status.
+    #[error("{url} answered HTTP {status}: {message}")]
+    HttpStatus {
+        /// The URL requested.
+        url: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The server's error message when it sent one, else a short snippet of the body.
+        message: String,
+    },
+
+    /// The server answered 2xx but not with the content type asked for.
+    #[error(
+        "{url} answered HTTP {status} with content type {content_type:?}, expected {expected}: {snippet}"
+    )]
+    UnexpectedContentType {
+        /// The URL requested.
+        url: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The `content-type` header received (empty when absent).
+        content_type: String,
+        /// The content type expected.
+        expected: &'static str,
+        /// The start of the body.
+        snippet: String,
+    },
+
+    /// The server sent something that does not follow the protocol (bad JSON, wrong shape).
+    #[error("protocol error: {reason}: {snippet}")]
+    Protocol {
+        /// What was wrong.
+        reason: String,
+        /// The start of the offending data.
+        snippet: String,
+    },
+
+    /// One server-sent event grew past the configured cap.
+    #[error(
+        "a server-sent event exceeded the {limit_bytes}-byte limit; raise ClientConfig::max_event_bytes if the server really sends events this large"
+    )]
+    SseLineTooLong {
+        /// The configured cap in bytes.
+        limit_bytes: usize,
+    },
+
+    /// The server reported an error inside an otherwise successful stream.
+    #[error("the server reported an error mid-stream: {message}")]
+    ServerErrorEvent {
+        /// The server's message (or a snippet of the event data).
+        message: String,
+        /// The error code or type when the server gave one.
+        code: Option<String>,
+    },
+
+    /// The connection ended or failed before the response was complete.
+    #[error("connection to {url} ended early: {reason}{}", cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    Disconnected {
+        /// The URL requested.
+        url: String,
+        /// What was observed.
+        reason: String,
+        /// The transport's account of the failure, when there is one.
+        cause: Option<String>,
+    },
+}
+
+/// Stable category of an [`Error`], for grouping failures in reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::InvalidConfig`].
+    Config,
+    /// [`Error::InvalidRequest`].
+    InvalidRequest,
+    /// [`Error::Connect`].
+    Connect,
+    /// [`Error::TimeoutConnect`].
+    TimeoutConnect,
+    /// [`Error::TimeoutHeaders`].
+    TimeoutHeaders,
+    /// [`Error::TimeoutIdle`].
+    TimeoutIdle,
+    /// [`Error::HttpStatus`].
+    HttpStatus,
+    /// [`Error::UnexpectedContentType`].
+    ContentType,
+    /// [`Error::Protocol`].
+    Protocol,
+    /// [`Error::SseLineTooLong`].
+    SseLineTooLong,
+    /// [`Error::ServerErrorEvent`].
+    ServerErrorEvent,
+    /// [`Error::Disconnected`].
+    Disconnected,
+}
+
+impl ErrorKind {
+    /// Stable snake_case name, e.g. `"timeout_idle"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::Connect => "connect",
+            ErrorKind::TimeoutConnect => "timeout_connect",
+            ErrorKind::TimeoutHeaders => "timeout_headers",
+            ErrorKind::TimeoutIdle => "timeout_idle",
+            ErrorKind::HttpStatus => "http_status",
+            ErrorKind::ContentType => "content_type",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::SseLineTooLong => "sse_line_too_long",
+            ErrorKind::ServerErrorEvent => "server_error_event",
+            ErrorKind::Disconnected => "disconnected",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Error {
+    /// The stable category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidConfig { .. } => ErrorKind::Config,
+            Error::InvalidRequest { .. } => ErrorKind::InvalidRequest,
+            Error::Connect { .. } => ErrorKind::Connect,
+            Error::TimeoutConnect { .. } => ErrorKind::TimeoutConnect,
+            Error::TimeoutHeaders { .. } => ErrorKind::TimeoutHeaders,
+            Error::TimeoutIdle { .. } => ErrorKind::TimeoutIdle,
+            Error::HttpStatus { .. } => ErrorKind::HttpStatus,
+            Error::UnexpectedContentType { .. } => ErrorKind::ContentType,
+            Error::Protocol { .. } => ErrorKind::Protocol,
+            Error::SseLineTooLong { .. } => ErrorKind::SseLineTooLong,
+            Error::ServerErrorEvent { .. } => ErrorKind::ServerErrorEvent,
+            Error::Disconnected { .. } => ErrorKind::Disconnected,
+        }
+    }
+
+    /// The HTTP status, for [`Error::HttpStatus`] and [`Error::UnexpectedContentType`].
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::HttpStatus { status, .. } | Error::UnexpectedContentType { status, .. } => {
+                Some(*status)
+            }
+            _ => None,
+        }
+    }
+
+    /// True for the three timeout kinds.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::TimeoutConnect | ErrorKind::TimeoutHeaders | ErrorKind::TimeoutIdle
+        )
+    }
+}
+
+/// An error and its sources as one line: `outer: inner: root`.
+pub(crate) fn chain_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut current = err.source();
+    while let Some(source) = current {
+        let message = source.to_string();
+        if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        current = source.source();
+    }
+    text
+}
+
+/// Longest snippet of server data kept in an error, in bytes.
+const SNIPPET_BYTES: usize = 240;
+
+/// The start of `data` as text, cut at a character boundary, for error messages.
+pub(crate) fn snippet(data: &[u8]) -> String {
+    let cut = data.len().min(SNIPPET_BYTES);
+    let text = String::from_utf8_lossy(&data[..cut]);
+    let mut out: String = text.trim().to_owned();
+    if data.len() > cut {
+        out.push('…');
+    }
+    out
+}
+
+/// The human message in an error body: vLLM's `{"error": {"message": ..}}`,
+/// older `{"object": "error", "message": ..}`, FastAPI's `{"detail": ..}`, or a snippet.
+pub(crate) fn server_message(body: &[u8]) -> (String, Option<String>) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (snippet(body), None);
+    };
+    error_message_of(&value).unwrap_or_else(|| (snippet(body), None))
+}
+
+/// The message and code of an OpenAI/vLLM-style error object, if `value` is one.
+pub(crate) fn error_message_of(value: &serde_json::Value) -> Option<(String, Option<String>)> {
+    let obj = value.as_object()?;
+    let code_of = |o: &serde_json::Map<String, serde_json::Value>| {
+        o.get("code")
+            .filter(|c| !c.is_null())
+            .or_else(|| o.get("type"))
+            .map(|c| match c {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+    };
+    if let Some(err) = obj.get("error") {
+        return match err {
+            serde_json::Value::Object(inner) => {
+                let message = inner
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .map_or_else(|| err.to_string(), str::to_owned);
+                Some((message, code_of(inner)))
+            }
+            serde_json::Value::String(s) => Some((s.clone(), None)),
+            other => Some((other.to_string(), None)),
+        };
+    }
+    if obj.get("object").and_then(|o| o.as_str()) == Some("error") {
+        let message = obj
+            .get("message")
+            .and_then(|m| m.as_str())
+            .unwrap_or("(no message)")
+            .to_owned();
+        return Some((message, code_of(obj)));
+    }
+    match obj.get("detail") {
+        Some(serde_json::Value::String(s)) => Some((s.clone(), None)),
+        Some(other) => Some((other.to_string(), None)),
+        None => obj
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(|m| (m.to_owned(), None)),
+    }
+}

@@ -1,0 +1,364 @@
+//! OpenAI streaming chunks: JSON `data:` payloads turned into typed events.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Instant;
+
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use speedmatrix_units::Tokens;
+
+use crate::Error;
+use crate::error::{error_message_of, snippet};
+use crate::sse::{SseDecoder, SseEvent};
+
+/// Token counts as the server reports them in `usage`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt, as the server counted them.
+    #[serde(default)]
+    pub prompt_tokens: Tokens,
+    /// Tokens generated so far (cumulative in continuous usage chunks).
+    #[serde(default)]
+    pub completion_tokens: Tokens,
+    /// Prompt tokens served from the prefix cache, when the server says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_prompt_tokens: Option<Tokens>,
+}
+
+/// One streamed chunk, stamped with the instant its bytes arrived.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StreamEvent {
+    /// When the read that completed this event returned, taken before any
+    /// parsing. Events that arrived in the same read share it.
+    pub received_at: Instant,
+    /// Answer text in this chunk (`choices[0].text` or `choices[0].delta.content`).
+    pub content: String,
+    /// Reasoning text in this chunk (`delta.reasoning_content` or `delta.reasoning`).
+    pub reasoning_content: String,
+    /// `choices[0].finish_reason` when the server set it (`"stop"`, `"length"`, ...).
+    pub finish_reason: Option<String>,
+    /// Usage carried by this chunk: cumulative with `continuous_usage_stats`,
+    /// or the final totals in the usage-only chunk that `include_usage` adds.
+    pub usage: Option<Usage>,
+    /// False for the usage-only chunk (`"choices": []`).
+    pub has_choices: bool,
+}
+
+impl StreamEvent {
+    /// True when the chunk carries any text, answer or reasoning.
+    pub fn has_text(&self) -> bool {
+        !self.content.is_empty() || !self.reasoning_content.is_empty()
+    }
+}
+
+/// Sans-IO decoder from response bytes to [`StreamEvent`]s.
+///
+/// [`ResponseStream`](crate::ResponseStream) uses it on the network; use it
+/// directly to replay captured bytes or to test a server's framing.
+///
+/// ```
+/// use std::time::Instant;
+/// use speedmatrix_client::StreamDecoder;
+///
+/// let mut decoder = StreamDecoder::new();
+/// let now = Instant::now();
+/// decoder.feed(
+///     b"data: {\"choices\":[{\"index\":0,\"text\":\" Hi\",\"finish_reason\":null}]}\n\n\
+///       data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\n\
+///       data: [DONE]\n\n",
+///     now,
+/// );
+/// let first = decoder.next_event().unwrap().unwrap();
+/// assert_eq!(first.content, " Hi");
+/// assert_eq!(first.received_at, now);
+/// let usage = decoder.next_event().unwrap().unwrap().usage.unwrap();
+/// assert_eq!(usage.completion_tokens.get(), 1);
+/// assert!(decoder.next_event().is_none());
+/// assert!(decoder.is_done());
+/// ```
+#[derive(Debug)]
+pub struct StreamDecoder {
+    sse: SseDecoder,
+    received_at: Instant,
+    done: bool,
+}
+
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamDecoder {
+    /// A decoder with the default 64 MiB cap per event.
+    pub fn new() -> Self {
+        Self::with_max_event_bytes(crate::sse::DEFAULT_MAX_EVENT_BYTES)
+    }
+
+    /// A decoder that fails once one event exceeds `max` bytes.
+    pub fn with_max_event_bytes(max: usize) -> Self {
+        StreamDecoder {
+            sse: SseDecoder::with_max_event_bytes(max),
+            received_at: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// Appends bytes that arrived at `received_at`.
+    pub fn feed(&mut self, bytes: &[u8], received_at: Instant) {
+        self.received_at = received_at;
+        self.sse.feed(bytes);
+    }
+
+    /// The next event, or `None` when more bytes are needed or `[DONE]` was seen.
+    pub fn next_event(&mut self) -> Option<Result<StreamEvent, Error>> {
+        while !self.done {
+            let at = self.received_at;
+            let parsed = match self.sse.next_event()? {
+                Ok(sse) => parse_event(&sse, at),
+                Err(err) => Err(err),
+            };
+            match parsed {
+                Ok(Parsed::Event(event)) => return Some(Ok(event)),
+                Ok(Parsed::Done) => self.done = true,
+                Ok(Parsed::Skip) => {}
+                Err(err) => return Some(Err(err)),
+            }
+        }
+        None
+    }
+
+    /// Call at end of input: yields an event left without its closing blank line.
+    pub fn finish(&mut self) -> Option<Result<StreamEvent, Error>> {
+        if self.done {
+            return None;
+        }
+        let at = self.received_at;
+        let parsed = match self.sse.finish()? {
+            Ok(sse) => parse_event(&sse, at),
+            Err(err) => Err(err),
+        };
+        match parsed {
+            Ok(Parsed::Event(event)) => Some(Ok(event)),
+            Ok(Parsed::Done) => {
+                self.done = true;
+                None
+            }
+            Ok(Parsed::Skip) => None,
+            Err(err) => Some(Err(err)),
+        }
+    }
+
+    /// True once `data: [DONE]` was decoded.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+enum Parsed {
+    Event(StreamEvent),
+    Done,
+    Skip,
+}
+
+fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error> {
+    if sse.is_done() {
+        return Ok(Parsed::Done);
+    }
+    if sse.event_type == "error" {
+        return Err(error_event(sse.data));
+    }
+    if sse.data.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Parsed::Skip);
+    }
+    // Validating UTF-8 once up front (SIMD-fast) lets serde_json borrow
+    // strings without re-checking each one, which is measurably faster.
+    let text = std::str::from_utf8(sse.data).map_err(|err| Error::Protocol {
+        reason: format!("stream chunk is not UTF-8 ({err})"),
+        snippet: snippet(sse.data),
+    })?;
+    let raw: RawChunk<'_> = serde_json::from_str(text).map_err(|err| Error::Protocol {
+        reason: format!("stream chunk is not the expected JSON ({err})"),
+        snippet: snippet(sse.data),
+    })?;
+    if raw.error.is_some() || raw.object.as_deref() == Some("error") {
+        return Err(error_event(sse.data));
+    }
+    let first_choice = raw.choices.and_then(|c| c.0);
+    let mut event = StreamEvent {
+        received_at,
+        content: String::new(),
+        reasoning_content: String::new(),
+        finish_reason: None,
+        usage: raw.usage.map(RawUsage::into_usage),
+        has_choices: first_choice.is_some(),
+    };
+    if let Some(choice) = first_choice {
+        event.finish_reason = choice.finish_reason.map(Cow::into_owned);
+        if let Some(text) = choice.text {
+            event.content = text.into_owned();
+        }
+        if let Some(delta) = choice.delta {
+            if let Some(content) = delta.content {
+                event.content = content.into_owned();
+            }
+            if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning) {
+                event.reasoning_content = reasoning.into_owned();
+            }
+        }
+    }
+    Ok(Parsed::Event(event))
+}
+
+fn error_event(data: &[u8]) -> Error {
+    let (message, code) = serde_json::from_slice::<serde_json::Value>(data)
+        .ok()
+        .and_then(|v| error_message_of(&v))
+        .unwrap_or_else(|| (snippet(data), None));
+    Error::ServerErrorEvent { message, code }
+}
+
+/// The fields of a chunk that matter; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct RawChunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<FirstChoice<'a>>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawChoice<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<RawPromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct RawPromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl RawUsage {
+    fn into_usage(self) -> Usage {
+        Usage {
+            prompt_tokens: Tokens::new(self.prompt_tokens.unwrap_or(0)),
+            completion_tokens: Tokens::new(self.completion_tokens.unwrap_or(0)),
+            cached_prompt_tokens: self
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .map(Tokens::new),
+        }
+    }
+}
+
+/// `choices[0]` without allocating a vector for the array.
+struct FirstChoice<'a>(Option<RawChoice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FirstVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for FirstVisitor<'a> {
+            type Value = FirstChoice<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first: Option<RawChoice<'a>> = seq.next_element()?;
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstChoice(first))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FirstChoice(None))
+            }
+        }
+        deserializer.deserialize_seq(FirstVisitor(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(bytes: &[u8]) -> Vec<Result<StreamEvent, Error>> {
+        let mut d = StreamDecoder::new();
+        d.feed(bytes, Instant::now());
+        std::iter::from_fn(|| d.next_event()).collect()
+    }
+
+    #[test]
+    fn chat_delta_splits_reasoning_from_content() {
+        let events = decode(
+            b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"think\"}}]}\n\n\
+              data: {\"choices\":[{\"delta\":{\"reasoning\":\"more\",\"content\":\"\"}}]}\n\n\
+              data: {\"choices\":[{\"delta\":{\"content\":\"a\\\"b\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"total_tokens\":6}}\n\n",
+        );
+        let events: Vec<StreamEvent> = events.into_iter().map(Result::unwrap).collect();
+        assert_eq!(events[0].reasoning_content, "think");
+        assert_eq!(events[1].reasoning_content, "more");
+        assert!(events[1].content.is_empty());
+        assert_eq!(events[2].content, "a\"b");
+        assert_eq!(events[2].finish_reason.as_deref(), Some("stop"));
+        assert_eq!(events[2].usage.unwrap().completion_tokens.get(), 3);
+    }
+
+    #[test]
+    fn error_objects_and_error_events_are_errors() {
+        for body in [
+            &b"data: {\"error\":{\"message\":\"boom\",\"type\":\"x\",\"code\":500}}\n\n"[..],
+            b"data: {\"object\":\"error\",\"message\":\"boom\",\"code\":500}\n\n",
+            b"event: error\ndata: boom\n\n",
+        ] {
+            let events = decode(body);
+            match &events[0] {
+                Err(Error::ServerErrorEvent { message, .. }) => assert_eq!(message, "boom"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bad_json_is_a_protocol_error() {
+        let events = decode(b"data: {not json\n\n");
+        assert_eq!(
+            events[0].as_ref().unwrap_err().kind(),
+            crate::ErrorKind::Protocol
+        );
+    }
+
+    #[test]
+    fn nothing_after_done() {
+        let events = decode(b"data: [DONE]\n\ndata: {\"choices\":[]}\n\n");
+        assert!(events.is_empty());
+    }
+}

@@ -1,0 +1,113 @@
+//! Property tests: decoders and the Prometheus parser under arbitrary input.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use proptest::prelude::*;
+use speedmatrix_client::{OwnedSseEvent, ServerMetrics, SseDecoder, StreamDecoder};
+
+/// Feeds `bytes` cut at `cuts` and returns every event, plus whether it failed.
+fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<OwnedSseEvent>, bool) {
+    let mut decoder = SseDecoder::new();
+    let mut events = Vec::new();
+    let mut failed = false;
+    let mut start = 0;
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.sort_unstable();
+    points.push(bytes.len());
+    for end in points {
+        decoder.feed(&bytes[start..end]);
+        start = end;
+        while let Some(event) = decoder.next_event() {
+            match event {
+                Ok(event) => events.push(event.to_owned_event()),
+                Err(_) => failed = true,
+            }
+        }
+    }
+    if let Some(Ok(event)) = decoder.finish() {
+        events.push(event.to_owned_event());
+    }
+    (events, failed)
+}
+
+/// SSE-ish text: fields, comments, mixed line ends, blank lines.
+fn sse_stream() -> impl Strategy<Value = Vec<u8>> {
+    let line = prop_oneof![
+        "[a-z {}\":,\\[\\]]{0,40}".prop_map(|v| format!("data: {v}")),
+        "[a-z]{0,8}".prop_map(|v| format!("data:{v}")),
+        Just("data".to_owned()),
+        "[a-z]{1,8}".prop_map(|v| format!("event: {v}")),
+        "[ -~]{0,20}".prop_map(|v| format!(":{v}")),
+        Just("id: 7".to_owned()),
+        Just("retry: 100".to_owned()),
+        Just(String::new()),
+    ];
+    let end = prop_oneof![Just("\n"), Just("\r\n"), Just("\r")];
+    prop::collection::vec((line, end), 0..40).prop_map(|lines| {
+        lines
+            .into_iter()
+            .flat_map(|(l, e)| format!("{l}{e}").into_bytes())
+            .collect()
+    })
+}
+
+proptest! {
+    #[test]
+    fn chunk_boundaries_do_not_change_events(
+        bytes in sse_stream(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let whole = decode_in_pieces(&bytes, &[]);
+        let pieces = decode_in_pieces(&bytes, &cuts);
+        prop_assert_eq!(&whole, &pieces);
+        let one_byte: Vec<usize> = (0..bytes.len()).collect();
+        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &one_byte));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..512),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+        cap in 1usize..64,
+    ) {
+        let mut sse = SseDecoder::with_max_event_bytes(cap);
+        let mut stream = StreamDecoder::with_max_event_bytes(cap * 8);
+        let mut start = 0;
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.sort_unstable();
+        points.push(bytes.len());
+        for end in points {
+            sse.feed(&bytes[start..end]);
+            stream.feed(&bytes[start..end], Instant::now());
+            start = end;
+            while let Some(event) = sse.next_event() {
+                if let Ok(event) = event {
+                    prop_assert!(event.data.len() <= cap);
+                }
+            }
+            while stream.next_event().is_some() {}
+        }
+        let _ = sse.finish();
+        let _ = stream.finish();
+        prop_assert!(sse.pending_bytes() <= bytes.len());
+    }
+
+    #[test]
+    fn prometheus_parser_never_panics(text in "(?s).{0,400}") {
+        let metrics = ServerMetrics::parse(&text);
+        let _ = metrics.cache_config();
+        prop_assert!(metrics.samples().len() + metrics.skipped_lines() <= text.lines().count());
+    }
+
+    #[test]
+    fn prometheus_round_trips_label_escapes(value in "[ -~\n]{0,30}", number in -1e9f64..1e9) {
+        let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        let text = format!("m_total{{a=\"{escaped}\",b=\"x\"}} {number}\n");
+        let metrics = ServerMetrics::parse(&text);
+        let sample = metrics.find("m_total").next().expect("sample parsed");
+        prop_assert_eq!(sample.label("a"), Some(value.as_str()));
+        prop_assert_eq!(sample.label("b"), Some("x"));
+        prop_assert_eq!(sample.value, number);
+    }
+}

@@ -1,0 +1,245 @@
+//! Throughput and latency of a sustained-decode window.
+
+use std::time::Duration;
+
+use speedmatrix_units::Tokens;
+
+use crate::request::duration_summary;
+use crate::tokens::Arrivals;
+use crate::{
+    MetricsError, Outcome, RequestTimeline, Summary, Timestamp, TokenSource, TokensPerSecond,
+    Window,
+};
+
+/// What a window `(t0, t0 + D]` of a sustained-decode cell measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowMetrics {
+    /// The window measured; its duration is the "measured for" figure.
+    pub window: Window,
+    /// Output tokens that arrived in the window, interpolated at the edges, rounded.
+    pub output_tokens: Tokens,
+    /// Output tokens in the window / D, across all requests (unrounded tokens).
+    pub total_output_rate: TokensPerSecond,
+    /// Decoding tokens in the window / summed decoding time in the window;
+    /// `None` when no request was decoding inside the window.
+    pub per_request_rate: Option<TokensPerSecond>,
+    /// Requests in flight (sent → end), averaged over the window by time.
+    pub average_active_requests: f64,
+    /// Requests between their first and last token, averaged over the window
+    /// by time; `total_output_rate ≈ per_request_rate × average_decoding_requests`.
+    pub average_decoding_requests: f64,
+    /// Requests whose life overlaps the window.
+    pub requests: u64,
+    /// Requests that finished normally inside the window.
+    pub completed_requests: u64,
+    /// Requests that failed inside the window.
+    pub failed_requests: u64,
+    /// TTFT of the requests whose life overlaps the window and that got a first token.
+    pub ttft: Option<Summary<Duration>>,
+    /// Time between tokens, from token-bearing chunks that arrived in the window.
+    pub time_between_tokens: Option<Summary<Duration>>,
+    /// Raw gaps between token-bearing chunks, for chunks that arrived in the window.
+    pub chunk_gaps: Option<Summary<Duration>>,
+    /// The least exact token source among requests with tokens in the window;
+    /// `None` when no tokens arrived.
+    pub token_source: Option<TokenSource>,
+}
+
+/// Computes [`WindowMetrics`] of `requests` (every request of the cell, in
+/// any order; those outside the window contribute nothing) over `window`.
+///
+/// # Errors
+/// The timeline errors of [`crate::request_metrics`] for any request.
+pub fn window_metrics(
+    requests: &[RequestTimeline],
+    window: Window,
+) -> Result<WindowMetrics, MetricsError> {
+    let mut acc = Accumulator::default();
+    for t in requests {
+        acc.add(t, &Arrivals::of(t)?, window);
+    }
+    Ok(acc.finish(window))
+}
+
+#[derive(Debug, Default)]
+struct Accumulator {
+    tokens: f64,
+    decode_tokens: f64,
+    decode_time: Duration,
+    active_time: Duration,
+    requests: u64,
+    completed: u64,
+    failed: u64,
+    ttft: Vec<(Duration, u64)>,
+    intervals: Vec<(Duration, u64)>,
+    chunk_gaps: Vec<(Duration, u64)>,
+    source: Option<TokenSource>,
+}
+
+impl Accumulator {
+    fn add(&mut self, t: &RequestTimeline, arrivals: &Arrivals, w: Window) {
+        let curve = Curve::of(arrivals);
+        // The curve only grows; the clamp absorbs rounding at segment joins.
+        let tokens = (curve.at(w.end()) - curve.at(w.start())).max(0.0);
+        self.tokens += tokens;
+        if tokens > 0.0 {
+            self.source = Some(
+                self.source
+                    .map_or(arrivals.source, |s| s.min(arrivals.source)),
+            );
+        }
+        if let Some((from, to)) = curve.span() {
+            let (a, b) = (from.max(w.start()), to.min(w.end()));
+            if a < b {
+                self.decode_tokens += (curve.at(b) - curve.at(a)).max(0.0);
+                self.decode_time += b.saturating_since(a);
+            }
+        }
+        let overlaps = t.sent_at < w.end() && t.ended_at > w.start();
+        if overlaps {
+            self.requests += 1;
+            self.active_time += w.overlap(t.sent_at, t.ended_at);
+            if let Some(c) = t.first_text() {
+                self.ttft.push((c.at.saturating_since(t.sent_at), 1));
+            }
+        }
+        if w.contains(t.ended_at) {
+            match t.outcome {
+                Outcome::Finished { .. } => self.completed += 1,
+                Outcome::Failed { .. } => self.failed += 1,
+                Outcome::Cancelled => {}
+            }
+        }
+        let inside = |at: Timestamp| w.contains(at);
+        self.intervals.extend(arrivals.token_intervals(inside));
+        self.chunk_gaps
+            .extend(arrivals.chunk_gaps(inside).into_iter().map(|d| (d, 1)));
+    }
+
+    fn finish(self, w: Window) -> WindowMetrics {
+        let d = w.duration();
+        let by_time = |busy: Duration| busy.as_secs_f64() / d.as_secs_f64();
+        WindowMetrics {
+            window: w,
+            output_tokens: Tokens::new(self.tokens.round() as u64),
+            total_output_rate: TokensPerSecond::over(self.tokens, d).unwrap_or_default(),
+            per_request_rate: TokensPerSecond::over(self.decode_tokens, self.decode_time),
+            average_active_requests: by_time(self.active_time),
+            average_decoding_requests: by_time(self.decode_time),
+            requests: self.requests,
+            completed_requests: self.completed,
+            failed_requests: self.failed,
+            ttft: duration_summary(self.ttft),
+            time_between_tokens: duration_summary(self.intervals),
+            chunk_gaps: duration_summary(self.chunk_gaps),
+            token_source: self.source,
+        }
+    }
+}
+
+/// A request's cumulative output-token count as a function of time: zero
+/// before the first arrival, a step to the first chunk's tokens at it, then
+/// linear from each chunk to the next (a chunk's tokens are taken to arrive
+/// evenly over the gap before it), flat after the last.
+#[derive(Debug)]
+pub(crate) struct Curve {
+    /// Arrival times in seconds after the epoch.
+    secs: Vec<f64>,
+    /// Tokens arrived up to and including each arrival.
+    cumulative: Vec<f64>,
+    first: Option<Timestamp>,
+    last: Option<Timestamp>,
+}
+
+impl Curve {
+    pub(crate) fn of(arrivals: &Arrivals) -> Self {
+        let mut total = 0.0;
+        let cumulative = arrivals
+            .list
+            .iter()
+            .map(|a| {
+                total += a.tokens as f64;
+                total
+            })
+            .collect();
+        Curve {
+            secs: arrivals.list.iter().map(|a| a.at.secs()).collect(),
+            cumulative,
+            first: arrivals.list.first().map(|a| a.at),
+            last: arrivals.list.last().map(|a| a.at),
+        }
+    }
+
+    /// First and last token arrival.
+    fn span(&self) -> Option<(Timestamp, Timestamp)> {
+        Some((self.first?, self.last?))
+    }
+
+    /// Tokens arrived by `t`, interpolated between arrivals.
+    pub(crate) fn at(&self, t: Timestamp) -> f64 {
+        let s = t.secs();
+        // Index of the last arrival at or before `t`.
+        let Some(j) = self.secs.partition_point(|x| *x <= s).checked_sub(1) else {
+            return 0.0;
+        };
+        let Some(&next) = self.secs.get(j + 1) else {
+            return self.cumulative[j];
+        };
+        // `next > s >= secs[j]`, so the division is by a positive gap.
+        let frac = (s - self.secs[j]) / (next - self.secs[j]);
+        self.cumulative[j] + frac * (self.cumulative[j + 1] - self.cumulative[j])
+    }
+}
+
+/// One scrape of the server's scheduler gauges (e.g. vLLM's
+/// `vllm:num_requests_running` and `vllm:num_requests_waiting`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GaugeSample {
+    /// When the scrape's response arrived.
+    pub at: Timestamp,
+    /// Requests the server was running.
+    pub running: f64,
+    /// Requests the server had queued.
+    pub waiting: f64,
+}
+
+/// Server gauges averaged over a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GaugeAverages {
+    /// Mean of `running` over the samples in the window.
+    pub running: f64,
+    /// Mean of `waiting` over the samples in the window.
+    pub waiting: f64,
+    /// How many samples fell in the window.
+    pub samples: u64,
+}
+
+/// Averages the gauge samples taken in `[t0, t0 + D]` (both edges included:
+/// a scrape is a point, not a token). Scrapes are taken at a fixed period,
+/// so a plain mean is a time average.
+///
+/// Returns `None` when no sample fell in the window.
+///
+/// # Errors
+/// [`MetricsError::NotFinite`] for a NaN or infinite gauge value.
+pub fn average_gauges(
+    samples: &[GaugeSample],
+    window: Window,
+) -> Result<Option<GaugeAverages>, MetricsError> {
+    let (mut running, mut waiting, mut n) = (0.0, 0.0, 0u64);
+    for (index, g) in samples.iter().enumerate() {
+        if let Some(value) = [g.running, g.waiting].into_iter().find(|v| !v.is_finite()) {
+            return Err(MetricsError::NotFinite { index, value });
+        }
+        if window.start() <= g.at && g.at <= window.end() {
+            running += g.running;
+            waiting += g.waiting;
+            n += 1;
+        }
+    }
+    Ok((n > 0).then(|| GaugeAverages {
+        running: running / n as f64,
+        waiting: waiting / n as f64,
+        samples: n,
+    }))
+}

@@ -1,0 +1,148 @@
+//! All measurements as CSV (RFC 4180): one row per prefill point and decode cell.
+
+use crate::model::{CellStatus, DecodeCell, PrefillRow, Report, TokenCountSource};
+
+/// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
+/// full precision; an empty field means "not measured".
+pub const CSV_COLUMNS: [&str; 23] = [
+    "phase",
+    "context_tokens",
+    "concurrency",
+    "status",
+    "status_detail",
+    "total_tokens_per_s",
+    "per_request_tokens_per_s",
+    "prompt_tokens_per_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "time_between_tokens_p50_ms",
+    "time_between_tokens_p90_ms",
+    "time_between_tokens_p99_ms",
+    "average_active_requests",
+    "completed_requests",
+    "output_tokens",
+    "measured_s",
+    "prompt_tokens_requested",
+    "prompt_tokens_reported",
+    "queueing_detected",
+    "prompt_token_mismatches",
+    "token_count_source",
+];
+
+/// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
+/// (`phase` = `prefill`) first, then decode cells (`decode`) row by row.
+pub fn to_csv(report: &Report) -> String {
+    let mut out = String::new();
+    record(&mut out, CSV_COLUMNS.iter().map(|c| (*c).to_owned()));
+    for row in &report.prefill {
+        record(&mut out, prefill_fields(row));
+    }
+    for cell in &report.decode {
+        record(&mut out, decode_fields(cell));
+    }
+    out
+}
+
+fn prefill_fields(row: &PrefillRow) -> [String; 23] {
+    let completed = row.status.is_valid().then_some(u64::from(row.repeats));
+    [
+        "prefill".to_owned(),
+        row.context.get().to_string(),
+        "1".to_owned(),
+        status_kind(&row.status).to_owned(),
+        row.status.detail(),
+        String::new(),
+        String::new(),
+        num(row.prompt_tokens_per_s),
+        num(row.ttft_ms),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        int(completed),
+        String::new(),
+        String::new(),
+        row.prompt_tokens_requested.get().to_string(),
+        int(row.prompt_tokens_reported.map(|t| t.get())),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]
+}
+
+fn decode_fields(cell: &DecodeCell) -> [String; 23] {
+    let m = cell.measurements.as_ref();
+    let f = |get: fn(&crate::model::DecodeMeasurements) -> f64| num(m.map(get));
+    [
+        "decode".to_owned(),
+        cell.context.get().to_string(),
+        cell.concurrency.get().to_string(),
+        status_kind(&cell.status).to_owned(),
+        cell.status.detail(),
+        f(|m| m.total_tokens_per_s),
+        f(|m| m.per_request_tokens_per_s),
+        String::new(),
+        f(|m| m.ttft_ms.p50),
+        f(|m| m.ttft_ms.p90),
+        f(|m| m.ttft_ms.p99),
+        f(|m| m.time_between_tokens_ms.p50),
+        f(|m| m.time_between_tokens_ms.p90),
+        f(|m| m.time_between_tokens_ms.p99),
+        f(|m| m.average_active_requests),
+        int(m.map(|m| m.completed_requests)),
+        int(m.map(|m| m.output_tokens.get())),
+        f(|m| m.measured_s),
+        String::new(),
+        String::new(),
+        m.map(|m| m.queueing_detected.to_string()).unwrap_or_default(),
+        int(m.map(|m| m.prompt_token_mismatches)),
+        m.map(|m| source_name(m.token_count_source).to_owned())
+            .unwrap_or_default(),
+    ]
+}
+
+/// The status as its JSON `kind`.
+fn status_kind(status: &CellStatus) -> &'static str {
+    match status {
+        CellStatus::Valid => "valid",
+        CellStatus::OverCapacity { .. } => "over_capacity",
+        CellStatus::Error { .. } => "error",
+        CellStatus::Skipped { .. } => "skipped",
+    }
+}
+
+fn source_name(source: TokenCountSource) -> &'static str {
+    match source {
+        TokenCountSource::UsagePerChunk => "usage_per_chunk",
+        TokenCountSource::FinalUsage => "final_usage",
+        TokenCountSource::ChunkCount => "chunk_count",
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn int(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// Appends one record, quoting fields that hold a comma, quote or line break.
+fn record(out: &mut String, fields: impl IntoIterator<Item = String>) {
+    for (i, field) in fields.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if field.contains([',', '"', '\n', '\r']) {
+            out.push('"');
+            out.push_str(&field.replace('"', "\"\""));
+            out.push('"');
+        } else {
+            out.push_str(&field);
+        }
+    }
+    out.push('\n');
+}

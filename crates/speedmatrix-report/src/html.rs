@@ -1,0 +1,284 @@
+//! The self-contained HTML page: inline CSS, inline SVG charts, tables below.
+//!
+//! The page is also well-formed XML (every element closed, only XML's own entities), so
+//! tests can parse it strictly and any XML tool can post-process it.
+
+use std::fmt::Write as _;
+
+use crate::model::{CellStatus, Report};
+use crate::page;
+
+mod svg;
+
+/// Renders the report as one HTML page with no external assets: a decode heatmap
+/// (context × concurrency, total tok/s), prefill tok/s and TTFT against context,
+/// per-request tok/s against concurrency for each context, then the tables and notes.
+///
+/// Every string from a server or a user is HTML-escaped.
+pub fn to_html(report: &Report) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let headline = page::headline(report);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n\
+         <title>Speed test matrix · {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n",
+        esc(&headline)
+    );
+    let _ = write!(
+        out,
+        "<header>\n<h1>Speed test matrix</h1>\n<p class=\"headline\">{}</p>\n\
+         <p class=\"subtitle\">{}</p>\n</header>\n",
+        esc(&headline),
+        esc(&page::subtitle(report))
+    );
+    facts(&mut out, report);
+    charts(&mut out, report);
+    launch_command(&mut out, report);
+    tables(&mut out, report);
+    notes(&mut out, report);
+    out.push_str("</main>\n</body>\n</html>\n");
+    out
+}
+
+fn facts(out: &mut String, report: &Report) {
+    out.push_str("<section class=\"cards\">\n");
+    for (title, facts) in [
+        ("Hardware", page::hardware_facts(report)),
+        ("Engine", page::engine_facts(report)),
+        ("Run", page::run_facts(report)),
+        ("Capacity", page::capacity_facts(report)),
+    ] {
+        if facts.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<div class=\"card\">\n<h2>{title}</h2>\n<dl>\n");
+        for (label, value) in facts {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(&value));
+        }
+        out.push_str("</dl>\n</div>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+fn charts(out: &mut String, report: &Report) {
+    if !report.run.contexts.is_empty() {
+        let _ = write!(
+            out,
+            "<section>\n<h2>Sustained decode</h2>\n<p class=\"caption\">Total tok/s and median \
+             TTFT · rows are context length, columns are simultaneous requests. Colour is total \
+             tok/s on a log scale; hatched cells were not run.</p>\n<figure class=\"wide\">{}</figure>\n\
+             </section>\n",
+            svg::heatmap(report)
+        );
+    }
+    if !report.prefill.is_empty() {
+        let _ = write!(
+            out,
+            "<section>\n<h2>Prefill</h2>\n<p class=\"caption\">One cold request per context, \
+             nothing cached.</p>\n<div class=\"pair\">\n<figure>{}</figure>\n<figure>{}</figure>\n\
+             </div>\n</section>\n",
+            svg::prefill_throughput(report),
+            svg::prefill_ttft(report)
+        );
+    }
+    if !report.run.contexts.is_empty() {
+        let _ = write!(
+            out,
+            "<section>\n<h2>Per request tok/s</h2>\n<p class=\"caption\">What one user sees as \
+             more requests share the server: one line per context length.</p>\n\
+             <figure class=\"wide\">{}</figure>\n</section>\n",
+            svg::per_request(report)
+        );
+    }
+}
+
+fn launch_command(out: &mut String, report: &Report) {
+    if let Some(command) = &report.engine.launch_command {
+        let _ = write!(
+            out,
+            "<section>\n<h2>Launch command</h2>\n<pre><code>{}</code></pre>\n</section>\n",
+            esc(command.trim_end())
+        );
+    }
+}
+
+fn tables(out: &mut String, report: &Report) {
+    if !report.prefill.is_empty() {
+        let header = [
+            "Context",
+            "Prompt tok/s",
+            "TTFT",
+            "Prompt tokens (sent / server)",
+            "Requests",
+        ];
+        let rows: Vec<Vec<Cell>> = report
+            .prefill
+            .iter()
+            .map(|r| page::prefill_cells(r).into_iter().map(Cell::text).collect())
+            .collect();
+        table(out, "Prefill measurements", &header, &rows);
+    }
+    if !report.run.contexts.is_empty() {
+        let mut header = vec!["Context".to_owned()];
+        header.extend(report.run.concurrencies.iter().map(ToString::to_string));
+        let rows: Vec<Vec<Cell>> = report
+            .run
+            .contexts
+            .iter()
+            .map(|&ctx| {
+                let mut row = vec![Cell::text(ctx.to_string())];
+                row.extend(report.run.concurrencies.iter().map(|&n| {
+                    let cell = report.decode_cell(ctx, n);
+                    let text = page::matrix_cell(cell, "\n");
+                    let class = cell.map_or("", |c| status_class(&c.status));
+                    Cell { text, class }
+                }));
+                row
+            })
+            .collect();
+        let header: Vec<&str> = header.iter().map(String::as_str).collect();
+        table(out, "Sustained decode matrix", &header, &rows);
+    }
+    let rows: Vec<Vec<Cell>> = page::measurement_rows(report)
+        .into_iter()
+        .map(|r| r.into_iter().map(Cell::text).collect())
+        .collect();
+    let _ = write!(
+        out,
+        "<section>\n<h2>All measurements</h2>\n<p class=\"caption\">Latencies are medians. Total \
+         tok/s is output across all simultaneous requests.</p>\n"
+    );
+    table_body(out, &page::MEASUREMENT_COLUMNS, &rows);
+    out.push_str("</section>\n");
+}
+
+/// One table cell: text (a `\n` becomes a line break) and a CSS class.
+struct Cell {
+    text: String,
+    class: &'static str,
+}
+
+impl Cell {
+    fn text(text: String) -> Cell {
+        Cell { text, class: "" }
+    }
+}
+
+fn table(out: &mut String, title: &str, header: &[&str], rows: &[Vec<Cell>]) {
+    let _ = writeln!(out, "<section>\n<h2>{}</h2>", esc(title));
+    table_body(out, header, rows);
+    out.push_str("</section>\n");
+}
+
+fn table_body(out: &mut String, header: &[&str], rows: &[Vec<Cell>]) {
+    out.push_str("<div class=\"scroll\">\n<table>\n<thead><tr>");
+    for h in header {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let text = cell
+                .text
+                .split('\n')
+                .map(esc)
+                .collect::<Vec<_>>()
+                .join("<br/>");
+            if cell.class.is_empty() {
+                let _ = write!(out, "<td>{text}</td>");
+            } else {
+                let _ = write!(out, "<td class=\"{}\">{text}</td>", cell.class);
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n</div>\n");
+}
+
+fn notes(out: &mut String, report: &Report) {
+    out.push_str("<section>\n<h2>Notes</h2>\n<ul class=\"notes\">\n");
+    for note in page::footnotes(report).iter().chain(&report.notes) {
+        let _ = writeln!(out, "<li>{}</li>", esc(note));
+    }
+    out.push_str("</ul>\n</section>\n");
+}
+
+/// CSS class of a cell by status, shared by the table and the heatmap.
+pub(crate) fn status_class(status: &CellStatus) -> &'static str {
+    match status {
+        CellStatus::Valid => "valid",
+        CellStatus::OverCapacity { .. } => "over-capacity",
+        CellStatus::Error { .. } => "error",
+        CellStatus::Skipped { .. } => "skipped",
+    }
+}
+
+/// Escapes text for HTML and XML element content and quoted attribute values.
+pub(crate) fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // XML 1.0 forbids most control characters even as references.
+            c if c.is_control() && !matches!(c, '\n' | '\t') => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page's style sheet. No `<` or `&` in it: it sits in XML-parsable text.
+const STYLE: &str = r#"
+:root { --ink: #1b1f24; --muted: #5b6470; --line: #d9dee4; --bg: #f6f7f9; --card: #ffffff; --accent: #225ea8; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+  font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1240px; margin: 0 auto; padding: 32px 28px 48px; }
+header h1 { margin: 0; font-size: 30px; letter-spacing: -0.01em; }
+.headline { margin: 4px 0 0; font-size: 20px; font-weight: 600; }
+.subtitle { margin: 4px 0 24px; color: var(--muted); }
+h2 { font-size: 19px; margin: 0 0 8px; }
+section { margin: 0 0 28px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 16px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px; }
+.card h2 { font-size: 13px; text-transform: uppercase; letter-spacing: 0.06em; color: var(--muted); }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margin: 0; }
+dt { color: var(--muted); }
+dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
+.caption { color: var(--muted); margin: 0 0 10px; }
+figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px; }
+figure svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }
+.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+pre { background: #0f1720; color: #e6edf3; padding: 14px 16px; border-radius: 10px; overflow-x: auto;
+  white-space: pre-wrap; word-break: break-word; font-size: 13px; }
+.scroll { overflow-x: auto; background: var(--card); border: 1px solid var(--line); border-radius: 10px; }
+table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
+th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
+th { background: #eef1f5; font-weight: 600; white-space: normal; vertical-align: bottom; }
+th:first-child, td:first-child { text-align: left; }
+tbody tr:nth-child(even) { background: #fafbfc; }
+td.over-capacity, td.skipped { color: var(--muted); }
+td.error { color: #b42318; }
+.notes { color: var(--muted); padding-left: 20px; margin: 0; }
+.notes li { margin: 4px 0; }
+svg text { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+@media (max-width: 800px) { .pair { grid-template-columns: 1fr; } }
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn esc_covers_markup_and_quotes() {
+        assert_eq!(esc("<script>alert('x')</script>"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;");
+        assert_eq!(esc("a & \"b\""), "a &amp; &quot;b&quot;");
+        assert_eq!(esc("bell\u{7}"), "bell\u{fffd}");
+    }
+}

@@ -1,0 +1,512 @@
+//! Inline SVG charts drawn from the report; no script, no external assets.
+
+use std::fmt::Write as _;
+
+use crate::format;
+use crate::model::{CellStatus, Report};
+use crate::page;
+
+use super::{esc, status_class};
+
+const INK: &str = "#1b1f24";
+const MUTED: &str = "#5b6470";
+const GRID: &str = "#e3e7ec";
+
+/// Colours for one line per context; cycled when there are more contexts.
+const SERIES: [&str; 8] = [
+    "#225ea8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#3f7d20", "#c2185b", "#5c6bc0",
+];
+
+/// Stops of the heatmap's sequential scale, low to high (yellow-green-blue).
+const HEAT: [(u8, u8, u8); 5] = [
+    (255, 255, 217),
+    (199, 233, 180),
+    (65, 182, 196),
+    (34, 94, 168),
+    (8, 29, 88),
+];
+
+/// Context × concurrency grid of total tok/s with median TTFT, one `<rect class="cell">`
+/// per cell of the run.
+pub(super) fn heatmap(report: &Report) -> String {
+    let run = &report.run;
+    let (cell_w, cell_h, left, top) = (124.0, 58.0, 72.0, 44.0);
+    let width = left + cell_w * run.concurrencies.len() as f64 + 8.0;
+    let height = top + cell_h * run.contexts.len() as f64 + 8.0;
+    let values: Vec<f64> = report
+        .decode
+        .iter()
+        .filter(|c| c.status.is_valid())
+        .filter_map(|c| c.measurements.as_ref().map(|m| m.total_tokens_per_s))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(0.0, f64::max);
+    let mut s = open_svg(width, height, "Sustained decode heatmap: total tok/s by context and simultaneous requests");
+    s.push_str(
+        "<defs><pattern id=\"hatch\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" \
+         patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"#f1f3f6\"/>\
+         <line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"8\" stroke=\"#dde2e8\" stroke-width=\"3\"/>\
+         </pattern></defs>\n",
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"16\" text-anchor=\"middle\" font-size=\"13\" fill=\"{MUTED}\">Simultaneous requests</text>",
+        left + cell_w * run.concurrencies.len() as f64 / 2.0
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"12\" y=\"{:.1}\" font-size=\"13\" fill=\"{MUTED}\" transform=\"rotate(-90 12 {:.1})\" text-anchor=\"middle\">Context</text>",
+        top + cell_h * run.contexts.len() as f64 / 2.0,
+        top + cell_h * run.contexts.len() as f64 / 2.0
+    );
+    for (j, n) in run.concurrencies.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"600\" fill=\"{INK}\">{n}</text>",
+            left + cell_w * (j as f64 + 0.5),
+            top - 8.0
+        );
+    }
+    for (i, &ctx) in run.contexts.iter().enumerate() {
+        let y = top + cell_h * i as f64;
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"13\" font-weight=\"600\" fill=\"{INK}\">{ctx}</text>",
+            left - 10.0,
+            y + cell_h / 2.0 + 4.0
+        );
+        for (j, &n) in run.concurrencies.iter().enumerate() {
+            let x = left + cell_w * j as f64;
+            let cell = report.decode_cell(ctx, n);
+            heat_cell(&mut s, cell, (x, y, cell_w, cell_h), (lo, hi));
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn heat_cell(
+    s: &mut String,
+    cell: Option<&crate::model::DecodeCell>,
+    (x, y, w, h): (f64, f64, f64, f64),
+    (lo, hi): (f64, f64),
+) {
+    let (fill, class, lines, tip) = match cell {
+        Some(c) => match (&c.status, &c.measurements) {
+            (CellStatus::Valid, Some(m)) => {
+                let t = scale_log(m.total_tokens_per_s, lo, hi);
+                let tip = format!(
+                    "{} context × {} requests: {} tok/s total, {} per request, TTFT {}, {} between tokens",
+                    c.context,
+                    c.concurrency,
+                    format::tokens_per_s(m.total_tokens_per_s),
+                    format::grouped(m.per_request_tokens_per_s, 1),
+                    format::ms_whole(m.ttft_ms.p50),
+                    format::ms_tenths(m.time_between_tokens_ms.p50)
+                );
+                let text = if t > 0.55 { "#ffffff" } else { INK };
+                let lines = vec![
+                    (format::tokens_per_s(m.total_tokens_per_s), 15.0, "700", text),
+                    (format!("{} TTFT", format::ms_whole(m.ttft_ms.p50)), 11.5, "400", text),
+                ];
+                (heat_colour(t), "valid", lines, tip)
+            }
+            (status, _) => {
+                let tip = format!(
+                    "{} context × {} requests: {}",
+                    c.context,
+                    c.concurrency,
+                    status_tip(status)
+                );
+                let fill = match status {
+                    CellStatus::Error { .. } => "#fde2e1".to_owned(),
+                    _ => "url(#hatch)".to_owned(),
+                };
+                let colour = if matches!(status, CellStatus::Error { .. }) { "#b42318" } else { MUTED };
+                let lines = vec![(page::status_text(status), 11.5, "500", colour)];
+                (fill, status_class(status), lines, tip)
+            }
+        },
+        None => (
+            "#ffffff".to_owned(),
+            "missing",
+            vec![(format::DASH.to_owned(), 12.0, "400", MUTED)],
+            "not in this run".to_owned(),
+        ),
+    };
+    let _ = writeln!(
+        s,
+        "<g><title>{}</title><rect class=\"cell {class}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"4\" fill=\"{fill}\" stroke=\"#ffffff\" stroke-width=\"2\"/>",
+        esc(&tip),
+        x + 1.0,
+        y + 1.0,
+        w - 2.0,
+        h - 2.0
+    );
+    let n = lines.len() as f64;
+    for (k, (text, size, weight, colour)) in lines.iter().enumerate() {
+        let dy = (k as f64 - (n - 1.0) / 2.0) * 17.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"{size}\" font-weight=\"{weight}\" fill=\"{colour}\">{}</text>",
+            x + w / 2.0,
+            y + h / 2.0 + dy + size * 0.35,
+            esc(text)
+        );
+    }
+    s.push_str("</g>\n");
+}
+
+fn status_tip(status: &CellStatus) -> String {
+    let detail = status.detail();
+    if detail.is_empty() {
+        status.label().to_owned()
+    } else {
+        format!("{}: {detail}", status.label())
+    }
+}
+
+/// Position of `v` between `lo` and `hi` on a log scale, in `[0, 1]`.
+fn scale_log(v: f64, lo: f64, hi: f64) -> f64 {
+    if !(lo > 0.0 && hi > lo && v > 0.0) {
+        return 0.5;
+    }
+    ((v.ln() - lo.ln()) / (hi.ln() - lo.ln())).clamp(0.0, 1.0)
+}
+
+/// The heatmap colour at `t` in `[0, 1]`, interpolated between [`HEAT`] stops.
+fn heat_colour(t: f64) -> String {
+    let scaled = t.clamp(0.0, 1.0) * (HEAT.len() - 1) as f64;
+    let i = (scaled.floor() as usize).min(HEAT.len() - 2);
+    let f = scaled - i as f64;
+    let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * f).round() as u8;
+    let (a, b) = (HEAT[i], HEAT[i + 1]);
+    format!("#{:02x}{:02x}{:02x}", mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// One line of a line chart: a name and a value per x position (`None` = a gap).
+struct Series {
+    name: String,
+    colour: &'static str,
+    values: Vec<Option<f64>>,
+}
+
+/// Bars of prompt tok/s per prefill context.
+pub(super) fn prefill_throughput(report: &Report) -> String {
+    let labels: Vec<String> = report.prefill.iter().map(|r| r.context.to_string()).collect();
+    let values: Vec<Option<f64>> = report
+        .prefill
+        .iter()
+        .map(|r| r.prompt_tokens_per_s.filter(|_| r.status.is_valid()))
+        .collect();
+    let frame = Frame::new(560.0, 320.0, &labels, max_of(&values), "Prompt tok/s", "Context");
+    let mut s = open_svg(frame.width, frame.height, "Prefill prompt tok/s by context");
+    frame.draw_axes(&mut s, tick_tokens_per_s);
+    let band = frame.band();
+    for (i, v) in values.iter().enumerate() {
+        let Some(v) = v else { continue };
+        let (x, y) = (frame.x(i) - band * 0.3, frame.y(*v));
+        let _ = writeln!(
+            s,
+            "<g><title>{} context: {} prompt tok/s</title><rect class=\"bar\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" rx=\"3\" fill=\"{}\"/></g>",
+            esc(&labels[i]),
+            format::tokens_per_s(*v),
+            band * 0.6,
+            (frame.y(0.0) - y).max(0.0),
+            SERIES[0]
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11.5\" fill=\"{INK}\">{}</text>",
+            frame.x(i),
+            y - 6.0,
+            format::tokens_per_s(*v)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// TTFT of cold prefill per context.
+pub(super) fn prefill_ttft(report: &Report) -> String {
+    let labels: Vec<String> = report.prefill.iter().map(|r| r.context.to_string()).collect();
+    let series = [Series {
+        name: "TTFT".to_owned(),
+        colour: SERIES[1],
+        values: report
+            .prefill
+            .iter()
+            .map(|r| r.ttft_ms.filter(|_| r.status.is_valid()))
+            .collect(),
+    }];
+    line_chart(&labels, &series, "TTFT (ms)", "Context", format::ms_whole, true)
+}
+
+/// Per-request tok/s against simultaneous requests, one line per context.
+pub(super) fn per_request(report: &Report) -> String {
+    let run = &report.run;
+    let labels: Vec<String> = run.concurrencies.iter().map(ToString::to_string).collect();
+    let series: Vec<Series> = run
+        .contexts
+        .iter()
+        .enumerate()
+        .map(|(i, &ctx)| Series {
+            name: format!("{ctx} context"),
+            colour: SERIES[i % SERIES.len()],
+            values: run
+                .concurrencies
+                .iter()
+                .map(|&n| {
+                    let cell = report.decode_cell(ctx, n)?;
+                    let m = cell.measurements.as_ref().filter(|_| cell.status.is_valid())?;
+                    Some(m.per_request_tokens_per_s)
+                })
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &labels,
+        &series,
+        "Per request tok/s",
+        "Simultaneous requests",
+        |v| format::grouped(v, 0),
+        false,
+    )
+}
+
+fn line_chart(
+    labels: &[String],
+    series: &[Series],
+    y_title: &str,
+    x_title: &str,
+    fmt: fn(f64) -> String,
+    label_points: bool,
+) -> String {
+    let all: Vec<Option<f64>> = series.iter().flat_map(|s| s.values.iter().copied()).collect();
+    let legend = series.len() > 1;
+    let width = if legend { 1180.0 } else { 560.0 };
+    let mut frame = Frame::new(width, if legend { 380.0 } else { 320.0 }, labels, max_of(&all), y_title, x_title);
+    if legend {
+        frame.right = 170.0;
+    }
+    let mut s = open_svg(frame.width, frame.height, &format!("{y_title} by {x_title}"));
+    frame.draw_axes(&mut s, fmt);
+    for (k, line) in series.iter().enumerate() {
+        let points: Vec<(usize, f64)> = line
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
+            .collect();
+        // Consecutive positions join; a missing value breaks the line.
+        for pair in points.windows(2).filter(|p| p[1].0 == p[0].0 + 1) {
+            let _ = writeln!(
+                s,
+                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{}\" stroke-width=\"2.5\" stroke-linecap=\"round\"/>",
+                frame.x(pair[0].0),
+                frame.y(pair[0].1),
+                frame.x(pair[1].0),
+                frame.y(pair[1].1),
+                line.colour
+            );
+        }
+        for &(i, v) in &points {
+            let _ = writeln!(
+                s,
+                "<g><title>{}, {}: {}</title><circle class=\"point\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4.5\" fill=\"{}\" stroke=\"#ffffff\" stroke-width=\"1.5\"/></g>",
+                esc(&line.name),
+                esc(&labels[i]),
+                fmt(v),
+                frame.x(i),
+                frame.y(v),
+                line.colour
+            );
+            if label_points {
+                let _ = writeln!(
+                    s,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11.5\" fill=\"{INK}\">{}</text>",
+                    frame.x(i),
+                    frame.y(v) - 10.0,
+                    fmt(v)
+                );
+            }
+        }
+        if legend {
+            let (lx, ly) = (frame.width - frame.right + 24.0, frame.top + 8.0 + 22.0 * k as f64);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{lx:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12.5\" fill=\"{INK}\">{}</text>",
+                lx + 22.0,
+                line.colour,
+                lx + 30.0,
+                ly + 4.0,
+                esc(&line.name)
+            );
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// Plot area and axes of a chart with categorical x (evenly spaced) and linear y from 0.
+struct Frame<'a> {
+    width: f64,
+    height: f64,
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+    labels: &'a [String],
+    y_max: f64,
+    ticks: Vec<f64>,
+    y_title: &'a str,
+    x_title: &'a str,
+}
+
+impl<'a> Frame<'a> {
+    fn new(
+        width: f64,
+        height: f64,
+        labels: &'a [String],
+        max: f64,
+        y_title: &'a str,
+        x_title: &'a str,
+    ) -> Frame<'a> {
+        // Headroom above the tallest value for its label.
+        let (y_max, ticks) = nice_ticks(max * 1.12);
+        Frame {
+            width,
+            height,
+            left: 76.0,
+            right: 20.0,
+            top: 24.0,
+            bottom: 52.0,
+            labels,
+            y_max,
+            ticks,
+            y_title,
+            x_title,
+        }
+    }
+
+    fn band(&self) -> f64 {
+        (self.width - self.left - self.right) / self.labels.len().max(1) as f64
+    }
+
+    fn x(&self, i: usize) -> f64 {
+        self.left + self.band() * (i as f64 + 0.5)
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        let plot = self.height - self.top - self.bottom;
+        self.height - self.bottom - plot * (v / self.y_max).clamp(0.0, 1.0)
+    }
+
+    fn draw_axes(&self, s: &mut String, fmt: fn(f64) -> String) {
+        let x_end = self.width - self.right;
+        for &t in &self.ticks {
+            let y = self.y(t);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{x_end:.1}\" y2=\"{y:.1}\" stroke=\"{GRID}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"11.5\" fill=\"{MUTED}\">{}</text>",
+                self.left,
+                self.left - 8.0,
+                y + 4.0,
+                fmt(t)
+            );
+        }
+        let base = self.y(0.0);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{:.1}\" y1=\"{base:.1}\" x2=\"{x_end:.1}\" y2=\"{base:.1}\" stroke=\"{MUTED}\"/>",
+            self.left
+        );
+        for (i, label) in self.labels.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\" fill=\"{INK}\">{}</text>",
+                self.x(i),
+                base + 18.0,
+                esc(label)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12.5\" fill=\"{MUTED}\">{}</text>",
+            (self.left + x_end) / 2.0,
+            self.height - 10.0,
+            esc(self.x_title)
+        );
+        let mid = (self.top + base) / 2.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"16\" y=\"{mid:.1}\" text-anchor=\"middle\" font-size=\"12.5\" fill=\"{MUTED}\" transform=\"rotate(-90 16 {mid:.1})\">{}</text>",
+            esc(self.y_title)
+        );
+    }
+}
+
+/// Axis labels for throughput: whole numbers, `K` from 10,000 (`12.5K`).
+fn tick_tokens_per_s(v: f64) -> String {
+    if v >= 10_000.0 {
+        format::tokens_per_s(v)
+    } else {
+        format::grouped(v, 0)
+    }
+}
+
+/// A round top at or above `max` and ticks from 0 to it in steps of 1, 2 or 5 × 10ⁿ.
+fn nice_ticks(max: f64) -> (f64, Vec<f64>) {
+    if !(max.is_finite() && max > 0.0) {
+        return (1.0, vec![0.0, 1.0]);
+    }
+    let rough = max / 5.0;
+    let magnitude = 10f64.powf(rough.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|s| *s >= rough)
+        .unwrap_or(10.0 * magnitude);
+    let count = (max / step).ceil() as usize;
+    let ticks: Vec<f64> = (0..=count).map(|k| k as f64 * step).collect();
+    (count as f64 * step, ticks)
+}
+
+fn max_of(values: &[Option<f64>]) -> f64 {
+    values.iter().flatten().copied().fold(0.0, f64::max)
+}
+
+fn open_svg(width: f64, height: f64, label: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width:.0} {height:.0}\" \
+         width=\"{width:.0}\" height=\"{height:.0}\" role=\"img\" aria-label=\"{}\">\n",
+        esc(label)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn heat_scale_ends() {
+        assert_eq!(heat_colour(0.0), "#ffffd9");
+        assert_eq!(heat_colour(1.0), "#081d58");
+        assert_eq!(scale_log(10.0, 10.0, 1000.0), 0.0);
+        assert!((scale_log(100.0, 10.0, 1000.0) - 0.5).abs() < 1e-12);
+        assert_eq!(scale_log(5.0, 5.0, 5.0), 0.5);
+    }
+
+    proptest! {
+        #[test]
+        fn ticks_cover_the_maximum(max in 1e-3f64..1e9) {
+            let (top, ticks) = nice_ticks(max);
+            prop_assert!(top >= max);
+            prop_assert!(ticks.len() >= 2 && ticks.len() <= 12);
+            prop_assert_eq!(ticks[0], 0.0);
+            prop_assert!((ticks[ticks.len() - 1] - top).abs() <= top * 1e-9);
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The content both page renderers show, as plain text: headings' facts, table rows,
+//! footnotes. Markdown and HTML only differ in how they wrap and escape it.
+
+use speedmatrix_units::{ByteSize, Tokens};
+
+use crate::format::{self, DASH};
+use crate::model::{Api, CellStatus, DecodeCell, PrefillRow, Report, TokenCountSource};
+
+/// Columns of the "All measurements" table, as on the seed page.
+pub(crate) const MEASUREMENT_COLUMNS: [&str; 12] = [
+    "Phase",
+    "Context",
+    "Requests at once",
+    "Status",
+    "Total tok/s",
+    "Per request tok/s",
+    "TTFT",
+    "Time between tokens",
+    "Average active requests",
+    "Completed requests",
+    "Output tokens",
+    "Measured for",
+];
+
+/// The line under the title: `Agents-A1-4B-FP8 on RTX 3090 24 GiB`.
+pub(crate) fn headline(report: &Report) -> String {
+    // `org/name` reads as `name`; anything else is shown whole.
+    let model = match report.run.model.split_once('/') {
+        Some((_, name)) if !name.is_empty() && !name.contains('/') => name,
+        _ => &report.run.model,
+    };
+    format!("{model} on {}", machine(report))
+}
+
+fn machine(report: &Report) -> String {
+    let hw = &report.hardware;
+    let gpus: Vec<String> = hw
+        .gpus
+        .iter()
+        .map(|g| {
+            let count = if g.count > 1 { format!("{}× ", g.count) } else { String::new() };
+            let memory = g.memory_bytes.map(|m| format!(" {}", memory(m))).unwrap_or_default();
+            format!("{count}{}{memory}", g.name)
+        })
+        .collect();
+    if !gpus.is_empty() {
+        gpus.join(" + ")
+    } else {
+        hw.cpu.clone().unwrap_or_else(|| "unknown hardware".to_owned())
+    }
+}
+
+/// The line that sums up engine and matrix shape.
+pub(crate) fn subtitle(report: &Report) -> String {
+    let engine = &report.engine;
+    let mut parts: Vec<String> = vec![engine.name.clone()];
+    parts.extend(engine.version.clone());
+    parts.extend(engine.quantization.clone());
+    let run = &report.run;
+    if let (Some(first), Some(last)) = (run.contexts.first(), run.contexts.last()) {
+        let (c_first, c_last) = (run.concurrencies.first(), run.concurrencies.last());
+        let levels = match (c_first, c_last) {
+            (Some(a), Some(b)) => format!(
+                "{} ({a}–{b})",
+                plural(run.concurrencies.len(), "concurrency level", "concurrency levels")
+            ),
+            _ => "no concurrency levels".to_owned(),
+        };
+        parts.push(format!(
+            "{} ({first}–{last}) × {levels}",
+            plural(run.contexts.len(), "context", "contexts")
+        ));
+    }
+    if !run.prefill_contexts.is_empty() {
+        parts.push(format!("prefill at {}", join_tokens(&run.prefill_contexts)));
+    }
+    parts.join(" · ")
+}
+
+/// Label/value pairs of the Hardware section; absent values are left out.
+pub(crate) fn hardware_facts(report: &Report) -> Vec<(&'static str, String)> {
+    let hw = &report.hardware;
+    let mut facts = Vec::new();
+    facts.extend(hw.kind.clone().map(|v| ("Type", v)));
+    for gpu in &hw.gpus {
+        let name = if gpu.count > 1 {
+            format!("{}× {}", gpu.count, gpu.name)
+        } else {
+            gpu.name.clone()
+        };
+        facts.push(("GPU", name));
+        facts.extend(gpu.memory_bytes.map(|m| ("VRAM", memory(m))));
+    }
+    if let Some(cpu) = &hw.cpu {
+        let cores = hw.cpu_cores.map(|c| format!(" ({c}C)")).unwrap_or_default();
+        facts.push(("CPU", format!("{cpu}{cores}")));
+    }
+    facts.extend(hw.ram_bytes.map(|m| ("RAM", memory(m))));
+    facts.extend(hw.os.clone().map(|v| ("OS", v)));
+    facts
+}
+
+/// Label/value pairs of the Engine section.
+pub(crate) fn engine_facts(report: &Report) -> Vec<(&'static str, String)> {
+    let e = &report.engine;
+    let mut facts = vec![("Engine", e.name.clone())];
+    facts.extend(e.version.clone().map(|v| ("Version", v)));
+    facts.extend(e.quantization.clone().map(|v| ("Quantization", v)));
+    facts.extend(e.backend.clone().map(|v| ("Backend", v)));
+    facts.extend(e.repository.clone().map(|v| ("Repository", v)));
+    facts.extend(e.build.clone().map(|v| ("Build", v)));
+    facts
+}
+
+/// Label/value pairs of the Run section.
+pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
+    let run = &report.run;
+    let mut facts = vec![("Model", run.model.clone()), ("Served model", run.served_model.clone())];
+    facts.extend(run.revision.clone().map(|v| ("Revision", v)));
+    facts.push((
+        "Benchmark tool",
+        format!("{} v{}", run.tool.name, run.tool.version.trim_start_matches('v')),
+    ));
+    facts.push((
+        "API",
+        match run.api {
+            Api::Chat => "/v1/chat/completions".to_owned(),
+            Api::Completions => "/v1/completions".to_owned(),
+        },
+    ));
+    facts.push(("Prompts", run.prompt_mode.clone()));
+    facts.extend(run.tokenizer.clone().map(|v| ("Tokenizer", v)));
+    facts.push(("Decode test", "Fixed duration".to_owned()));
+    facts.push(("Time per measurement", format::seconds(run.window_duration_s)));
+    facts.push((
+        "Max output",
+        format!("{} tokens", format::count(run.max_output_tokens.get())),
+    ));
+    if !run.prefill_contexts.is_empty() {
+        facts.push((
+            "Prefill mode",
+            format!(
+                "Cold requests, nothing cached; median of {}",
+                plural(run.prefill_repeats as usize, "request", "requests")
+            ),
+        ));
+    }
+    facts.push(("Started", run.started_at.clone()));
+    facts.push(("Finished", run.finished_at.clone()));
+    facts
+}
+
+/// Label/value pairs of the Capacity section; empty when the document has none.
+pub(crate) fn capacity_facts(report: &Report) -> Vec<(&'static str, String)> {
+    let Some(cap) = &report.capacity else {
+        return Vec::new();
+    };
+    let mut facts = Vec::new();
+    if let Some(m) = &cap.measured {
+        facts.push((
+            "KV cache, measured",
+            format!("{} tokens ({})", format::count(m.kv_cache_tokens.get()), m.source),
+        ));
+    }
+    if let Some(p) = &cap.predicted {
+        facts.push((
+            "KV cache, predicted",
+            format!("{} tokens ({})", format::count(p.kv_cache_tokens.get()), p.source),
+        ));
+    }
+    if let Some(diff) = cap.difference() {
+        facts.push((
+            "Prediction vs measurement",
+            format::percent_change(1.0 + diff),
+        ));
+    }
+    facts.push(("Over-capacity rule", cap.rule.clone()));
+    facts
+}
+
+/// One prefill row for the Prefill table: context, prompt tok/s, TTFT, prompt tokens, requests.
+pub(crate) fn prefill_cells(row: &PrefillRow) -> [String; 5] {
+    let reported = row
+        .prompt_tokens_reported
+        .map_or_else(|| DASH.to_owned(), |t| format::count(t.get()));
+    [
+        row.context.to_string(),
+        row.prompt_tokens_per_s.map_or_else(|| status_text(&row.status), format::tokens_per_s),
+        opt(row.ttft_ms, format::ms_whole),
+        format!("{} / {reported}", format::count(row.prompt_tokens_requested.get())),
+        row.repeats.to_string(),
+    ]
+}
+
+/// The text of one sustained-decode matrix cell: tok/s and TTFT, or why there is none.
+/// `break_line` separates the two numbers (`<br>` in Markdown).
+pub(crate) fn matrix_cell(cell: Option<&DecodeCell>, break_line: &str) -> String {
+    let Some(cell) = cell else {
+        return DASH.to_owned();
+    };
+    match (&cell.status, &cell.measurements) {
+        (CellStatus::Valid, Some(m)) => {
+            let mark = if flagged(cell) { " †" } else { "" };
+            format!(
+                "{}{break_line}{} TTFT{mark}",
+                format::tokens_per_s(m.total_tokens_per_s),
+                format::ms_whole(m.ttft_ms.p50)
+            )
+        }
+        (status, _) => status_text(status),
+    }
+}
+
+/// Whether a valid cell carries a warning worth a footnote mark.
+pub(crate) fn flagged(cell: &DecodeCell) -> bool {
+    cell.measurements
+        .as_ref()
+        .is_some_and(|m| m.queueing_detected || m.prompt_token_mismatches > 0)
+}
+
+/// `Over capacity`, `Error: timeout`, `Skipped`.
+pub(crate) fn status_text(status: &CellStatus) -> String {
+    match status {
+        CellStatus::Error { error_kind, .. } => format!("Error: {error_kind}"),
+        other => other.label().to_owned(),
+    }
+}
+
+/// Every row of the "All measurements" table, prefill first, then decode row by row.
+pub(crate) fn measurement_rows(report: &Report) -> Vec<[String; 12]> {
+    let prefill = report.prefill.iter().map(prefill_measurement_row);
+    let decode = report.decode.iter().map(decode_measurement_row);
+    prefill.chain(decode).collect()
+}
+
+fn prefill_measurement_row(row: &PrefillRow) -> [String; 12] {
+    let dash = || DASH.to_owned();
+    let completed = if row.status.is_valid() {
+        format::count(u64::from(row.repeats))
+    } else {
+        dash()
+    };
+    [
+        "Prefill".to_owned(),
+        row.context.to_string(),
+        "1".to_owned(),
+        status_text(&row.status),
+        opt(row.prompt_tokens_per_s, format::tokens_per_s),
+        dash(),
+        opt(row.ttft_ms, format::ms_whole),
+        dash(),
+        dash(),
+        completed,
+        dash(),
+        dash(),
+    ]
+}
+
+fn decode_measurement_row(cell: &DecodeCell) -> [String; 12] {
+    let head = [
+        "Sustained decode".to_owned(),
+        cell.context.to_string(),
+        cell.concurrency.to_string(),
+        status_text(&cell.status),
+    ];
+    let tail = match &cell.measurements {
+        Some(m) => [
+            format::tokens_per_s(m.total_tokens_per_s),
+            format::grouped(m.per_request_tokens_per_s, 1),
+            format::ms_whole(m.ttft_ms.p50),
+            format::ms_tenths(m.time_between_tokens_ms.p50),
+            format::grouped(m.average_active_requests, 1),
+            format::count(m.completed_requests),
+            format::count(m.output_tokens.get()),
+            format::seconds(m.measured_s),
+        ],
+        None => std::array::from_fn(|_| DASH.to_owned()),
+    };
+    let mut row: [String; 12] = Default::default();
+    for (slot, text) in row.iter_mut().zip(head.into_iter().chain(tail)) {
+        *slot = text;
+    }
+    row
+}
+
+/// Footnotes under the tables, each a sentence.
+pub(crate) fn footnotes(report: &Report) -> Vec<String> {
+    let mut notes = vec![
+        "Over capacity: not run because this many requests at this context would exceed the \
+         server's KV cache."
+            .to_owned(),
+    ];
+    if let Some(cap) = &report.capacity {
+        notes.push(format!("The over-capacity rule: {}.", cap.rule.trim_end_matches('.')));
+    }
+    notes.push(if report.run.decode_cache_warmed {
+        "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly \
+         excludes prefill."
+            .to_owned()
+    } else {
+        "Decode prompts were not pre-warmed: decode TTFT includes prefill of the prompt.".to_owned()
+    });
+    notes.push(
+        "Latencies are medians (p50); p90 and p99 are in the JSON and CSV. Total tok/s is output \
+         across all simultaneous requests."
+            .to_owned(),
+    );
+    notes.push(format!(
+        "Sustained decode: each cell keeps its number of requests in flight (a finished request \
+         is replaced at once) and is measured over a fixed window of {}. Total tok/s = output \
+         tokens arriving inside the window / window length; per request tok/s is the median \
+         over requests of the same; time between tokens spreads a chunk of k tokens evenly over \
+         its gap; average active requests is time-weighted.",
+        format::seconds(report.run.window_duration_s)
+    ));
+    notes.push(
+        "Prefill: prompt tok/s = server-reported prompt tokens / TTFT of a cold request (nothing \
+         cached); TTFT is from sending the request to the first streamed token."
+            .to_owned(),
+    );
+    notes.push(format!("Output tokens are counted from {}.", token_sources(report)));
+    notes.extend(flag_notes(report));
+    notes.extend(error_notes(report));
+    notes
+}
+
+fn token_sources(report: &Report) -> String {
+    let mut sources: Vec<TokenCountSource> = report
+        .decode
+        .iter()
+        .filter_map(|c| c.measurements.as_ref().map(|m| m.token_count_source))
+        .collect();
+    sources.sort_by_key(|s| *s as u8);
+    sources.dedup();
+    if sources.is_empty() {
+        "server-reported usage where available".to_owned()
+    } else {
+        sources
+            .iter()
+            .map(|s| s.describe())
+            .collect::<Vec<_>>()
+            .join("; in some cells from ")
+    }
+}
+
+fn flag_notes(report: &Report) -> Vec<String> {
+    let cells_where = |pred: &dyn Fn(&DecodeCell) -> bool| -> Vec<String> {
+        report
+            .decode
+            .iter()
+            .filter(|c| pred(c))
+            .map(|c| format!("{} × {}", c.context, c.concurrency))
+            .collect()
+    };
+    let mut notes = Vec::new();
+    let queued = cells_where(&|c| c.measurements.as_ref().is_some_and(|m| m.queueing_detected));
+    if !queued.is_empty() {
+        notes.push(format!(
+            "† The server queued requests (some were waiting, not running) during the window of: {}. \
+             Those cells measure fewer requests at once than their column says.",
+            queued.join(", ")
+        ));
+    }
+    let mismatched = cells_where(&|c| {
+        c.measurements
+            .as_ref()
+            .is_some_and(|m| m.prompt_token_mismatches > 0)
+    });
+    if !mismatched.is_empty() {
+        notes.push(format!(
+            "† The server counted a different prompt length than was sent in: {}.",
+            mismatched.join(", ")
+        ));
+    }
+    for row in &report.prefill {
+        if let Some(reported) = row.prompt_tokens_reported
+            && reported != row.prompt_tokens_requested
+        {
+            notes.push(format!(
+                "Prefill at {}: the server counted {} prompt tokens for {} sent.",
+                row.context,
+                format::count(reported.get()),
+                format::count(row.prompt_tokens_requested.get())
+            ));
+        }
+    }
+    notes
+}
+
+fn error_notes(report: &Report) -> Vec<String> {
+    let prefill = report
+        .prefill
+        .iter()
+        .filter(|r| !matches!(r.status, CellStatus::Valid | CellStatus::OverCapacity { .. }))
+        .map(|r| format!("Prefill at {}: {}.", r.context, r.status.detail()));
+    let decode = report
+        .decode
+        .iter()
+        .filter(|c| !matches!(c.status, CellStatus::Valid | CellStatus::OverCapacity { .. }))
+        .map(|c| {
+            format!(
+                "{} at {} × {}: {}.",
+                c.status.label(),
+                c.context,
+                c.concurrency,
+                c.status.detail()
+            )
+        });
+    prefill.chain(decode).collect()
+}
+
+/// Memory in GiB, decimals only when needed: `24 GiB`, `23.58 GiB`.
+pub(crate) fn memory(m: ByteSize) -> String {
+    if m.get() < 1 << 30 {
+        return m.to_string();
+    }
+    let text = format!("{:.2}", m.as_gib_f64());
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} GiB")
+}
+
+fn join_tokens(list: &[Tokens]) -> String {
+    list.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 { format!("1 {one}") } else { format!("{n} {many}") }
+}
+
+fn opt(v: Option<f64>, f: fn(f64) -> String) -> String {
+    v.map_or_else(|| DASH.to_owned(), f)
+}

@@ -1,0 +1,134 @@
+//! `compare` on the seed run and a copy with known changes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use speedmatrix_report::{
+    CellStatus, Phase, Report, Threshold, Verdict, compare,
+};
+use speedmatrix_units::{Concurrency, Tokens};
+
+fn at(r: &mut Report, ctx: u64, n: u32) -> &mut speedmatrix_report::DecodeCell {
+    let (ctx, n) = (Tokens::kibi(ctx), Concurrency::new(n).unwrap());
+    r.decode.iter_mut().find(|c| c.context == ctx && c.concurrency == n).unwrap()
+}
+
+/// B = the seed run with: 0×1 tok/s ×0.9, 16K×2 TTFT ×1.2, 32K×4 tok/s ×1.03,
+/// 64K×1 tok/s ×1.25, 248K×1 failing, prefill 8K TTFT ×0.5.
+fn changed() -> Report {
+    let mut b = common::seed();
+    let scale_tps = |r: &mut Report, ctx, n, f: f64| {
+        let m = at(r, ctx, n).measurements.as_mut().unwrap();
+        m.total_tokens_per_s *= f;
+        m.output_tokens = Tokens::new((m.output_tokens.get() as f64 * f).round() as u64);
+    };
+    scale_tps(&mut b, 0, 1, 0.9);
+    scale_tps(&mut b, 32, 4, 1.03);
+    scale_tps(&mut b, 64, 1, 1.25);
+    let ttft = &mut at(&mut b, 16, 2).measurements.as_mut().unwrap().ttft_ms;
+    (ttft.p50, ttft.p90, ttft.p99) = (ttft.p50 * 1.2, ttft.p90 * 1.2, ttft.p99 * 1.2);
+    let failing = at(&mut b, 248, 1);
+    failing.status = CellStatus::Error {
+        error_kind: "timeout".into(),
+        message: "no token for 60 s".into(),
+        failed_requests: 1,
+        good_requests: 0,
+    };
+    failing.measurements = None;
+    b.prefill[0].ttft_ms = b.prefill[0].ttft_ms.map(|t| t * 0.5);
+    b.engine.version = Some("0.33.0".into());
+    b.validate().unwrap();
+    b
+}
+
+fn row<'a>(
+    c: &'a speedmatrix_report::Comparison,
+    phase: Phase,
+    ctx: u64,
+    n: u32,
+) -> &'a speedmatrix_report::CellComparison {
+    c.cells
+        .iter()
+        .find(|r| r.phase == phase && r.context == Tokens::kibi(ctx) && r.concurrency.get() == n)
+        .unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn ratios_and_verdicts_at_five_percent() {
+    let (a, b) = (common::seed(), changed());
+    let c = compare(&a, &b, Threshold::DEFAULT);
+    assert_eq!(c.cells.len(), 5 + 48);
+    let r = row(&c, Phase::Decode, 0, 1);
+    assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 0.9));
+    assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.0));
+    assert_eq!(r.verdict, Verdict::Regressed { why: "tok/s -10.0%".into() });
+    let r = row(&c, Phase::Decode, 16, 2);
+    assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.2));
+    assert_eq!(r.verdict, Verdict::Regressed { why: "TTFT +20.0%".into() });
+    let r = row(&c, Phase::Decode, 32, 4);
+    assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 1.03));
+    assert_eq!(r.verdict, Verdict::Within);
+    assert_eq!(row(&c, Phase::Decode, 64, 1).verdict, Verdict::Improved);
+    let r = row(&c, Phase::Decode, 248, 1);
+    assert_eq!(r.verdict, Verdict::Regressed { why: "valid in A, Error: timeout in B".into() });
+    assert_eq!(r.tokens_per_s, None);
+    let r = row(&c, Phase::Prefill, 8, 1);
+    assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 0.5));
+    assert_eq!(r.verdict, Verdict::Improved);
+    assert!(matches!(row(&c, Phase::Decode, 0, 128).verdict, Verdict::Unmeasured { .. }));
+    assert_eq!(c.regressions().count(), 3);
+    assert_eq!(c.differences, vec!["engine version: 0.32.0 → 0.33.0".to_owned()]);
+    let text = c.to_markdown();
+    assert!(text.contains("| Sustained decode | 0 | 1 | 117.3 | 105.6 | 0.900 (-10.0%) | 54 ms | 54 ms | 1.000 (+0.0%) | **REGRESSION**: tok/s -10.0% |"), "{text}");
+    assert!(text.contains("26 compared, 3 regressed beyond 5%, 2 improved, 27 not comparable."), "{text}");
+}
+
+#[test]
+fn a_wider_threshold_forgives_small_changes() {
+    let c = compare(&common::seed(), &changed(), "15%".parse().unwrap());
+    let regressed: Vec<(Tokens, u32)> = c.regressions().map(|r| (r.context, r.concurrency.get())).collect();
+    assert_eq!(regressed, vec![(Tokens::kibi(16), 2), (Tokens::kibi(248), 1)]);
+}
+
+#[test]
+fn a_run_against_itself_has_no_change() {
+    let a = common::seed();
+    let c = compare(&a, &a, Threshold::from_fraction(0.0).unwrap());
+    assert!(!c.has_regressions());
+    assert!(c.differences.is_empty());
+    assert!(c.cells.iter().all(|r| matches!(r.verdict, Verdict::Within | Verdict::Unmeasured { .. })));
+}
+
+#[test]
+fn cells_only_in_one_run_are_reported() {
+    let a = common::small();
+    let mut b = common::small();
+    b.run.contexts.pop();
+    b.decode.retain(|c| c.context != Tokens::kibi(64));
+    b.validate().unwrap();
+    let c = compare(&a, &b, Threshold::DEFAULT);
+    let only_a = c
+        .cells
+        .iter()
+        .filter(|r| r.verdict == Verdict::Unmeasured { why: "only in A".into() })
+        .count();
+    assert_eq!(only_a, 3);
+    let reverse = compare(&b, &a, Threshold::DEFAULT);
+    assert_eq!(reverse.cells.len(), c.cells.len());
+    assert!(reverse.cells.iter().any(|r| r.verdict == Verdict::Unmeasured { why: "only in B".into() }));
+}
+
+#[test]
+fn thresholds_parse_as_percentages() {
+    assert_eq!("5%".parse::<Threshold>().unwrap().fraction(), 0.05);
+    assert_eq!(" 2.5 % ".parse::<Threshold>().unwrap().fraction(), 0.025);
+    assert_eq!("10".parse::<Threshold>().unwrap().to_string(), "10%");
+    for bad in ["", "%", "-1%", "100%", "five", "NaN%"] {
+        let err = bad.parse::<Threshold>().unwrap_err().to_string();
+        assert!(err.contains("percentage such as 5%"), "{bad}: {err}");
+    }
+}

@@ -1,0 +1,208 @@
+//! Snapshots of the three renderers, and structural checks of CSV and HTML.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use quick_xml::events::Event;
+use speedmatrix_report::{CSV_COLUMNS, to_csv, to_html, to_markdown};
+
+#[test]
+fn markdown_snapshot() {
+    insta::assert_snapshot!("small_markdown", to_markdown(&common::small()));
+}
+
+#[test]
+fn csv_snapshot() {
+    insta::assert_snapshot!("small_csv", to_csv(&common::small()));
+}
+
+#[test]
+fn html_snapshot() {
+    insta::assert_snapshot!("small_html", to_html(&common::small()));
+}
+
+#[test]
+fn markdown_escapes_hostile_strings() {
+    let md = to_markdown(&common::small());
+    let outside_code: String = md.split("```").step_by(2).collect();
+    assert!(!outside_code.contains("<script>"), "raw <script> in Markdown text");
+    assert!(md.contains("evil/Qwen\\<script\\>alert(1)\\</script\\>"));
+    assert!(md.contains("a\\|b"), "pipe in served model not escaped");
+    // The launch command is code: shown verbatim inside a fence.
+    assert!(md.contains("```sh\nvllm serve evil/Qwen<script>alert(1)</script> \\\n"));
+    // Every table row has as many cells as its header.
+    for header in ["| Phase | Context |", "| Context | 1 |", "| Context | Prompt tok/s |"] {
+        let rows = common::table(&md, header);
+        assert!(rows.iter().all(|r| r.len() == rows[0].len()), "{header}");
+    }
+}
+
+#[test]
+fn markdown_matrix_shows_every_status() {
+    let md = to_markdown(&common::small());
+    let rows = common::table(&md, "| Context | 1 |");
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[1][3], "1,610.5<br>88 ms TTFT †", "queueing cell is marked");
+    assert_eq!(rows[2][3], "Over capacity");
+    assert_eq!(rows[3][2], "Error: timeout");
+    assert_eq!(rows[3][3], "Skipped");
+    assert!(md.contains("† The server queued requests (some were waiting, not running) during the window of: 0 × 16."));
+    assert!(md.contains("Prediction vs measurement:** +3.0%"));
+}
+
+#[test]
+fn csv_parses_with_one_row_per_cell_and_phase() {
+    let report = common::small();
+    let text = to_csv(&report);
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(header, CSV_COLUMNS);
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), report.prefill.len() + report.decode.len());
+    let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+    let prefill_error = &rows[1];
+    assert_eq!(&prefill_error[col("status")], "error");
+    assert_eq!(
+        &prefill_error[col("status_detail")],
+        "http_500: Internal Server Error: CUDA out of memory (3 failed, 0 good requests)"
+    );
+    let queued = &rows[2 + 2];
+    assert_eq!(&queued[col("total_tokens_per_s")], "1610.5");
+    assert_eq!(&queued[col("ttft_p99_ms")], "140.8");
+    assert_eq!(&queued[col("queueing_detected")], "true");
+    let over = &rows[2 + 5];
+    assert_eq!(&over[col("status")], "over_capacity");
+    assert_eq!(&over[col("total_tokens_per_s")], "");
+}
+
+/// One element of the page: its name and attributes.
+struct Element {
+    name: String,
+    attrs: Vec<(String, String)>,
+}
+
+impl Element {
+    fn attr(&self, key: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses the page as strict XML (closed elements, matching end tags, known entities)
+/// and returns every element and the concatenated text.
+fn parse_strict(html: &str) -> (Vec<Element>, String) {
+    let mut reader = quick_xml::Reader::from_str(html);
+    reader.config_mut().check_end_names = true;
+    let (mut elements, mut text, mut depth) = (Vec::new(), String::new(), 0i32);
+    loop {
+        let event = reader.read_event().unwrap_or_else(|e| {
+            panic!("HTML is not well-formed at byte {}: {e}", reader.buffer_position())
+        });
+        let start = match event {
+            Event::Eof => break,
+            Event::Start(e) => {
+                depth += 1;
+                e
+            }
+            Event::Empty(e) => e,
+            Event::End(_) => {
+                depth -= 1;
+                continue;
+            }
+            Event::Text(t) => {
+                text.push_str(&t.xml_content(quick_xml::XmlVersion::Implicit1_0));
+                continue;
+            }
+            Event::GeneralRef(r) => {
+                let name = AsRef::<str>::as_ref(&r).to_owned();
+                let resolved = match name.as_str() {
+                    "amp" => '&',
+                    "lt" => '<',
+                    "gt" => '>',
+                    "quot" => '"',
+                    "apos" | "#39" => '\'',
+                    other => panic!("entity &{other}; is not one the page should use"),
+                };
+                text.push(resolved);
+                continue;
+            }
+            _ => continue,
+        };
+        let attrs = start
+            .attributes()
+            .map(|a| {
+                let a = a.unwrap();
+                let key = AsRef::<str>::as_ref(&a.key).to_owned();
+                let value = a
+                    .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                    .unwrap()
+                    .into_owned();
+                (key, value)
+            })
+            .collect();
+        let name = AsRef::<str>::as_ref(&start.name()).to_owned();
+        elements.push(Element { name, attrs });
+    }
+    assert_eq!(depth, 0, "unclosed elements at the end of the page");
+    (elements, text)
+}
+
+#[test]
+fn html_is_well_formed_self_contained_and_escaped() {
+    let report = common::small();
+    let html = to_html(&report);
+    assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
+    let (elements, text) = parse_strict(&html);
+    assert!(!elements.iter().any(|e| e.name == "script"), "a <script> element");
+    for e in &elements {
+        for (key, value) in &e.attrs {
+            assert!(!key.starts_with("on"), "event handler {key} on <{}>", e.name);
+            let external = ["src", "href"].contains(&key.as_str()) && !value.starts_with('#');
+            assert!(!external, "external asset {key}={value:?} on <{}>", e.name);
+        }
+    }
+    assert!(!html.contains("<script"), "raw <script> in HTML");
+    assert!(text.contains("evil/Qwen<script>alert(1)</script>"), "model name lost");
+    assert!(html.contains("evil/Qwen&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(text.contains("<b>bold</b> & \"quotes\""));
+}
+
+#[test]
+fn html_charts_have_one_mark_per_measurement() {
+    for report in [common::small(), common::seed()] {
+        let html = to_html(&report);
+        let (elements, _) = parse_strict(&html);
+        let class_of = |prefix: &str| {
+            elements
+                .iter()
+                .filter(|e| e.attr("class").is_some_and(|c| c.split(' ').next() == Some(prefix)))
+                .count()
+        };
+        let svgs = elements.iter().filter(|e| e.name == "svg").count();
+        assert_eq!(svgs, 4, "heatmap, prefill tok/s, prefill TTFT, per request");
+        let cells = report.run.contexts.len() * report.run.concurrencies.len();
+        assert_eq!(class_of("cell"), cells, "heatmap cells");
+        let valid_prefill = report.prefill.iter().filter(|r| r.status.is_valid()).count();
+        assert_eq!(class_of("bar"), valid_prefill, "prefill bars");
+        let valid_decode = report.decode.iter().filter(|c| c.status.is_valid()).count();
+        // Prefill TTFT points plus one per-request point per valid decode cell.
+        assert_eq!(class_of("point"), valid_prefill + valid_decode, "chart points");
+        let over = elements
+            .iter()
+            .filter(|e| e.attr("class") == Some("cell over-capacity"))
+            .count();
+        let expected_over = report
+            .decode
+            .iter()
+            .filter(|c| c.status.label() == "Over capacity")
+            .count();
+        assert_eq!(over, expected_over);
+        let rows = elements.iter().filter(|e| e.name == "tr").count();
+        let expected_rows = (1 + report.prefill.len())
+            + (1 + report.run.contexts.len())
+            + (1 + report.prefill.len() + report.decode.len());
+        assert_eq!(rows, expected_rows, "table rows");
+    }
+}

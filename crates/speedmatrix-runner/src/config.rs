@@ -1,0 +1,148 @@
+//! What a run measures: the typed configuration the binary fills from flags.
+
+use std::time::Duration;
+
+use speedmatrix_units::{Concurrency, Tokens};
+
+/// Which OpenAI endpoint carries the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /v1/completions` with a text prompt.
+    Completions,
+    /// `POST /v1/chat/completions` with one user message.
+    Chat,
+}
+
+/// Whether the streams of one decode cell share their prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptSharing {
+    /// Every stream has its own prompt: no KV block is shared between streams.
+    Unique,
+    /// All streams of a cell send the same prompt (prefix cache shared).
+    Shared,
+}
+
+/// A named set of contexts, concurrencies and timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// A reduced matrix (contexts 0/1K/4K × 1/4/16/64, 10 s windows, prefill 4K/8K):
+    /// about two minutes against the simulator.
+    Quick,
+    /// The seed page's exact matrix: contexts 0–248K × 1–128, prefill 8K–128K, 30 s, 8,192.
+    Seed,
+}
+
+/// The matrix: which cells and prefill points, and how long each is measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixSpec {
+    /// Context lengths of the sustained-decode rows.
+    pub contexts: Vec<Tokens>,
+    /// Simultaneous requests of the sustained-decode columns.
+    pub concurrencies: Vec<Concurrency>,
+    /// Context lengths of the cold prefill measurements.
+    pub prefill_contexts: Vec<Tokens>,
+    /// Cold prefill requests per context; the median is reported.
+    pub prefill_repeats: u32,
+    /// Length of each decode cell's measurement window.
+    pub duration: Duration,
+    /// `max_tokens` of every decode request.
+    pub max_tokens: Tokens,
+}
+
+impl Preset {
+    /// The matrix this preset stands for.
+    pub fn matrix(self) -> MatrixSpec {
+        let conc = |ns: &[u32]| ns.iter().filter_map(|&n| Concurrency::new(n)).collect();
+        match self {
+            // Small contexts keep cache warm-up short next to the windows, so
+            // the run spends its time measuring; the 64 column shows Over capacity
+            // on the seed-calibrated simulator.
+            Preset::Quick => MatrixSpec {
+                contexts: vec![Tokens::ZERO, Tokens::kibi(1), Tokens::kibi(4)],
+                concurrencies: conc(&[1, 4, 16, 64]),
+                prefill_contexts: vec![Tokens::kibi(4), Tokens::kibi(8)],
+                prefill_repeats: 1,
+                duration: Duration::from_secs(10),
+                max_tokens: Tokens::new(8192),
+            },
+            Preset::Seed => MatrixSpec {
+                contexts: [0, 16, 32, 64, 128, 248].map(Tokens::kibi).to_vec(),
+                concurrencies: conc(&[1, 2, 4, 8, 16, 32, 64, 128]),
+                prefill_contexts: [8, 16, 32, 64, 128].map(Tokens::kibi).to_vec(),
+                prefill_repeats: 1,
+                duration: Duration::from_secs(30),
+                max_tokens: Tokens::new(8192),
+            },
+        }
+    }
+}
+
+/// Which server to measure.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A running server's base URL, e.g. `http://127.0.0.1:8000`.
+    Url(String),
+    /// The built-in simulator, started in-process from a profile.
+    Embedded(speedmatrix_sim::Profile),
+}
+
+/// How the runner learns the server's KV capacity when the server does not say.
+#[derive(Debug, Clone, Default)]
+pub struct CapacityHints {
+    /// An offline prediction from the model's config.json, GPU and launch flags.
+    pub prediction: Option<speedmatrix_capacity::Prediction>,
+    /// A capacity in tokens the user states (`--kv-capacity-tokens`).
+    pub kv_capacity_tokens: Option<Tokens>,
+}
+
+/// Descriptive facts the runner cannot measure, copied into the result.
+#[derive(Debug, Clone, Default)]
+pub struct RunLabels {
+    /// The hardware, as detected or given by the caller.
+    pub hardware: speedmatrix_report::Hardware,
+    /// The model's name as the user knows it (defaults to the served model).
+    pub model: Option<String>,
+    /// The server's launch command, as the user gives it.
+    pub launch_command: Option<String>,
+    /// Weight quantization, as the user gives it (e.g. `FP8`).
+    pub quantization: Option<String>,
+    /// Engine name when the server does not tell (e.g. `vllm`, `sglang`).
+    pub engine: Option<String>,
+    /// Model revision.
+    pub revision: Option<String>,
+    /// Name of the tokenizer used to size prompts, for the report.
+    pub tokenizer: Option<String>,
+}
+
+/// Everything one run needs. The binary fills it from flags; embedders build it directly.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The server to measure.
+    pub target: Target,
+    /// API key sent as a bearer token (never logged or recorded).
+    pub api_key: Option<speedmatrix_client::ApiKey>,
+    /// Skip TLS certificate verification (recorded in the result).
+    pub insecure: bool,
+    /// Served model name; the server's first model when `None`.
+    pub model: Option<String>,
+    /// The tokenizer prompts are sized with; must match the server's model.
+    pub tokenizer: speedmatrix_workload::Tokenizer,
+    /// Endpoint used for every request.
+    pub api: Api,
+    /// The matrix to measure.
+    pub matrix: MatrixSpec,
+    /// Prompt sharing between the streams of a decode cell.
+    pub prompt_sharing: PromptSharing,
+    /// Seed of the prompt text generator.
+    pub seed: u64,
+    /// Capacity sources used when the server does not report its own.
+    pub capacity: CapacityHints,
+    /// Client timeouts (connect, response headers, idle gap between chunks).
+    pub timeouts: speedmatrix_client::Timeouts,
+    /// Also send `min_tokens = max_tokens` (for servers that honour it but not `ignore_eos`).
+    pub send_min_tokens: bool,
+    /// Descriptive labels for the result document.
+    pub labels: RunLabels,
+}

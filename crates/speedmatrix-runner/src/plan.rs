@@ -1,0 +1,296 @@
+//! The plan: which prefill points and decode cells run, which are excluded
+//! and why, and how long the run should take.
+
+use std::time::Duration;
+
+use speedmatrix_capacity::{
+    CapacityGrid, CellVerdict, GridSpec, KvPool, MeasuredCapacity, ServerLimits, TokenPool,
+    capacity_grid,
+};
+use speedmatrix_units::{Concurrency, Tokens};
+
+use crate::config::{CapacityHints, MatrixSpec};
+use crate::RunError;
+
+/// Where the capacity that decides the cells came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacitySourceKind {
+    /// The server's own figure (vLLM `/metrics` `vllm:cache_config_info`).
+    Measured,
+    /// Predicted offline from config.json, GPU and flags.
+    Predicted,
+    /// Stated by the user (`--kv-capacity-tokens`).
+    Given,
+    /// Nobody knows: every cell runs and queueing at the server is watched for.
+    Unknown,
+}
+
+/// The capacity decision for the run.
+#[derive(Debug, Clone)]
+pub struct CapacityPlan {
+    /// Where the deciding figure came from.
+    pub source: CapacitySourceKind,
+    /// The pool that decides cells, when known.
+    pub pool: Option<KvPool>,
+    /// The pool in tokens, when known.
+    pub pool_tokens: Option<Tokens>,
+    /// The server's figure, when it reported one.
+    pub measured_tokens: Option<Tokens>,
+    /// The offline prediction, when one was given.
+    pub predicted_tokens: Option<Tokens>,
+}
+
+/// Why a planned step does not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exclusion {
+    /// The requests would not fit the KV cache.
+    OverCapacity(String),
+    /// The request would not fit the server's context limit.
+    TooLong(String),
+}
+
+/// One sustained-decode cell of the plan.
+#[derive(Debug, Clone)]
+pub struct PlannedCell {
+    /// Context length of every stream's prompt.
+    pub context: Tokens,
+    /// Streams kept busy at once.
+    pub concurrency: Concurrency,
+    /// `Some` when the cell is not run.
+    pub excluded: Option<Exclusion>,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Capacity decision.
+    pub capacity: CapacityPlan,
+    /// Prefill contexts and whether each is excluded.
+    pub prefill: Vec<(Tokens, Option<Exclusion>)>,
+    /// Decode cells in run order (context-major, as the seed page lists them).
+    pub cells: Vec<PlannedCell>,
+    /// A rough duration estimate for the whole run.
+    pub estimated: Duration,
+}
+
+/// Prompt length sent for the "0" context row: the smallest prompt that still
+/// carries a unique cache marker.
+pub const ZERO_CONTEXT_PROMPT: Tokens = Tokens::new(16);
+
+/// The prompt length actually sent for a context.
+pub fn prompt_len(context: Tokens) -> Tokens {
+    context.max(ZERO_CONTEXT_PROMPT)
+}
+
+/// Builds the capacity decision from what the server said and the user's hints.
+pub fn capacity_plan(
+    measured: Option<&MeasuredCapacity>,
+    hints: &CapacityHints,
+    limits: ServerLimits,
+    spec: &MatrixSpec,
+) -> Result<(CapacityPlan, Option<CapacityGrid>), RunError> {
+    let predicted = hints.prediction.as_ref();
+    if measured.is_some() || predicted.is_some() {
+        let grid_spec = GridSpec {
+            contexts: spec.contexts.iter().map(|&c| prompt_len(c)).collect(),
+            concurrencies: spec.concurrencies.clone(),
+            max_output: spec.max_tokens,
+        };
+        let grid = capacity_grid(predicted, measured, limits, &grid_spec)
+            .map_err(RunError::Capacity)?;
+        let source = if measured.is_some() {
+            CapacitySourceKind::Measured
+        } else {
+            CapacitySourceKind::Predicted
+        };
+        let plan = CapacityPlan {
+            source,
+            pool: Some(grid.pool.clone()),
+            pool_tokens: Some(Tokens::new(grid.pool_tokens)),
+            measured_tokens: grid
+                .comparison
+                .as_ref()
+                .map(|c| Tokens::new(c.measured_tokens))
+                .or(measured.map(|_| Tokens::new(grid.pool_tokens))),
+            predicted_tokens: grid
+                .comparison
+                .as_ref()
+                .map(|c| Tokens::new(c.predicted_tokens))
+                .or(predicted.map(|_| Tokens::new(grid.pool_tokens))),
+        };
+        return Ok((plan, Some(grid)));
+    }
+    if let Some(tokens) = hints.kv_capacity_tokens {
+        let pool = KvPool::Tokens(TokenPool {
+            tokens: tokens.get(),
+            page_size: 1,
+            max_running_requests: limits.max_num_seqs,
+            state_slots: None,
+            max_model_len: limits.max_model_len,
+        });
+        let plan = CapacityPlan {
+            source: CapacitySourceKind::Given,
+            pool: Some(pool),
+            pool_tokens: Some(tokens),
+            measured_tokens: None,
+            predicted_tokens: None,
+        };
+        return Ok((plan, None));
+    }
+    Ok((
+        CapacityPlan {
+            source: CapacitySourceKind::Unknown,
+            pool: None,
+            pool_tokens: None,
+            measured_tokens: None,
+            predicted_tokens: None,
+        },
+        None,
+    ))
+}
+
+/// Decides every prefill point and decode cell.
+pub fn plan(
+    capacity: CapacityPlan,
+    spec: &MatrixSpec,
+    max_model_len: Option<Tokens>,
+) -> Plan {
+    let too_long = |len: Tokens, what: &str| {
+        let limit = max_model_len?;
+        (len > limit).then(|| {
+            Exclusion::TooLong(format!(
+                "{what} of {len} tokens exceeds the server's max_model_len of {limit}"
+            ))
+        })
+    };
+    let prefill: Vec<(Tokens, Option<Exclusion>)> = spec
+        .prefill_contexts
+        .iter()
+        .map(|&c| {
+            let need = Tokens::new(c.get().saturating_add(1));
+            let excluded = too_long(need, "a prompt plus one output token").or_else(|| {
+                let pool = capacity.pool.as_ref()?;
+                over_capacity(&pool.check(c, Concurrency::ONE, Tokens::new(1)))
+            });
+            (c, excluded)
+        })
+        .collect();
+    let mut cells = Vec::new();
+    for &context in &spec.contexts {
+        for &concurrency in &spec.concurrencies {
+            let len = prompt_len(context).get().saturating_add(spec.max_tokens.get());
+            let excluded = too_long(Tokens::new(len), "context + max output").or_else(|| {
+                let pool = capacity.pool.as_ref()?;
+                over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_tokens))
+            });
+            cells.push(PlannedCell {
+                context,
+                concurrency,
+                excluded,
+            });
+        }
+    }
+    let estimated = estimate(spec, &prefill, &cells);
+    Plan {
+        capacity,
+        prefill,
+        cells,
+        estimated,
+    }
+}
+
+fn over_capacity(v: &CellVerdict) -> Option<Exclusion> {
+    (!v.fits).then(|| {
+        Exclusion::OverCapacity(format!(
+            "{} × {} tokens needs {} {} > {} available ({})",
+            v.concurrency,
+            v.request_tokens,
+            speedmatrix_units::group_thousands(v.needed),
+            v.rule.unit(),
+            speedmatrix_units::group_thousands(v.limit),
+            v.rule.describe()
+        ))
+    })
+}
+
+/// Prefill speed assumed for estimates only, before anything is measured.
+const ASSUMED_PREFILL_TOKENS_PER_S: f64 = 8_000.0;
+/// Fixed cost per decode cell: connection setup, readiness, drain.
+const CELL_OVERHEAD: Duration = Duration::from_secs(2);
+
+fn estimate(
+    spec: &MatrixSpec,
+    prefill: &[(Tokens, Option<Exclusion>)],
+    cells: &[PlannedCell],
+) -> Duration {
+    let prefill_s: f64 = prefill
+        .iter()
+        .filter(|(_, ex)| ex.is_none())
+        .map(|(c, _)| c.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S * f64::from(spec.prefill_repeats))
+        .sum();
+    let decode_s: f64 = cells
+        .iter()
+        .filter(|c| c.excluded.is_none())
+        .map(|c| {
+            let warm = c.context.get() as f64 * f64::from(c.concurrency.get())
+                / ASSUMED_PREFILL_TOKENS_PER_S;
+            warm + spec.duration.as_secs_f64() + CELL_OVERHEAD.as_secs_f64()
+        })
+        .sum();
+    Duration::from_secs_f64(prefill_s + decode_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Preset;
+
+    fn given(tokens: u64) -> CapacityPlan {
+        let hints = CapacityHints {
+            prediction: None,
+            kv_capacity_tokens: Some(Tokens::new(tokens)),
+        };
+        capacity_plan(None, &hints, ServerLimits::default(), &Preset::Seed.matrix())
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn seed_matrix_with_a_given_token_capacity_matches_the_seed_pattern() {
+        let spec = Preset::Seed.matrix();
+        let p = plan(given(450_000), &spec, Some(Tokens::new(262_144)));
+        let valid: Vec<(u64, u32)> = p
+            .cells
+            .iter()
+            .filter(|c| c.excluded.is_none())
+            .map(|c| (c.context.get() / 1024, c.concurrency.get()))
+            .collect();
+        let expect_max = [(0, 32), (16, 16), (32, 8), (64, 4), (128, 2), (248, 1)];
+        for (ctx, max_n) in expect_max {
+            let ns: Vec<u32> = valid.iter().filter(|v| v.0 == ctx).map(|v| v.1).collect();
+            assert_eq!(ns.iter().max(), Some(&max_n), "context {ctx}K");
+        }
+        assert_eq!(valid.len(), 6 + 5 + 4 + 3 + 2 + 1);
+    }
+
+    #[test]
+    fn max_model_len_excludes_long_cells_and_unknown_capacity_runs_everything() {
+        let spec = Preset::Seed.matrix();
+        let unknown = capacity_plan(None, &CapacityHints::default(), ServerLimits::default(), &spec)
+            .unwrap()
+            .0;
+        assert_eq!(unknown.source, CapacitySourceKind::Unknown);
+        let p = plan(unknown, &spec, Some(Tokens::kibi(64)));
+        for c in &p.cells {
+            let too_long = c.context.get() + 8192 > 65_536;
+            assert_eq!(
+                matches!(c.excluded, Some(Exclusion::TooLong(_))),
+                too_long,
+                "{}",
+                c.context
+            );
+        }
+        assert!(matches!(p.prefill[4].1, Some(Exclusion::TooLong(_))));
+        assert!(p.estimated > Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,167 @@
+//! One request on the wire, recorded as a metrics timeline: the bridge
+//! between the client's events and the metrics crate's inputs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use speedmatrix_client::{ChatRequest, Client, CompletionRequest, Message, ResponseStream};
+use speedmatrix_metrics::{Chunk, Outcome, RequestTimeline, Timestamp, Usage};
+use speedmatrix_units::Tokens;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Api;
+
+/// What every request of a step sends besides its prompt.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestShape {
+    pub(crate) model: String,
+    pub(crate) api: Api,
+    pub(crate) max_tokens: Tokens,
+    pub(crate) ignore_eos: bool,
+    pub(crate) min_tokens: bool,
+}
+
+/// A request that ended, as the metrics crate sees it, plus what the metrics
+/// crate does not judge: the server's prompt count and the error text.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    pub(crate) timeline: RequestTimeline,
+    pub(crate) prompt_tokens_reported: Option<Tokens>,
+    pub(crate) error: Option<(String, String)>,
+}
+
+impl RequestShape {
+    async fn send(&self, client: &Client, prompt: &str) -> Result<ResponseStream, speedmatrix_client::Error> {
+        match self.api {
+            Api::Completions => {
+                let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned())
+                    .max_tokens(self.max_tokens)
+                    .ignore_eos(self.ignore_eos)
+                    .continuous_usage(true);
+                if self.min_tokens {
+                    req = req.min_tokens(self.max_tokens);
+                }
+                client.stream_completion(&req).await
+            }
+            Api::Chat => {
+                let mut req = ChatRequest::new(self.model.clone(), vec![Message::user(prompt)])
+                    .max_tokens(self.max_tokens)
+                    .ignore_eos(self.ignore_eos)
+                    .continuous_usage(true);
+                if self.min_tokens {
+                    req = req.min_tokens(self.max_tokens);
+                }
+                client.stream_chat(&req).await
+            }
+        }
+    }
+}
+
+/// Sends one request and records it until it ends or `stop` fires.
+/// `first_tokens` is incremented once when the first text chunk arrives.
+pub(crate) async fn record_one(
+    client: &Client,
+    shape: &RequestShape,
+    prompt: &str,
+    epoch: Instant,
+    stop: &CancellationToken,
+    first_tokens: Option<&Arc<AtomicUsize>>,
+) -> Recorded {
+    let at = |i: Instant| Timestamp::from_instant(epoch, i);
+    let sent = Instant::now();
+    let stream = tokio::select! {
+        r = shape.send(client, prompt) => r,
+        () = stop.cancelled() => {
+            return Recorded {
+                timeline: RequestTimeline::new(at(sent), at(Instant::now()), Outcome::Cancelled),
+                prompt_tokens_reported: None,
+                error: None,
+            };
+        }
+    };
+    let mut stream = match stream {
+        Ok(s) => s,
+        Err(e) => return failed(at(sent), at(Instant::now()), &e),
+    };
+    let timings = stream.timings();
+    let mut timeline = RequestTimeline::new(at(timings.sent_at), at(timings.sent_at), Outcome::Cancelled);
+    timeline.headers_at = Some(at(timings.headers_at));
+    let mut prompt_tokens = None;
+    let mut counted_first = false;
+    let outcome = loop {
+        let next = tokio::select! {
+            n = stream.next() => n,
+            () = stop.cancelled() => break Outcome::Cancelled,
+        };
+        match next {
+            Ok(Some(ev)) => {
+                let mut chunk = if !ev.content.is_empty() {
+                    Chunk::content(at(ev.received_at))
+                } else if !ev.reasoning_content.is_empty() {
+                    Chunk::reasoning(at(ev.received_at))
+                } else {
+                    Chunk::empty(at(ev.received_at))
+                };
+                chunk.reasoning = !ev.reasoning_content.is_empty();
+                if let Some(u) = ev.usage {
+                    prompt_tokens = Some(u.prompt_tokens);
+                    let usage = Usage::new(u.prompt_tokens, u.completion_tokens);
+                    if ev.has_choices {
+                        chunk = chunk.with_usage(usage);
+                    } else {
+                        timeline.final_usage = Some(usage);
+                    }
+                }
+                if ev.has_choices {
+                    if chunk.has_text() && !counted_first {
+                        counted_first = true;
+                        if let Some(n) = first_tokens {
+                            n.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    timeline.chunks.push(chunk);
+                }
+            }
+            Ok(None) => {
+                break Outcome::Finished {
+                    finish_reason: stream.finish_reason().map(str::to_owned),
+                };
+            }
+            Err(e) => {
+                let mut r = failed(timeline.sent_at, at(Instant::now()), &e);
+                r.timeline.chunks = std::mem::take(&mut timeline.chunks);
+                r.timeline.headers_at = timeline.headers_at;
+                r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
+                r.prompt_tokens_reported = prompt_tokens;
+                return r;
+            }
+        }
+    };
+    let timings = stream.timings();
+    timeline.first_byte_at = timings.first_byte_at.map(at);
+    timeline.ended_at = at(Instant::now());
+    if timeline.final_usage.is_none()
+        && let Some(u) = stream.usage()
+    {
+        prompt_tokens = prompt_tokens.or(Some(u.prompt_tokens));
+        if matches!(outcome, Outcome::Finished { .. }) {
+            timeline.final_usage = Some(Usage::new(u.prompt_tokens, u.completion_tokens));
+        }
+    }
+    timeline.outcome = outcome;
+    Recorded {
+        timeline,
+        prompt_tokens_reported: prompt_tokens,
+        error: None,
+    }
+}
+
+fn failed(sent: Timestamp, ended: Timestamp, e: &speedmatrix_client::Error) -> Recorded {
+    let kind = e.kind().as_str().to_owned();
+    Recorded {
+        timeline: RequestTimeline::new(sent, ended, Outcome::Failed { kind: kind.clone() }),
+        prompt_tokens_reported: None,
+        error: Some((kind, e.to_string())),
+    }
+}

@@ -1,0 +1,149 @@
+//! The server under test: starting the embedded simulator, probing, and
+//! reading the scheduler gauges vLLM exports on `/metrics`.
+
+use std::time::{Duration, Instant};
+
+use speedmatrix_client::{Client, ClientConfig, ServerInfo, ServerMetrics};
+use speedmatrix_units::Tokens;
+
+use crate::config::{RunConfig, Target};
+use crate::RunError;
+
+/// vLLM's gauge of requests being decoded or prefilled.
+pub(crate) const RUNNING: &str = "vllm:num_requests_running";
+/// vLLM's gauge of requests queued for admission.
+pub(crate) const WAITING: &str = "vllm:num_requests_waiting";
+
+/// A connected server and what it said about itself.
+pub(crate) struct Server {
+    pub(crate) client: Client,
+    pub(crate) info: ServerInfo,
+    pub(crate) model: String,
+    pub(crate) max_model_len: Option<Tokens>,
+    /// Keeps the embedded simulator alive for the run.
+    pub(crate) embedded: Option<speedmatrix_sim::RunningSim>,
+}
+
+/// Running and waiting request counts at one instant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gauges {
+    pub(crate) at: Instant,
+    pub(crate) running: f64,
+    pub(crate) waiting: f64,
+}
+
+impl Server {
+    /// Starts the embedded simulator if asked, then probes the server.
+    pub(crate) async fn connect(config: &RunConfig) -> Result<Server, RunError> {
+        let (url, embedded) = match &config.target {
+            Target::Url(url) => (url.clone(), None),
+            Target::Embedded(profile) => {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                let sim = speedmatrix_sim::SimServer::start(profile.clone(), addr)
+                    .await
+                    .map_err(RunError::Simulator)?;
+                (sim.url(), Some(sim))
+            }
+        };
+        let client_config = ClientConfig::new(url.clone())
+            .api_key(config.api_key.clone())
+            .timeouts(config.timeouts)
+            .insecure(config.insecure);
+        let client = Client::new(client_config).map_err(|source| RunError::Server {
+            url: url.clone(),
+            source,
+        })?;
+        let info = client.probe().await.map_err(|source| RunError::Server {
+            url: url.clone(),
+            source,
+        })?;
+        let (model, max_model_len) = choose_model(&info, config.model.as_deref())?;
+        Ok(Server {
+            client,
+            info,
+            model,
+            max_model_len,
+            embedded,
+        })
+    }
+
+    /// Whether the server exports vLLM's scheduler gauges.
+    pub(crate) fn has_gauges(&self) -> bool {
+        self.info
+            .metrics
+            .as_ref()
+            .is_some_and(|m| m.sum(RUNNING).is_some() && m.sum(WAITING).is_some())
+    }
+
+    /// Reads the running/waiting gauges now; `None` when `/metrics` is missing or fails.
+    pub(crate) async fn gauges(&self) -> Option<Gauges> {
+        let metrics: ServerMetrics = self.client.metrics().await.ok()??;
+        Some(Gauges {
+            at: Instant::now(),
+            running: metrics.sum(RUNNING)?,
+            waiting: metrics.sum(WAITING)?,
+        })
+    }
+
+    /// Whether the server still answers at all (used after failures to tell a
+    /// broken cell from a dead server).
+    pub(crate) async fn is_alive(&self) -> bool {
+        for _ in 0..3 {
+            if self.client.models().await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        false
+    }
+
+    /// Waits until the server reports nothing running or waiting (bounded).
+    /// Without gauges, waits a short fixed pause for aborts to land.
+    pub(crate) async fn drain(&self, limit: Duration) -> bool {
+        if !self.has_gauges() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return true;
+        }
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(g) = self.gauges().await
+                && g.running == 0.0
+                && g.waiting == 0.0
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Stops the embedded simulator, if any.
+    pub(crate) async fn shutdown(self) {
+        if let Some(sim) = self.embedded {
+            sim.shutdown().await;
+        }
+    }
+}
+
+fn choose_model(
+    info: &ServerInfo,
+    requested: Option<&str>,
+) -> Result<(String, Option<Tokens>), RunError> {
+    let models = info.models.as_deref().unwrap_or_default();
+    match requested {
+        Some(name) => match models.iter().find(|m| m.id == name) {
+            Some(m) => Ok((m.id.clone(), m.max_model_len)),
+            None if models.is_empty() => Ok((name.to_owned(), None)),
+            None => Err(RunError::ModelNotFound {
+                requested: name.to_owned(),
+                available: models.iter().map(|m| m.id.clone()).collect(),
+            }),
+        },
+        None => match models.first() {
+            Some(m) => Ok((m.id.clone(), m.max_model_len)),
+            None => Err(RunError::NoModel {
+                url: info.base_url.clone(),
+            }),
+        },
+    }
+}

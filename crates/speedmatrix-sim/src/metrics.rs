@@ -1,0 +1,88 @@
+//! `GET /metrics`: vLLM 0.32's Prometheus names, types and label sets for the metrics a
+//! benchmark reads.
+
+use std::fmt::Write;
+
+use crate::engine::Snapshot;
+use crate::profile::Profile;
+
+fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+/// The Prometheus text exposition of the engine's state.
+pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
+    let labels = format!("engine=\"0\",model_name=\"{}\"", escape(&profile.served_model_name));
+    let mut out = String::with_capacity(4_096);
+    let c = s.counters;
+    let gauges: [(&str, &str, f64); 3] = [
+        ("vllm:num_requests_running", "Number of requests in model execution batches.", s.running as f64),
+        ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting as f64),
+        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage()),
+    ];
+    for (name, help, value) in gauges {
+        metric(&mut out, name, help, "gauge", &labels, value);
+    }
+    let counters: [(&str, &str, u64); 6] = [
+        ("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.preemptions),
+        ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens),
+        ("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens),
+        (
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            c.prefix_queries,
+        ),
+        ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", c.prefix_hits),
+        ("vllm:request_success_total", "Count of successfully processed requests.", c.requests_finished),
+    ];
+    for (name, help, value) in counters {
+        metric(&mut out, name, help, "counter", &labels, value as f64);
+    }
+    let _ = writeln!(out, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig");
+    let _ = writeln!(out, "# TYPE vllm:cache_config_info gauge");
+    let _ = writeln!(
+        out,
+        "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",calculate_kv_scales=\"False\",\
+         cpu_offload_gb=\"0\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"0.9\",\
+         is_attention_free=\"False\",kv_cache_size_tokens=\"{}\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{}\",\
+         num_gpu_blocks_override=\"None\",prefix_caching_hash_algo=\"sha256\",sliding_window=\"None\",\
+         swap_space=\"4\"}} 1.0",
+        profile.block_size,
+        py_bool(profile.enable_prefix_caching),
+        profile.kv_cache_size_tokens(),
+        profile.num_gpu_blocks,
+    );
+    out
+}
+
+fn metric(out: &mut String, name: &str, help: &str, kind: &str, labels: &str, value: f64) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    let _ = writeln!(out, "{name}{{{labels}}} {value:?}");
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_the_vllm_names_and_cache_config() {
+        let p = Profile::builtin(crate::profile::RTX3090_QWEN35_4B_FP8).unwrap();
+        let s = Snapshot { running: 3, waiting: 1, free_blocks: 7_031, total_blocks: 28_124, ..Snapshot::default() };
+        let text = render(&p, &s);
+        assert!(text.contains("vllm:num_requests_running{engine=\"0\",model_name=\"bench\"} 3.0\n"), "{text}");
+        assert!(text.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"bench\"} 1.0\n"));
+        assert!(text.contains("# TYPE vllm:prefix_cache_hits_total counter\n"));
+        assert!(text.contains("num_gpu_blocks=\"28125\""));
+        assert!(text.contains("block_size=\"16\""));
+        assert!(text.contains("kv_cache_size_tokens=\"450000\""));
+        assert!(text.contains("enable_prefix_caching=\"True\""));
+        let usage_line = text.lines().find(|l| l.starts_with("vllm:kv_cache_usage_perc{")).unwrap();
+        let usage: f64 = usage_line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((usage - 0.75).abs() < 0.001, "{usage}");
+    }
+}

@@ -1,0 +1,325 @@
+//! Profiles: what the simulated engine is (KV cache, limits) and how fast it runs (cost model).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+/// Name of the built-in profile calibrated to the seed matrix (RTX 3090, 4B FP8 model, vLLM 0.32).
+pub const RTX3090_QWEN35_4B_FP8: &str = "rtx3090-qwen3.5-4b-fp8";
+/// Name of the small, fast built-in profile for tests (millisecond steps, small KV cache).
+pub const TINY: &str = "tiny";
+/// Name of the built-in profile whose steps take no time at all, for client throughput benchmarks.
+pub const FREE_RUNNING: &str = "free-running";
+
+/// A simulated engine: its KV cache, its scheduler limits, its speed and its faults.
+///
+/// Load one with [`Profile::builtin`], [`Profile::from_file`] (a JSON file) or
+/// [`Profile::load`] (either). Every field is public so a what-if run can start from a built-in
+/// profile and change one knob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// The profile's own name (shown by `speedmatrix sim`).
+    pub name: String,
+    /// The model id the server answers to (`/v1/models`, the `model` field of requests).
+    pub served_model_name: String,
+    /// Longest sequence (prompt + output) in tokens; longer prompts get HTTP 400.
+    pub max_model_len: u32,
+    /// Most requests running at once; more wait in the queue.
+    pub max_num_seqs: u32,
+    /// Token budget of one engine step (chunked prefill splits long prompts at this size).
+    pub max_num_batched_tokens: u32,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// KV blocks in the pool, including vLLM's reserved null block (so `num_gpu_blocks - 1` are usable).
+    pub num_gpu_blocks: u32,
+    /// Whether full prompt blocks are cached and reused across requests.
+    pub enable_prefix_caching: bool,
+    /// The simulated model "ends its answer" (finish reason `stop`) after this many tokens unless the
+    /// request sets `ignore_eos`; `None`: it never stops by itself.
+    #[serde(default)]
+    pub eos_after_tokens: Option<u32>,
+    /// How long engine steps take.
+    pub cost: CostModel,
+    /// Virtual seconds per wall-clock second: 2.0 runs everything twice as fast. Ignored when
+    /// `free_running` is set.
+    #[serde(default = "one")]
+    pub time_scale: f64,
+    /// Steps take no time at all: the engine produces tokens as fast as the process can.
+    #[serde(default)]
+    pub free_running: bool,
+    /// Faults applied to every request, in the `x-sim-fault` header grammar (see [`crate::Fault`]);
+    /// a request's own header replaces them.
+    #[serde(default)]
+    pub faults: Option<String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// How long one engine step takes, as a function of what it computes.
+///
+/// A step runs prefill chunks and decode tokens together (continuous batching):
+///
+/// ```text
+/// step = step_base
+///      + Σ over prefill chunks of n new tokens after c cached ones:
+///            n · prefill_per_token + n · (c + n/2) · prefill_per_token_context
+///      + d · decode_per_seq + C · decode_per_context_token · d^(−decode_batch_exponent)
+/// ```
+///
+/// where `d` is the number of requests decoding one token in the step and `C` the total context
+/// (tokens already in the KV cache) of those requests. The prefill terms are the linear work
+/// (weights) and attention over the already-cached context (quadratic over a whole prompt). The
+/// decode terms are a fixed per-sequence cost and attention reads of the KV cache, which a larger
+/// batch reads more efficiently (an empirical exponent; 0 means no batching gain).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostModel {
+    /// Fixed cost of any step, microseconds.
+    pub step_base_us: f64,
+    /// Prefill cost per new prompt token, microseconds.
+    pub prefill_per_token_us: f64,
+    /// Prefill attention cost per (new token × context token), nanoseconds.
+    pub prefill_per_token_context_ns: f64,
+    /// Decode cost per sequence in the batch, microseconds.
+    pub decode_per_seq_us: f64,
+    /// Decode attention cost per context token in the batch, nanoseconds (at batch size 1).
+    pub decode_per_context_token_ns: f64,
+    /// How much a larger batch reduces the per-context-token decode cost (`d^-exponent`).
+    pub decode_batch_exponent: f64,
+}
+
+impl CostModel {
+    /// Time of a prefill chunk of `tokens` new tokens after `cached` tokens already in the cache,
+    /// without the step's base cost.
+    pub fn prefill_chunk(&self, tokens: u64, cached: u64) -> Duration {
+        let n = tokens as f64;
+        let attention_pairs = n * (cached as f64 + n / 2.0);
+        secs(n * self.prefill_per_token_us * 1e-6 + attention_pairs * self.prefill_per_token_context_ns * 1e-9)
+    }
+
+    /// Time of the decode part of a step: `batch` sequences with `context_tokens` tokens of KV
+    /// cache between them, without the step's base cost.
+    pub fn decode(&self, batch: u64, context_tokens: u64) -> Duration {
+        if batch == 0 {
+            return Duration::ZERO;
+        }
+        let d = batch as f64;
+        let attention = context_tokens as f64 * self.decode_per_context_token_ns * 1e-9 * d.powf(-self.decode_batch_exponent);
+        secs(d * self.decode_per_seq_us * 1e-6 + attention)
+    }
+
+    /// The fixed cost of a step.
+    pub fn step_base(&self) -> Duration {
+        secs(self.step_base_us * 1e-6)
+    }
+
+    /// Time of one decode step (base included) for `batch` sequences of `context` tokens each.
+    pub fn decode_step(&self, batch: u64, context: u64) -> Duration {
+        self.step_base() + self.decode(batch, batch * context)
+    }
+
+    /// Time to prefill a `prompt`-token prompt alone, in chunks of `chunk` tokens, base included:
+    /// the simulated TTFT of one request on an idle server with a cold cache.
+    pub fn prefill(&self, prompt: u64, chunk: u64) -> Duration {
+        let chunk = chunk.max(1);
+        let mut done = 0;
+        let mut total = Duration::ZERO;
+        while done < prompt {
+            let n = chunk.min(prompt - done);
+            total += self.step_base() + self.prefill_chunk(n, done);
+            done += n;
+        }
+        total
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let fields = [
+            ("step_base_us", self.step_base_us),
+            ("prefill_per_token_us", self.prefill_per_token_us),
+            ("prefill_per_token_context_ns", self.prefill_per_token_context_ns),
+            ("decode_per_seq_us", self.decode_per_seq_us),
+            ("decode_per_context_token_ns", self.decode_per_context_token_ns),
+            ("decode_batch_exponent", self.decode_batch_exponent),
+        ];
+        for (name, value) in fields {
+            if !value.is_finite() || value < 0.0 {
+                return Err(format!("cost.{name} must be a finite number ≥ 0, got {value}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+}
+
+impl Profile {
+    /// The names of the built-in profiles.
+    pub const BUILTIN_NAMES: [&'static str; 3] = [RTX3090_QWEN35_4B_FP8, TINY, FREE_RUNNING];
+
+    /// A built-in profile by name, or `None`.
+    ///
+    /// - `rtx3090-qwen3.5-4b-fp8`: calibrated to the seed matrix (RTX 3090 24 GB, vLLM 0.32,
+    ///   `--max-model-len 262144 --max-num-seqs 128`, prefix caching on, 450,000 KV tokens).
+    /// - `tiny`: 2,048-token context, 65,536 KV tokens, ~1 ms steps, for tests.
+    /// - `free-running`: `tiny` whose steps take no time, for client throughput benchmarks.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        match name {
+            RTX3090_QWEN35_4B_FP8 => Some(rtx3090()),
+            TINY => Some(tiny()),
+            FREE_RUNNING => Some(Profile { name: FREE_RUNNING.to_owned(), free_running: true, ..tiny() }),
+            _ => None,
+        }
+    }
+
+    /// Reads a profile from a JSON file.
+    pub fn from_file(path: &Path) -> Result<Profile, SimError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| SimError::ProfileRead { path: path.to_owned(), source })?;
+        Profile::from_json(&text).map_err(|err| match err {
+            SimError::ProfileParse { source, .. } => SimError::ProfileParse { origin: path.display().to_string(), source },
+            other => other,
+        })
+    }
+
+    /// Parses a profile from JSON text and checks it.
+    pub fn from_json(text: &str) -> Result<Profile, SimError> {
+        let profile: Profile = serde_json::from_str(text)
+            .map_err(|source| SimError::ProfileParse { origin: "JSON text".to_owned(), source })?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// A built-in name or else a path to a JSON profile file.
+    pub fn load(name_or_path: &str) -> Result<Profile, SimError> {
+        if let Some(profile) = Profile::builtin(name_or_path) {
+            return Ok(profile);
+        }
+        let path = Path::new(name_or_path);
+        if path.exists() {
+            return Profile::from_file(path);
+        }
+        Err(SimError::UnknownProfile { name: name_or_path.to_owned() })
+    }
+
+    /// Checks that the profile describes an engine that can serve a `max_model_len` request.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let invalid = |reason: String| Err(SimError::InvalidProfile { name: self.name.clone(), reason });
+        if self.served_model_name.is_empty() {
+            return invalid("served_model_name is empty".to_owned());
+        }
+        for (field, value) in [
+            ("max_model_len", self.max_model_len),
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("block_size", self.block_size),
+        ] {
+            if value == 0 {
+                return invalid(format!("{field} must be at least 1"));
+            }
+        }
+        if self.num_gpu_blocks < 2 {
+            return invalid("num_gpu_blocks must be at least 2 (one is the reserved null block)".to_owned());
+        }
+        let needed = u64::from(self.max_model_len).div_ceil(u64::from(self.block_size));
+        if needed > self.usable_blocks() {
+            return invalid(format!(
+                "one max_model_len request needs {needed} KV blocks but only {} are usable; \
+                 raise num_gpu_blocks or lower max_model_len",
+                self.usable_blocks()
+            ));
+        }
+        if !self.time_scale.is_finite() || self.time_scale <= 0.0 {
+            return invalid(format!("time_scale must be a positive number, got {}", self.time_scale));
+        }
+        if let Err(reason) = self.cost.check() {
+            return invalid(reason);
+        }
+        if let Some(spec) = &self.faults {
+            crate::fault::Fault::parse(spec)?;
+        }
+        Ok(())
+    }
+
+    /// KV blocks a request can use (the pool minus the reserved null block).
+    pub fn usable_blocks(&self) -> u64 {
+        u64::from(self.num_gpu_blocks).saturating_sub(1)
+    }
+
+    /// The KV cache size in tokens as vLLM ≥ 0.20.1 reports it (`kv_cache_size_tokens`): the
+    /// number of `max_model_len` requests that fit, times `max_model_len`.
+    pub fn kv_cache_size_tokens(&self) -> u64 {
+        let per_request = u64::from(self.max_model_len).div_ceil(u64::from(self.block_size.max(1)));
+        if per_request == 0 {
+            return 0;
+        }
+        u64::from(self.num_gpu_blocks) * u64::from(self.max_model_len) / per_request
+    }
+
+    /// Whether `n` simultaneous requests of `tokens` tokens each (prompt + output) fit in the KV
+    /// cache at once, by vLLM's block accounting.
+    pub fn fits(&self, n: u64, tokens: u64) -> bool {
+        n <= u64::from(self.max_num_seqs)
+            && n * tokens.div_ceil(u64::from(self.block_size.max(1))) <= self.usable_blocks()
+    }
+}
+
+fn rtx3090() -> Profile {
+    Profile {
+        name: RTX3090_QWEN35_4B_FP8.to_owned(),
+        served_model_name: "bench".to_owned(),
+        max_model_len: 262_144,
+        max_num_seqs: 128,
+        // vLLM's default for `vllm serve` on GPUs under 70 GiB.
+        max_num_batched_tokens: 2_048,
+        block_size: 16,
+        // 28,125 × 16 = 450,000 tokens: inside the seed's bracket of 393,216–524,287.
+        num_gpu_blocks: 28_125,
+        enable_prefix_caching: true,
+        eos_after_tokens: Some(1_000),
+        // Fitted to the seed matrix; see the calibration test in this module.
+        cost: CostModel {
+            step_base_us: 8_300.0,
+            prefill_per_token_us: 85.1,
+            prefill_per_token_context_ns: 1.32,
+            decode_per_seq_us: 190.0,
+            decode_per_context_token_ns: 37.5,
+            decode_batch_exponent: 0.27,
+        },
+        time_scale: 1.0,
+        free_running: false,
+        faults: None,
+    }
+}
+
+fn tiny() -> Profile {
+    Profile {
+        name: TINY.to_owned(),
+        served_model_name: "tiny".to_owned(),
+        max_model_len: 2_048,
+        max_num_seqs: 256,
+        max_num_batched_tokens: 1_024,
+        block_size: 16,
+        num_gpu_blocks: 4_097,
+        enable_prefix_caching: true,
+        eos_after_tokens: Some(100),
+        cost: CostModel {
+            step_base_us: 1_000.0,
+            prefill_per_token_us: 1.0,
+            prefill_per_token_context_ns: 0.5,
+            decode_per_seq_us: 5.0,
+            decode_per_context_token_ns: 2.0,
+            decode_batch_exponent: 0.0,
+        },
+        time_scale: 1.0,
+        free_running: false,
+        faults: None,
+    }
+}

@@ -1,0 +1,311 @@
+//! The simulator end to end, through speedmatrix-client, on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use speedmatrix_client::{
+    ChatRequest, Client, ClientConfig, CompletionRequest, ErrorKind, Message, ServerMetrics, Timeouts,
+    TokenizeRequest,
+};
+use speedmatrix_sim::{Profile, RunningSim, SimServer};
+use speedmatrix_units::Tokens;
+use speedmatrix_workload::Tokenizer;
+
+const PROMPT: &str = "The quiet harbor measured twelve meters at dawn, and the boats waited.";
+
+async fn start(profile: Profile) -> RunningSim {
+    SimServer::start(profile, "127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+fn tiny() -> Profile {
+    Profile::builtin("tiny").unwrap()
+}
+
+fn client(sim: &RunningSim) -> Client {
+    Client::new(ClientConfig::new(sim.url())).unwrap()
+}
+
+fn client_with(sim: &RunningSim, timeouts: Timeouts, max_event_bytes: usize) -> Client {
+    Client::new(ClientConfig::new(sim.url()).timeouts(timeouts).max_event_bytes(max_event_bytes)).unwrap()
+}
+
+fn completion(max_tokens: u64) -> CompletionRequest {
+    CompletionRequest::new("tiny", PROMPT).max_tokens(Tokens::new(max_tokens)).ignore_eos(true).continuous_usage(true)
+}
+
+fn faulty(max_tokens: u64, fault: &str) -> CompletionRequest {
+    completion(max_tokens).extra("sim_fault", serde_json::Value::String(fault.to_owned()))
+}
+
+async fn metrics(client: &Client) -> ServerMetrics {
+    client.metrics().await.unwrap().unwrap()
+}
+
+/// Polls `/metrics` until `done` holds, for at most 5 s.
+async fn wait_for(client: &Client, done: impl Fn(&ServerMetrics) -> bool) -> ServerMetrics {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = metrics(client).await;
+        if done(&m) || Instant::now() > deadline {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn completion_stream_has_vllm_shape_and_exact_usage() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let expected_prompt = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
+    let r = c.stream_completion(&completion(20)).await.unwrap().collect().await.unwrap();
+    let usage = r.usage.unwrap();
+    assert_eq!(usage.prompt_tokens, Tokens::new(expected_prompt));
+    assert_eq!(usage.completion_tokens, Tokens::new(20));
+    assert_eq!(r.finish_reason.as_deref(), Some("length"));
+    assert!(!r.content.trim().is_empty());
+    // Continuous usage: cumulative and non-decreasing on every chunk; the last is usage-only.
+    let counts: Vec<u64> = r.events.iter().map(|e| e.usage.unwrap().completion_tokens.get()).collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    let last = r.events.last().unwrap();
+    assert!(!last.has_choices);
+    assert!(r.events.iter().rev().skip(1).all(|e| e.has_choices));
+    // Output text re-tokenizes to the reported count.
+    let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+    assert_eq!(content.encode_count(&r.content).unwrap(), 20);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn chat_stream_starts_with_a_role_chunk_and_counts_the_template() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let req = ChatRequest::new("tiny", vec![Message::user(PROMPT)]).max_tokens(Tokens::new(5)).continuous_usage(true);
+    let r = c.stream_chat(&req).await.unwrap().collect().await.unwrap();
+    let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+    // The documented ChatML overhead of one user message with the bundled tokenizer.
+    let expected = content.encode_count(PROMPT).unwrap() as u64 + 11;
+    assert_eq!(r.usage.unwrap().prompt_tokens, Tokens::new(expected));
+    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(5));
+    let first = &r.events[0];
+    assert!(first.has_choices && first.content.is_empty(), "role chunk first: {first:?}");
+    assert_eq!(first.usage.unwrap().completion_tokens, Tokens::new(0));
+    // /tokenize agrees with the chat count.
+    let t = c.tokenize(&TokenizeRequest::chat("tiny", vec![Message::user(PROMPT)])).await.unwrap().unwrap();
+    assert_eq!(t.count, Tokens::new(expected));
+    assert_eq!(t.max_model_len, Some(Tokens::new(2_048)));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_ignore_eos_the_model_stops_by_itself() {
+    let sim = start(tiny()).await;
+    let req = CompletionRequest::new("tiny", PROMPT).max_tokens(Tokens::new(500)).continuous_usage(false);
+    let r = client(&sim).stream_completion(&req).await.unwrap().collect().await.unwrap();
+    assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(100));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn models_version_metrics_and_tokenize_look_like_vllm() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let info = c.probe().await.unwrap();
+    let models = info.models.clone().unwrap();
+    assert_eq!(models[0].id, "tiny");
+    assert_eq!(models[0].max_model_len, Some(Tokens::new(2_048)));
+    assert_eq!(models[0].owned_by.as_deref(), Some("vllm"));
+    assert!(info.version.as_deref().unwrap().starts_with("0.32.0"));
+    let cache = info.cache_config().unwrap();
+    assert_eq!(cache.block_size, Some(16));
+    assert_eq!(cache.num_gpu_blocks, Some(4_097));
+    assert_eq!(cache.labels.get("enable_prefix_caching").map(String::as_str), Some("True"));
+    let t = c.tokenize(&TokenizeRequest::prompt("tiny", PROMPT)).await.unwrap().unwrap();
+    assert_eq!(t.count.get() as usize, Tokenizer::bundled().unwrap().encode(PROMPT).unwrap().len());
+    assert_eq!(t.tokens, Tokenizer::bundled().unwrap().encode(PROMPT).unwrap());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_prompt_over_max_model_len_is_a_400_with_vllm_message() {
+    let sim = start(tiny()).await;
+    let long = PROMPT.repeat(400);
+    let req = CompletionRequest::new("tiny", long).max_tokens(Tokens::new(10));
+    let err = client(&sim).stream_completion(&req).await.unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert!(err.to_string().contains("maximum context length is 2048 tokens"), "{err}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fitting_prompt_with_too_many_max_tokens_stops_at_max_model_len() {
+    let sim = start(tiny()).await;
+    let prompt_tokens = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
+    let r = client(&sim).stream_completion(&completion(5_000)).await.unwrap().collect().await.unwrap();
+    assert_eq!(r.finish_reason.as_deref(), Some("length"));
+    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(2_048 - prompt_tokens));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_model_is_404_and_malformed_json_is_400() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let req = CompletionRequest::new("no-such-model", PROMPT);
+    assert_eq!(c.stream_completion(&req).await.unwrap_err().status(), Some(404));
+    let err = c.stream_raw("/v1/completions", b"{\"prompt\": ".to_vec()).await.unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_disconnect_frees_the_blocks_at_once() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let mut stream = c.stream_completion(&completion(1_500)).await.unwrap();
+    for _ in 0..3 {
+        stream.next().await.unwrap().unwrap();
+    }
+    let busy = metrics(&c).await;
+    assert_eq!(busy.value("vllm:num_requests_running"), Some(1.0));
+    assert!(busy.value("vllm:kv_cache_usage_perc").unwrap() > 0.0);
+    drop(stream);
+    let idle = wait_for(&c, |m| m.value("vllm:num_requests_running") == Some(0.0)).await;
+    assert_eq!(idle.value("vllm:num_requests_running"), Some(0.0));
+    assert_eq!(idle.value("vllm:kv_cache_usage_perc"), Some(0.0));
+    let generated = idle.value("vllm:generation_tokens_total").unwrap();
+    assert!(generated < 1_000.0, "the request kept running after the disconnect: {generated}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefix_cache_hits_show_in_metrics() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let long = PROMPT.repeat(20);
+    for _ in 0..2 {
+        let req = CompletionRequest::new("tiny", long.as_str()).max_tokens(Tokens::new(2));
+        c.stream_completion(&req).await.unwrap().collect().await.unwrap();
+    }
+    let m = metrics(&c).await;
+    let queries = m.value("vllm:prefix_cache_queries_total").unwrap();
+    let hits = m.value("vllm:prefix_cache_hits_total").unwrap();
+    assert!(hits > 0.0 && hits < queries, "hits {hits} of {queries}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_close_after_breaks_the_stream() {
+    let sim = start(tiny()).await;
+    let mut stream = client(&sim).stream_completion(&faulty(50, "close-after=5")).await.unwrap();
+    let mut text = String::new();
+    let err = loop {
+        match stream.next().await {
+            Ok(Some(e)) => text.push_str(&e.content),
+            Ok(None) => panic!("the stream ended cleanly"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), ErrorKind::Disconnected, "{err}");
+    let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+    assert_eq!(content.encode_count(&text).unwrap(), 5);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_stall_trips_the_idle_timeout() {
+    let sim = start(tiny()).await;
+    let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(5), Duration::from_millis(300));
+    let c = client_with(&sim, timeouts, 1 << 20);
+    let err = c.stream_completion(&faulty(20, "stall=3s@2")).await.unwrap().collect().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimeoutIdle, "{err}");
+    // A stall shorter than the timeout only delays the stream.
+    let c = client(&sim);
+    let r = c.stream_completion(&faulty(20, "stall=200ms@2")).await.unwrap().collect().await.unwrap();
+    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(20));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_malformed_chunk_is_a_protocol_error() {
+    let sim = start(tiny()).await;
+    let err = client(&sim).stream_completion(&faulty(20, "malformed-chunk-after=2")).await.unwrap().collect().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_statuses_are_answered_before_any_work() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    for code in [429u16, 500, 503] {
+        let err = c.stream_completion(&faulty(5, &format!("status={code}"))).await.unwrap_err();
+        assert_eq!(err.status(), Some(code));
+    }
+    assert_eq!(metrics(&c).await.value("vllm:prompt_tokens_total"), Some(0.0));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_slow_headers_trips_the_headers_timeout() {
+    let sim = start(tiny()).await;
+    let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_millis(200), Duration::from_secs(5));
+    let err = client_with(&sim, timeouts, 1 << 20).stream_completion(&faulty(5, "slow-headers=2s")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimeoutHeaders, "{err}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_oversized_line_trips_the_event_size_limit() {
+    let sim = start(tiny()).await;
+    let timeouts = Timeouts::default();
+    let small = client_with(&sim, timeouts, 64 << 10);
+    let err = small.stream_completion(&faulty(5, "oversized-line=200000@1")).await.unwrap().collect().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SseLineTooLong, "{err}");
+    // Under a large enough limit the padded chunk is harmless.
+    let big = client_with(&sim, timeouts, 1 << 20);
+    let r = big.stream_completion(&faulty(5, "oversized-line=200000@1")).await.unwrap().collect().await.unwrap();
+    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(5));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn profile_faults_apply_to_every_request() {
+    let mut p = tiny();
+    p.faults = Some("status=503".to_owned());
+    let sim = start(p).await;
+    let c = client(&sim);
+    assert_eq!(c.stream_completion(&completion(5)).await.unwrap_err().status(), Some(503));
+    // The other endpoints stay healthy.
+    assert!(c.models().await.unwrap().is_some());
+    sim.shutdown().await;
+}
+
+/// 128 streams on one thread (client and server share it): the engine keeps its modelled pace.
+#[tokio::test(flavor = "current_thread")]
+async fn one_core_serves_128_streams_at_the_modelled_rate() {
+    let sim = start(tiny()).await;
+    let c = client(&sim);
+    let tokens = 200u64;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..128)
+        .map(|i| {
+            let c = c.clone();
+            let req = CompletionRequest::new("tiny", format!("[{i}] {PROMPT}"))
+                .max_tokens(Tokens::new(tokens))
+                .ignore_eos(true)
+                .continuous_usage(true);
+            tokio::spawn(async move { c.stream_completion(&req).await.unwrap().collect().await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().usage.unwrap().completion_tokens, Tokens::new(tokens));
+    }
+    let elapsed = started.elapsed();
+    let p = tiny();
+    let modelled = p.cost.decode_step(128, 250) * tokens as u32;
+    assert!(elapsed < modelled * 3, "took {elapsed:?}, the cost model says {modelled:?}");
+    assert!(elapsed * 2 > modelled, "took {elapsed:?}, faster than the cost model's {modelled:?}");
+    sim.shutdown().await;
+}

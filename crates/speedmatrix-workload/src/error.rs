@@ -1,0 +1,119 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What went wrong while loading a tokenizer or building a prompt.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tokenizer or config file could not be read.
+    #[error("could not read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file was read but is not a valid `tokenizer.json` or `tokenizer_config.json`.
+    #[error("{path} is not a valid {what}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// `tokenizer.json` or `tokenizer_config.json`.
+        what: &'static str,
+        /// The parser's complaint.
+        message: String,
+    },
+    /// The tokenizer compiled into this program did not load (a build problem).
+    #[error(
+        "the bundled tokenizer did not load ({message}); regenerate it with `cargo xtask gen-tokenizer`"
+    )]
+    Bundled {
+        /// The parser's complaint.
+        message: String,
+    },
+    /// A `--tokenizer` value names no file, folder or cached Hugging Face model.
+    #[error(
+        "`{given}` is not a tokenizer: expected `bundled`, a tokenizer.json file, a model folder \
+         holding tokenizer.json, or a Hugging Face id like `org/name` in the local cache"
+    )]
+    UnknownSource {
+        /// The value given.
+        given: String,
+    },
+    /// A Hugging Face id whose files are not in the local cache.
+    #[error(
+        "Hugging Face model `{id}` is not in the local cache ({looked_in}: missing {missing}). \
+         speedmatrix does not download models; fetch the files first (for example \
+         `huggingface-cli download {id} tokenizer.json tokenizer_config.json`), set HF_HUB_CACHE or \
+         HF_HOME to the cache that holds them, or pass the path of a tokenizer.json"
+    )]
+    NotCached {
+        /// The model id.
+        id: String,
+        /// Where the cache was searched.
+        looked_in: PathBuf,
+        /// The missing files or folders.
+        missing: String,
+    },
+    /// The tokenizer failed on some text or ids.
+    #[error("tokenizer {tokenizer} failed: {message}")]
+    Tokenize {
+        /// The tokenizer's name.
+        tokenizer: String,
+        /// Its complaint.
+        message: String,
+    },
+    /// Training a tokenizer failed.
+    #[error("training the tokenizer failed: {message}")]
+    Train {
+        /// The trainer's complaint.
+        message: String,
+    },
+    /// Fewer tokens were asked than the request's fixed part already holds.
+    #[error(
+        "a prompt of {n} tokens is impossible with {tokenizer}: {what} already takes {min} tokens"
+    )]
+    TooShort {
+        /// Tokens asked.
+        n: u64,
+        /// The fewest tokens possible.
+        min: u64,
+        /// What takes them (special tokens, a chat template, a shared prefix).
+        what: &'static str,
+        /// The tokenizer's name.
+        tokenizer: String,
+    },
+    /// The bounded repair could not hit the exact count.
+    #[error(
+        "could not build a prompt of exactly {n} tokens with {tokenizer}: after {attempts} repairs \
+         the closest text had {closest} tokens; try another seed or report this tokenizer"
+    )]
+    Inexact {
+        /// Tokens asked.
+        n: u64,
+        /// Closest count reached.
+        closest: u64,
+        /// Repairs tried.
+        attempts: u32,
+        /// The tokenizer's name.
+        tokenizer: String,
+    },
+    /// A shared prefix did not tokenize to the same ids inside a full prompt.
+    #[error(
+        "with {tokenizer} the shared prefix of {k} tokens does not stay intact inside the prompt, \
+         so prompts would not share its KV blocks"
+    )]
+    PrefixNotStable {
+        /// The shared prefix length.
+        k: u64,
+        /// The tokenizer's name.
+        tokenizer: String,
+    },
+    /// A token count callback (for chat prompts) failed.
+    #[error("counting the prompt's tokens failed: {message}")]
+    Count {
+        /// What the callback reported.
+        message: String,
+    },
+}

@@ -1,0 +1,734 @@
+//! Prompts of an exact token count, with prefix-cache control.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use speedmatrix_units::Tokens;
+
+use crate::text::{SplitMix64, TextGenerator, mix64};
+use crate::{Error, Tokenizer};
+
+/// Which prompts of a cell may share KV-cache blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CacheMode {
+    /// Every request's prompt differs from its first tokens: no prefix-cache hits.
+    Unique,
+    /// Every request of a cell sends the same prompt, so only the first one
+    /// is prefilled (decode-only measurement).
+    Shared,
+    /// The first `prefix` tokens are the same for every request of a cell; the
+    /// rest is unique to the request.
+    SharedPrefix {
+        /// Tokens shared, special tokens included.
+        prefix: Tokens,
+    },
+}
+
+/// Whether a request is measured or only warms the server up.
+///
+/// Warm-up prompts carry a different marker, so they never seed the prefix
+/// cache for the measured ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A request whose timings are kept.
+    #[default]
+    Measured,
+    /// A request sent before measuring.
+    WarmUp,
+}
+
+/// Which API a prompt is for: this decides which tokens the server adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `/v1/completions` with a text prompt: the tokenizer's special tokens
+    /// (BOS) are counted.
+    #[default]
+    Completions,
+    /// `/v1/chat/completions`: the text is one user message; the chat
+    /// template's tokens are counted.
+    Chat,
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Api::Completions => "completions",
+            Api::Chat => "chat",
+        })
+    }
+}
+
+/// Identifies one request for cache control: which cell, stream and request
+/// it is, how it may share the cache, and its phase.
+///
+/// The marker a prompt starts with is written from these fields (and the
+/// seed) without hashing, so distinct keys always give distinct markers.
+///
+/// ```
+/// use speedmatrix_workload::CacheKey;
+///
+/// let a = CacheKey::unique(3, 0, 0);
+/// assert_ne!(a.marker(1), CacheKey::unique(3, 1, 0).marker(1));
+/// assert_ne!(a.marker(1), a.warm_up().marker(1));
+/// assert_eq!(CacheKey::shared(3).marker(1), "[run 1.3]");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheKey {
+    /// How prompts share the cache.
+    pub mode: CacheMode,
+    /// Measured or warm-up.
+    pub phase: Phase,
+    /// The matrix cell (any number unique within a run).
+    pub cell: u64,
+    /// The stream (simultaneous request slot) within the cell.
+    pub stream: u64,
+    /// The request's number within its stream.
+    pub request: u64,
+}
+
+impl CacheKey {
+    /// A prompt no other request shares.
+    pub fn unique(cell: u64, stream: u64, request: u64) -> Self {
+        CacheKey {
+            mode: CacheMode::Unique,
+            phase: Phase::Measured,
+            cell,
+            stream,
+            request,
+        }
+    }
+
+    /// The one prompt every request of `cell` sends.
+    pub fn shared(cell: u64) -> Self {
+        CacheKey {
+            mode: CacheMode::Shared,
+            ..Self::unique(cell, 0, 0)
+        }
+    }
+
+    /// A prompt whose first `prefix` tokens every request of `cell` shares.
+    pub fn shared_prefix(cell: u64, prefix: Tokens, stream: u64, request: u64) -> Self {
+        CacheKey {
+            mode: CacheMode::SharedPrefix { prefix },
+            ..Self::unique(cell, stream, request)
+        }
+    }
+
+    /// The same key for a warm-up request.
+    pub fn warm_up(self) -> Self {
+        CacheKey {
+            phase: Phase::WarmUp,
+            ..self
+        }
+    }
+
+    /// The text a prompt with this key and `seed` starts with.
+    ///
+    /// For [`CacheMode::SharedPrefix`] this is the shared part's marker; the
+    /// unique part has its own (see [`CacheKey::suffix_marker`]).
+    pub fn marker(&self, seed: u64) -> String {
+        let tag = match self.phase {
+            Phase::Measured => "run",
+            Phase::WarmUp => "warmup",
+        };
+        match self.mode {
+            CacheMode::Unique => format!(
+                "[{tag} {seed:x}.{:x}.{:x}.{:x}]",
+                self.cell, self.stream, self.request
+            ),
+            CacheMode::Shared => format!("[{tag} {seed:x}.{:x}]", self.cell),
+            CacheMode::SharedPrefix { prefix } => {
+                format!("[{tag} {seed:x}.{:x}/{}]", self.cell, prefix.get())
+            }
+        }
+    }
+
+    /// The marker that starts the unique part of a shared-prefix prompt.
+    pub fn suffix_marker(&self) -> String {
+        format!(" [{:x}.{:x}]", self.stream, self.request)
+    }
+
+    fn body_seed(&self, seed: u64, shared_part: bool) -> u64 {
+        let mut h = mix64(seed ^ 0x0B0D_1E5E_ED00);
+        let fields: &[u64] = if shared_part || self.mode == CacheMode::Shared {
+            &[self.cell]
+        } else {
+            &[self.cell, self.stream, self.request, self.phase as u64]
+        };
+        for f in fields {
+            h = mix64(h ^ f);
+        }
+        h
+    }
+}
+
+/// One generated request: its text and the prompt tokens the server should
+/// report for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The prompt text (for [`Api::Chat`], the user message's content).
+    pub text: String,
+    /// `usage.prompt_tokens` the server should report; the runner checks it.
+    pub expected_tokens: Tokens,
+    /// How many leading tokens other prompts of the cell share.
+    pub shared_tokens: Tokens,
+    /// The API the count is for.
+    pub api: Api,
+}
+
+/// Chat-template tokens a server adds around one user message.
+///
+/// Measure it once per server and model: send [`ChatOverhead::PROBE`] as the
+/// only user message (the server's `/tokenize` with `messages`, or a chat
+/// request with `max_tokens: 1`), then [`ChatOverhead::from_probe`] with the
+/// reported prompt tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChatOverhead(pub Tokens);
+
+impl ChatOverhead {
+    /// The user message to measure the overhead with: starts and ends like
+    /// the prompts do (a bracket, then words), so it joins the template the
+    /// same way.
+    pub const PROBE: &'static str = "[probe 0] The quiet harbor measured twelve meters.";
+
+    /// The overhead, from what the server reported for [`ChatOverhead::PROBE`].
+    pub fn from_probe(tokenizer: &Tokenizer, server_prompt_tokens: u64) -> Result<Self, Error> {
+        let content = tokenizer
+            .clone()
+            .with_add_special_tokens(false)
+            .encode_count(Self::PROBE)? as u64;
+        match server_prompt_tokens.checked_sub(content) {
+            Some(overhead) => Ok(ChatOverhead(Tokens::new(overhead))),
+            None => Err(Error::Count {
+                message: format!(
+                    "the server counted {server_prompt_tokens} tokens for a message of {content} \
+                     tokens with {}; is it the same tokenizer as the server's model?",
+                    tokenizer.name()
+                ),
+            }),
+        }
+    }
+}
+
+/// Builds exact-length prompts with one tokenizer.
+///
+/// Text comes from a pool of generated prose, encoded once per size class;
+/// a prompt is a seeded marker plus a slice of the pool, cut at the target
+/// count and repaired at the end where re-encoding merges tokens across the
+/// cut. Every result is checked by encoding the whole prompt.
+///
+/// ```
+/// use speedmatrix_units::Tokens;
+/// use speedmatrix_workload::{CacheKey, PromptBuilder, Tokenizer};
+///
+/// let tok = Tokenizer::bundled()?;
+/// let builder = PromptBuilder::new(tok.clone());
+/// let p = builder.prompt(Tokens::new(1_000), 42, &CacheKey::unique(0, 0, 0))?;
+/// assert_eq!(tok.encode_count(&p.text)?, 1_000);
+/// assert_eq!(p.expected_tokens, Tokens::new(1_000));
+/// assert!(p.text.starts_with("[run 2a.0.0.0]"));
+/// # Ok::<(), speedmatrix_workload::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct PromptBuilder {
+    tokenizer: Tokenizer,
+    content_tokenizer: Tokenizer,
+    pools: Mutex<HashMap<usize, Arc<Pool>>>,
+}
+
+/// Tokens before a cut that the repair re-encodes instead of the whole text.
+const WINDOW: usize = 64;
+/// Token-count steps tried before scanning characters.
+const MAX_STEPS: usize = 12;
+/// Characters tried on each side of the best cut.
+const SCAN_CHARS: usize = 40;
+/// Prompts start at a sentence within this many tokens of a pool's start.
+const SPREAD_TOKENS: usize = 8_192;
+/// Pool text beyond what the largest prompt of its class needs.
+const SLACK_TOKENS: usize = 512;
+/// Pool text is encoded in pieces of about this many bytes.
+const CHUNK_BYTES: usize = 64 << 10;
+const POOL_SEED: u64 = 0x9E11_70_7E47;
+
+impl PromptBuilder {
+    /// A builder counting with `tokenizer`.
+    pub fn new(tokenizer: Tokenizer) -> Self {
+        PromptBuilder {
+            content_tokenizer: tokenizer.clone().with_add_special_tokens(false),
+            tokenizer,
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The tokenizer prompts are counted with.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// A completions prompt whose encoding has exactly `n` tokens, special
+    /// tokens included, the same for the same `n`, `seed` and `key`.
+    ///
+    /// Prompts start with `key`'s marker, so prompts of different keys share
+    /// no KV block when `n` is larger than the marker; shorter prompts are
+    /// cut from the marker itself.
+    pub fn prompt(&self, n: Tokens, seed: u64, key: &CacheKey) -> Result<Prompt, Error> {
+        let text = self.text(&self.tokenizer, 0, n, seed, key)?;
+        Ok(self.finish(text, n, key, Api::Completions))
+    }
+
+    /// A chat prompt: user-message content such that the server counts
+    /// exactly `n` prompt tokens once it adds `overhead` template tokens.
+    pub fn chat_prompt(
+        &self,
+        n: Tokens,
+        seed: u64,
+        key: &CacheKey,
+        overhead: ChatOverhead,
+    ) -> Result<Prompt, Error> {
+        let extra = usize_of(overhead.0);
+        let text = self.text(&self.content_tokenizer, extra, n, seed, key)?;
+        Ok(self.finish(text, n, key, Api::Chat))
+    }
+
+    /// Like [`chat_prompt`](Self::chat_prompt), then asks `recount` (the
+    /// server's `/tokenize`, say) for the real count and rebuilds with the
+    /// overhead corrected, at most three times.
+    pub fn chat_prompt_checked<F, E>(
+        &self,
+        n: Tokens,
+        seed: u64,
+        key: &CacheKey,
+        mut overhead: ChatOverhead,
+        mut recount: F,
+    ) -> Result<Prompt, Error>
+    where
+        F: FnMut(&str) -> Result<u64, E>,
+        E: fmt::Display,
+    {
+        let mut last = 0;
+        for _ in 0..3 {
+            let prompt = self.chat_prompt(n, seed, key, overhead)?;
+            let counted = recount(&prompt.text).map_err(|e| Error::Count {
+                message: e.to_string(),
+            })?;
+            if counted == n.get() {
+                return Ok(prompt);
+            }
+            last = counted;
+            let corrected = (overhead.0.get() + counted).checked_sub(n.get());
+            overhead = ChatOverhead(Tokens::new(corrected.unwrap_or(0)));
+        }
+        Err(Error::Inexact {
+            n: n.get(),
+            closest: last,
+            attempts: 3,
+            tokenizer: self.tokenizer.name().to_owned(),
+        })
+    }
+
+    fn finish(&self, text: String, n: Tokens, key: &CacheKey, api: Api) -> Prompt {
+        let shared_tokens = match key.mode {
+            CacheMode::Unique => Tokens::ZERO,
+            CacheMode::Shared => n,
+            CacheMode::SharedPrefix { prefix } => prefix.min(n),
+        };
+        Prompt {
+            text,
+            expected_tokens: n,
+            shared_tokens,
+            api,
+        }
+    }
+
+    /// Text that `tok` counts as `n - extra` tokens.
+    fn text(
+        &self,
+        tok: &Tokenizer,
+        extra: usize,
+        n: Tokens,
+        seed: u64,
+        key: &CacheKey,
+    ) -> Result<String, Error> {
+        let n = usize_of(n);
+        let min = extra + tok.special_tokens_count();
+        if n < min {
+            return Err(self.too_short(n, min, extra));
+        }
+        match key.mode {
+            CacheMode::Unique | CacheMode::Shared => {
+                let source = self.source(key.marker(seed), key.body_seed(seed, false), n)?;
+                Fitter::new(tok, extra, &source, n, 0).fit()
+            }
+            CacheMode::SharedPrefix { prefix } => {
+                self.shared_prefix_text(tok, extra, n, usize_of(prefix), seed, key)
+            }
+        }
+    }
+
+    fn shared_prefix_text(
+        &self,
+        tok: &Tokenizer,
+        extra: usize,
+        n: usize,
+        k: usize,
+        seed: u64,
+        key: &CacheKey,
+    ) -> Result<String, Error> {
+        if n < k {
+            return Err(Error::TooShort {
+                n: n as u64,
+                min: k as u64,
+                what: "the shared prefix",
+                tokenizer: tok.name().to_owned(),
+            });
+        }
+        let shared = self.source(key.marker(seed), key.body_seed(seed, true), k)?;
+        let prefix = Fitter::new(tok, extra, &shared, k, 0).fit()?;
+        if n == k {
+            return Ok(prefix);
+        }
+        let mut source = self.source(key.suffix_marker(), key.body_seed(seed, false), n - k)?;
+        let prefix_ends = tok.content_token_ends(&prefix)?;
+        source.prepend(&prefix, &prefix_ends);
+        let text = Fitter::new(tok, extra, &source, n, prefix.len() + 1).fit()?;
+        let (whole, part) = (tok.encode(&text)?, tok.encode(&prefix)?);
+        let keep = k.saturating_sub(extra);
+        if whole.get(..keep) != part.get(..keep) {
+            return Err(Error::PrefixNotStable {
+                k: k as u64,
+                tokenizer: tok.name().to_owned(),
+            });
+        }
+        Ok(text)
+    }
+
+    fn too_short(&self, n: usize, min: usize, extra: usize) -> Error {
+        Error::TooShort {
+            n: n as u64,
+            min: min as u64,
+            what: if extra > 0 {
+                "the chat template"
+            } else {
+                "the special tokens"
+            },
+            tokenizer: self.tokenizer.name().to_owned(),
+        }
+    }
+
+    /// `marker` then pool text from a seeded sentence, long enough for `n`
+    /// tokens, with the estimated end of each token.
+    fn source(&self, marker: String, body_seed: u64, n: usize) -> Result<Source, Error> {
+        let pool = self.pool(n)?;
+        let mut rng = SplitMix64::new(body_seed);
+        let i = rng.below(pool.spread_starts);
+        let starts = &pool.sentence_starts;
+        let (start, head_end) = match (starts.get(i), starts.get(i + 1)) {
+            (Some(&s), Some(&e)) => (s, e),
+            _ => (0, 0),
+        };
+        // Encode the marker with the first sentence, so the estimate is exact
+        // where the two meet; the pool's own encoding serves after that.
+        let mut text = marker;
+        text.push_str(&pool.text[start..head_end]);
+        let mut ends = self.content_tokenizer.content_token_ends(&text)?;
+        let first_token = pool.ends.partition_point(|&e| e as usize <= head_end);
+        let last_token = (first_token + n + SLACK_TOKENS).min(pool.ends.len());
+        let end = pool.ends[last_token - 1] as usize;
+        let base = text.len();
+        text.push_str(&pool.text[head_end..end]);
+        // Tokens from `first_token` on end after `head_end`.
+        ends.extend(
+            pool.ends[first_token..last_token]
+                .iter()
+                .map(|&e| (e as usize).saturating_sub(head_end) + base),
+        );
+        Ok(Source { text, ends })
+    }
+
+    /// The pool for prompts of up to `n` tokens, built on first use.
+    fn pool(&self, n: usize) -> Result<Arc<Pool>, Error> {
+        let class = n.next_power_of_two().max(4_096);
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = pools.get(&class) {
+            return Ok(Arc::clone(pool));
+        }
+        let pool = Arc::new(Pool::build(&self.content_tokenizer, class + SPREAD_TOKENS + SLACK_TOKENS)?);
+        pools.insert(class, Arc::clone(&pool));
+        Ok(pool)
+    }
+}
+
+fn usize_of(t: Tokens) -> usize {
+    usize::try_from(t.get()).unwrap_or(usize::MAX)
+}
+
+/// Generated prose and where each of its tokens ends.
+#[derive(Debug)]
+struct Pool {
+    text: String,
+    /// End byte of each content token.
+    ends: Vec<u32>,
+    /// Byte offsets of the separators before sentences.
+    sentence_starts: Vec<usize>,
+    /// How many of `sentence_starts` lie in the first [`SPREAD_TOKENS`]
+    /// tokens: where prompt bodies may start.
+    spread_starts: usize,
+}
+
+impl Pool {
+    /// At least `tokens` tokens of text. Pools of every size share a prefix,
+    /// so a prompt's text depends only on its size class.
+    fn build(tok: &Tokenizer, tokens: usize) -> Result<Self, Error> {
+        let mut generator = TextGenerator::new(POOL_SEED);
+        let mut pool = Pool {
+            text: String::new(),
+            ends: Vec::new(),
+            sentence_starts: Vec::new(),
+            spread_starts: 0,
+        };
+        while pool.ends.len() < tokens {
+            let missing = tokens - pool.ends.len();
+            let chunks = pool.grow(&mut generator, missing * 6);
+            pool.encode_chunks(tok, &chunks)?;
+        }
+        let spread_end = pool.ends.get(SPREAD_TOKENS).map_or(usize::MAX, |&e| e as usize);
+        let spread = pool.sentence_starts.partition_point(|&s| s < spread_end);
+        // Every start needs a next one (the end of its first sentence).
+        pool.spread_starts = spread.min(pool.sentence_starts.len().saturating_sub(1)).max(1);
+        Ok(pool)
+    }
+
+    /// Appends about `bytes` of text as paragraph-aligned chunks; returns
+    /// their byte ranges.
+    fn grow(&mut self, generator: &mut TextGenerator, bytes: usize) -> Vec<(usize, usize)> {
+        let target = self.text.len() + bytes.max(CHUNK_BYTES);
+        let mut chunks = Vec::new();
+        let mut chunk_start = self.text.len();
+        while self.text.len() < target {
+            let sep = self.text.len();
+            generator.push_sentence(&mut self.text);
+            // Cut only before a paragraph break: text on either side of one
+            // tokenizes the same alone as together.
+            if self.text[sep..].starts_with("\n\n") && sep - chunk_start >= CHUNK_BYTES {
+                chunks.push((chunk_start, sep));
+                chunk_start = sep;
+            }
+            if sep > 0 {
+                self.sentence_starts.push(sep);
+            }
+        }
+        // The last sentence of the last chunk may be incomplete in context,
+        // but text is only ever added after it, never between.
+        chunks.push((chunk_start, self.text.len()));
+        chunks
+    }
+
+    fn encode_chunks(&mut self, tok: &Tokenizer, chunks: &[(usize, usize)]) -> Result<(), Error> {
+        let inputs: Vec<&str> = chunks.iter().map(|&(s, e)| &self.text[s..e]).collect();
+        let encodings = tok
+            .inner()
+            .encode_batch(inputs, false)
+            .map_err(|e| tok.error(e))?;
+        for (enc, &(start, _)) in encodings.iter().zip(chunks) {
+            let mut last = self.ends.last().copied().unwrap_or(0);
+            for &(_, end) in enc.get_offsets() {
+                let end = u32::try_from(start + end).unwrap_or(u32::MAX).max(last);
+                self.ends.push(end);
+                last = end;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Candidate text and the estimated end byte of each of its content tokens.
+#[derive(Debug)]
+struct Source {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Source {
+    fn prepend(&mut self, prefix: &str, prefix_ends: &[usize]) {
+        let shift = prefix.len();
+        self.text.insert_str(0, prefix);
+        let mut ends = prefix_ends.to_vec();
+        ends.extend(self.ends.iter().map(|e| e + shift));
+        self.ends = ends;
+    }
+}
+
+/// How a candidate cut is counted.
+#[derive(Debug, Clone, Copy)]
+enum Counting {
+    /// Re-encode only the text after `anchor`, assuming `before` tokens before it.
+    Window { anchor: usize, before: usize },
+    /// Re-encode the whole candidate.
+    Full,
+}
+
+/// Finds where to cut a source so that its count is exactly the target.
+struct Fitter<'a> {
+    tok: &'a Tokenizer,
+    extra: usize,
+    source: &'a Source,
+    target: usize,
+    /// No cut before this byte (keeps a shared prefix whole).
+    min_cut: usize,
+    attempts: u32,
+    closest: usize,
+}
+
+impl<'a> Fitter<'a> {
+    fn new(tok: &'a Tokenizer, extra: usize, source: &'a Source, target: usize, min_cut: usize) -> Self {
+        Fitter {
+            tok,
+            extra,
+            source,
+            target,
+            min_cut,
+            attempts: 0,
+            closest: 0,
+        }
+    }
+
+    fn fit(mut self) -> Result<String, Error> {
+        let fixed = self.extra + self.tok.special_tokens_count();
+        // Keep this many content tokens of the source.
+        let keep = self.target.saturating_sub(fixed);
+        let ends = &self.source.ends;
+        if keep > ends.len() {
+            return Err(self.inexact());
+        }
+        let counting = self.window_for(keep);
+        if let Some(cut) = self.search(keep, counting)?
+            && self.count(Counting::Full, cut)? == self.target
+        {
+            return Ok(self.source.text[..cut].to_owned());
+        }
+        // The window's assumption failed (tokens merged across the anchor):
+        // do it again counting whole texts, slower but certain.
+        if let Counting::Window { .. } = counting
+            && let Some(cut) = self.search(keep, Counting::Full)?
+        {
+            return Ok(self.source.text[..cut].to_owned());
+        }
+        Err(self.inexact())
+    }
+
+    /// Counts re-encoding only the last [`WINDOW`] tokens, anchored where a
+    /// token starts with a space (a word boundary every tokenizer respects).
+    fn window_for(&self, keep: usize) -> Counting {
+        let bytes = self.source.text.as_bytes();
+        let ends = &self.source.ends;
+        let lowest = keep.saturating_sub(4 * WINDOW);
+        let mut w = keep.saturating_sub(WINDOW);
+        while w > lowest {
+            let anchor = ends[w - 1];
+            if bytes.get(anchor) == Some(&b' ')
+                && bytes.get(anchor.wrapping_sub(1)).is_some_and(u8::is_ascii_alphanumeric)
+            {
+                return Counting::Window { anchor, before: w };
+            }
+            w -= 1;
+        }
+        Counting::Full
+    }
+
+    /// Steps the cut by the count's error, then scans characters around the
+    /// closest cut. Returns a cut whose count (as `counting` sees it) is exact.
+    fn search(&mut self, keep: usize, counting: Counting) -> Result<Option<usize>, Error> {
+        let ends = &self.source.ends;
+        let mut k = keep.max(1);
+        let mut tried = Vec::new();
+        let mut best: Option<(usize, usize)> = None; // (distance, cut)
+        for _ in 0..MAX_STEPS {
+            let cut = if keep == 0 { 0 } else { ends[k - 1] };
+            if tried.contains(&k) || !self.cut_allowed(cut, counting) {
+                break;
+            }
+            tried.push(k);
+            let c = self.count(counting, cut)?;
+            if c == self.target {
+                return Ok(Some(cut));
+            }
+            let distance = c.abs_diff(self.target);
+            if best.is_none_or(|(d, _)| distance < d) {
+                best = Some((distance, cut));
+            }
+            if keep == 0 {
+                break;
+            }
+            k = if c < self.target {
+                (k + (self.target - c)).min(ends.len())
+            } else {
+                k.saturating_sub(c - self.target).max(1)
+            };
+        }
+        match best {
+            Some((_, cut)) => self.scan(cut, counting),
+            None => Ok(None),
+        }
+    }
+
+    /// Tries cuts at each character near `around`, nearest first.
+    fn scan(&mut self, around: usize, counting: Counting) -> Result<Option<usize>, Error> {
+        let text = &self.source.text;
+        for step in 1..=SCAN_CHARS {
+            for cut in [around.checked_sub(step), around.checked_add(step)]
+                .into_iter()
+                .flatten()
+            {
+                if cut > text.len() || !text.is_char_boundary(cut) || !self.cut_allowed(cut, counting) {
+                    continue;
+                }
+                if self.count(counting, cut)? == self.target {
+                    return Ok(Some(cut));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn cut_allowed(&self, cut: usize, counting: Counting) -> bool {
+        let above_anchor = match counting {
+            Counting::Window { anchor, .. } => cut > anchor,
+            Counting::Full => true,
+        };
+        above_anchor && cut >= self.min_cut
+    }
+
+    fn count(&mut self, counting: Counting, cut: usize) -> Result<usize, Error> {
+        self.attempts += 1;
+        let text = &self.source.text;
+        let c = match counting {
+            Counting::Window { anchor, before } => {
+                self.extra
+                    + self.tok.special_tokens_count()
+                    + before
+                    + self.tok.content_count(&text[anchor..cut])?
+            }
+            Counting::Full => self.extra + self.tok.encode_count(&text[..cut])?,
+        };
+        if c.abs_diff(self.target) < self.closest.abs_diff(self.target) || self.attempts == 1 {
+            self.closest = c;
+        }
+        Ok(c)
+    }
+
+    fn inexact(&self) -> Error {
+        Error::Inexact {
+            n: self.target as u64,
+            closest: self.closest as u64,
+            attempts: self.attempts,
+            tokenizer: self.tok.name().to_owned(),
+        }
+    }
+}

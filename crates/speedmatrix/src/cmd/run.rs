@@ -1,0 +1,474 @@
+//! `speedmatrix run`: the main job. Measures the whole speed test matrix and
+//! writes run.json, report.md, report.html, measurements.csv and the journal.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use speedmatrix_runner::{
+    Api, CapacityHints, JournalOptions, MatrixSpec, Preset, PromptSharing, RunConfig, RunError,
+    RunLabels, RunOutcome, Target,
+};
+use speedmatrix_units::{Concurrency, Tokens};
+use tokio_util::sync::CancellationToken;
+
+use crate::cmd::UsageError;
+use crate::hardware;
+use crate::progress::Progress;
+
+/// A named matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PresetArg {
+    /// Contexts 0/1K/4K × 1/4/16/64 streams, 10 s windows, prefill 4K/8K: about two minutes.
+    Quick,
+    /// The seed page's matrix: contexts 0–248K × 1–128, prefill 8K–128K, 30 s windows, 8,192 tokens.
+    Seed,
+}
+
+/// Request endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ApiArg {
+    /// POST /v1/completions with a text prompt (prompt length exact by construction).
+    Completions,
+    /// POST /v1/chat/completions; the chat template's tokens are measured and compensated.
+    Chat,
+}
+
+/// Prompt sharing between the streams of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SharingArg {
+    /// Each stream has its own prompt: no KV block is shared between streams.
+    Unique,
+    /// All streams of a cell send one prompt (measures prefix-cache sharing).
+    Shared,
+}
+
+/// Flags of `speedmatrix run`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = AFTER_HELP)]
+pub(crate) struct Args {
+    /// Base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:8000). Without it the
+    /// built-in simulator runs in-process (no GPU, no network).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// Simulator profile used when no --url is given: a built-in name
+    /// (rtx3090-qwen3.5-4b-fp8, tiny) or a profile JSON file.
+    #[arg(long, value_name = "NAME|FILE", default_value = "rtx3090-qwen3.5-4b-fp8")]
+    sim_profile: String,
+    /// Served model name; defaults to the first model the server lists.
+    #[arg(long)]
+    model: Option<String>,
+    /// API key sent as a bearer token; never written to logs or reports.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The served model's tokenizer: a tokenizer.json, a model folder, a Hugging Face id in the
+    /// local HF cache, or `bundled`. Prompts are sized with it, so it must match the server's.
+    /// Required with --url; the simulator uses `bundled`.
+    #[arg(long, value_name = "PATH|HUB_ID|bundled")]
+    tokenizer: Option<String>,
+    /// Endpoint for every request.
+    #[arg(long, value_enum, default_value = "completions")]
+    api: ApiArg,
+    /// Matrix preset; the flags below override its parts. Default: quick with the simulator,
+    /// seed with --url.
+    #[arg(long, value_enum)]
+    preset: Option<PresetArg>,
+    /// Decode context lengths (rows), e.g. 0,16k,32k,64k,128k,248k (k = 1,024 tokens).
+    #[arg(long, value_delimiter = ',')]
+    contexts: Option<Vec<Tokens>>,
+    /// Simultaneous requests (columns), e.g. 1,2,4,8,16,32,64,128.
+    #[arg(long, value_delimiter = ',', alias = "max-concurrency")]
+    concurrency: Option<Vec<Concurrency>>,
+    /// Cold prefill context lengths, e.g. 8k,16k,32k,64k,128k; `none` for no prefill rows.
+    #[arg(long, value_delimiter = ',', value_parser = parse_prefill)]
+    prefill_contexts: Option<Vec<PrefillArg>>,
+    /// Cold prefill requests per context; the median is reported.
+    #[arg(long)]
+    prefill_repeats: Option<u32>,
+    /// Measurement window per decode cell, e.g. 30s, 2m.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// max_tokens of every decode request (ignore_eos is always set).
+    #[arg(long)]
+    max_tokens: Option<Tokens>,
+    /// Whether the streams of a cell share one prompt.
+    #[arg(long, value_enum, default_value = "unique")]
+    prompt_sharing: SharingArg,
+    /// Seed of the prompt text.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also send min_tokens = max_tokens (for servers that ignore ignore_eos).
+    #[arg(long)]
+    min_tokens: bool,
+
+    /// KV cache capacity in tokens, when the server does not report it.
+    #[arg(long, value_name = "TOKENS")]
+    kv_capacity_tokens: Option<Tokens>,
+    /// The model's config.json, to predict the KV capacity offline (vLLM rules) when the server
+    /// does not report it; see `speedmatrix capacity --help` for the full set of engine flags.
+    #[arg(long, value_name = "PATH")]
+    model_config: Option<PathBuf>,
+    /// GPU for the prediction (rtx3090, h100, ... or a size like 23.5GiB).
+    #[arg(long, default_value = "rtx3090")]
+    gpu: String,
+    /// vLLM --gpu-memory-utilization, for the prediction.
+    #[arg(long, default_value_t = 0.9)]
+    gpu_memory_utilization: f64,
+    /// vLLM --max-num-seqs, for the prediction.
+    #[arg(long)]
+    max_num_seqs: Option<u32>,
+
+    /// Output directory; default speedmatrix-runs/<UTC time>.
+    #[arg(long, short, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Write into --out even if it already holds files.
+    #[arg(long)]
+    force: bool,
+    /// Continue the run whose output directory is DIR (same flags), skipping finished cells.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "force"])]
+    resume: Option<PathBuf>,
+    /// Print the plan (cells, capacity source, estimated duration) and exit.
+    #[arg(long)]
+    dry_run: bool,
+    /// No progress display.
+    #[arg(long, short)]
+    quiet: bool,
+
+    /// Skip TLS certificate verification (recorded in the report).
+    #[arg(long)]
+    insecure: bool,
+    /// Connect timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    connect_timeout: Duration,
+    /// Longest silence allowed between two chunks of a stream (and before response headers).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
+    idle_timeout: Duration,
+
+    /// The server's launch command, copied into the report.
+    #[arg(long)]
+    launch_command: Option<String>,
+    /// Weight quantization, for the report (e.g. FP8).
+    #[arg(long)]
+    quantization: Option<String>,
+    /// Engine name for the report when the server does not tell (vllm, sglang, llama.cpp).
+    #[arg(long)]
+    engine: Option<String>,
+    /// GPU name for the report's hardware section (detected with nvidia-smi when present).
+    #[arg(long)]
+    hardware_gpu: Option<String>,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  speedmatrix run                                   # quick matrix on the built-in simulator
+  speedmatrix run --preset seed                     # the seed page's matrix on the simulator
+  speedmatrix run --url http://127.0.0.1:8000 --tokenizer Qwen/Qwen3.5-4B --preset seed
+  speedmatrix run --resume speedmatrix-runs/2026-11-30T07-00-00Z
+
+Exit codes: 0 every planned step ran; 1 the run stopped early (Ctrl-C, server gone) and the
+partial report was written; 2 bad input.";
+
+/// A prefill context, or `none`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PrefillArg(Option<Tokens>);
+
+fn parse_prefill(s: &str) -> Result<PrefillArg, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(PrefillArg(None));
+    }
+    s.parse::<Tokens>().map(|t| PrefillArg(Some(t))).map_err(|e| e.to_string())
+}
+
+/// Runs `speedmatrix run`.
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let embedded = args.url.is_none();
+    let matrix = matrix(&args, embedded);
+    let tokenizer = load_tokenizer(&args, embedded)?;
+    let target = match &args.url {
+        Some(url) => Target::Url(url.clone()),
+        None => Target::Embedded(
+            speedmatrix_sim::Profile::load(&args.sim_profile)
+                .map_err(|e| UsageError(format!("--sim-profile {}: {e}", args.sim_profile)))?,
+        ),
+    };
+    let config = RunConfig {
+        target,
+        api_key: args.api_key.clone().map(speedmatrix_client::ApiKey::new),
+        insecure: args.insecure,
+        model: args.model.clone(),
+        tokenizer,
+        api: match args.api {
+            ApiArg::Completions => Api::Completions,
+            ApiArg::Chat => Api::Chat,
+        },
+        matrix,
+        prompt_sharing: match args.prompt_sharing {
+            SharingArg::Unique => PromptSharing::Unique,
+            SharingArg::Shared => PromptSharing::Shared,
+        },
+        seed: args.seed,
+        capacity: capacity_hints(&args)?,
+        timeouts: speedmatrix_client::Timeouts::new(
+            args.connect_timeout,
+            args.idle_timeout,
+            args.idle_timeout,
+        ),
+        send_min_tokens: args.min_tokens,
+        labels: labels(&args, embedded),
+    };
+    speedmatrix_runner::validate(&config).map_err(|e| UsageError(e.to_string()))?;
+    warn_plain_http_with_key(&args);
+    if args.dry_run {
+        return dry_run(config).await;
+    }
+    let (dir, resume) = output_dir(&args)?;
+    let journal = JournalOptions {
+        path: Some(dir.join(JOURNAL)),
+        resume,
+    };
+    let progress = Progress::new(args.quiet);
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let outcome = speedmatrix_runner::run(config, journal, &progress, cancel).await;
+    progress.finish();
+    let outcome = outcome.map_err(into_cli_error)?;
+    write_outputs(&dir, &outcome)?;
+    Ok(summarize(&dir, &outcome))
+}
+
+const JOURNAL: &str = "journal.jsonl";
+
+fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
+    let preset = args.preset.unwrap_or(if embedded { PresetArg::Quick } else { PresetArg::Seed });
+    let mut m = match preset {
+        PresetArg::Quick => Preset::Quick.matrix(),
+        PresetArg::Seed => Preset::Seed.matrix(),
+    };
+    if let Some(c) = &args.contexts {
+        m.contexts = c.clone();
+    }
+    if let Some(c) = &args.concurrency {
+        m.concurrencies = c.clone();
+    }
+    if let Some(p) = &args.prefill_contexts {
+        m.prefill_contexts = p.iter().filter_map(|p| p.0).collect();
+    }
+    if let Some(r) = args.prefill_repeats {
+        m.prefill_repeats = r;
+    }
+    if let Some(d) = args.duration {
+        m.duration = d;
+    }
+    if let Some(t) = args.max_tokens {
+        m.max_tokens = t;
+    }
+    m
+}
+
+fn load_tokenizer(args: &Args, embedded: bool) -> anyhow::Result<speedmatrix_workload::Tokenizer> {
+    let source = match (&args.tokenizer, embedded) {
+        (Some(s), _) => s.as_str(),
+        (None, true) => speedmatrix_workload::BUNDLED_NAME,
+        (None, false) => {
+            return Err(UsageError(
+                "with --url, pass --tokenizer: the served model's tokenizer.json, its model folder, \
+                 or its Hugging Face id in the local HF cache, so prompts have exact token counts"
+                    .into(),
+            )
+            .into());
+        }
+    };
+    speedmatrix_workload::Tokenizer::load(source)
+        .map_err(|e| UsageError(format!("--tokenizer {source}: {e}")).into())
+}
+
+fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
+    let prediction = match &args.model_config {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
+            let model = speedmatrix_capacity::ModelConfig::from_json(&text)
+                .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
+            let gpu = speedmatrix_capacity::Gpu::lookup(&args.gpu)
+                .map_err(|e| UsageError(format!("--gpu {}: {e}", args.gpu)))?;
+            let flags = speedmatrix_capacity::VllmFlags {
+                gpu_memory_utilization: args.gpu_memory_utilization,
+                max_num_seqs: args.max_num_seqs,
+                ..speedmatrix_capacity::VllmFlags::default()
+            };
+            let p = speedmatrix_capacity::predict(
+                &model,
+                &gpu,
+                &speedmatrix_capacity::EngineFlags::Vllm(flags),
+            )
+            .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
+            Some(p)
+        }
+    };
+    Ok(CapacityHints {
+        prediction,
+        kv_capacity_tokens: args.kv_capacity_tokens,
+    })
+}
+
+fn labels(args: &Args, embedded: bool) -> RunLabels {
+    let mut hardware = hardware::detect();
+    if embedded {
+        hardware.kind = Some("Simulated engine (speedmatrix-sim) on this machine's CPU".into());
+        hardware.gpus.clear();
+    }
+    if let Some(gpu) = &args.hardware_gpu {
+        hardware.gpus = vec![speedmatrix_report::Gpu {
+            name: gpu.clone(),
+            memory_bytes: None,
+            count: 1,
+        }];
+    }
+    RunLabels {
+        hardware,
+        model: None,
+        launch_command: args.launch_command.clone().or_else(|| {
+            embedded.then(|| format!("speedmatrix sim --profile {}", args.sim_profile))
+        }),
+        quantization: args.quantization.clone(),
+        engine: args.engine.clone(),
+        revision: None,
+        tokenizer: args.tokenizer.clone(),
+    }
+}
+
+fn warn_plain_http_with_key(args: &Args) {
+    let (Some(url), Some(_)) = (&args.url, &args.api_key) else {
+        return;
+    };
+    let rest = url.strip_prefix("http://").unwrap_or_default();
+    let host = rest.split(['/', ':']).next().unwrap_or_default();
+    let loopback = host == "localhost" || host.starts_with("127.") || host == "[::1]";
+    if !rest.is_empty() && !loopback {
+        eprintln!(
+            "warning: sending an API key over plain http:// to {host}; anyone on the path can read it (use https://)"
+        );
+    }
+}
+
+fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool)> {
+    if let Some(dir) = &args.resume {
+        if !dir.join(JOURNAL).is_file() {
+            return Err(UsageError(format!(
+                "--resume {}: no {JOURNAL} there; give the output directory of an earlier run",
+                dir.display()
+            ))
+            .into());
+        }
+        return Ok((dir.clone(), true));
+    }
+    let dir = args.out.clone().unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "-");
+        PathBuf::from("speedmatrix-runs").join(stamp)
+    });
+    if dir.is_dir() {
+        let non_empty = std::fs::read_dir(&dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        if non_empty && !args.force {
+            return Err(UsageError(format!(
+                "--out {} already holds files; pass --force to overwrite them, --resume {} to continue that run, or choose another directory",
+                dir.display(),
+                dir.display()
+            ))
+            .into());
+        }
+        if args.force {
+            let _ = std::fs::remove_file(dir.join(JOURNAL));
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        UsageError(format!("cannot create the output directory {}: {e}", dir.display()))
+    })?;
+    let probe = dir.join(".speedmatrix-write-test");
+    std::fs::write(&probe, b"").map_err(|e| {
+        UsageError(format!("cannot write into the output directory {}: {e}", dir.display()))
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok((dir, false))
+}
+
+async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
+    let plan = speedmatrix_runner::dry_run(&config).await.map_err(into_cli_error)?;
+    println!("{}", speedmatrix_runner::describe_plan(&plan, &config.matrix));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn into_cli_error(e: RunError) -> anyhow::Error {
+    match e {
+        RunError::InvalidConfig(_)
+        | RunError::ModelNotFound { .. }
+        | RunError::NoModel { .. }
+        | RunError::ResumeMismatch { .. } => UsageError(e.to_string()).into(),
+        RunError::Server { .. } => UsageError(format!(
+            "{e}\nIs the server running and is --url right? Start one with `speedmatrix sim` or omit --url to use the built-in simulator."
+        ))
+        .into(),
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn write_outputs(dir: &Path, outcome: &RunOutcome) -> anyhow::Result<()> {
+    let r = &outcome.report;
+    let json = r.to_json().context("could not serialize the report")?;
+    write(dir, "run.json", &json)?;
+    write(dir, "report.md", &speedmatrix_report::to_markdown(r))?;
+    write(dir, "report.html", &speedmatrix_report::to_html(r))?;
+    write(dir, "measurements.csv", &speedmatrix_report::to_csv(r))?;
+    Ok(())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("could not write {}", path.display()))
+}
+
+fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
+    if let Some(tail) = &outcome.journal_damage {
+        eprintln!(
+            "note: the journal's line {} was damaged ({}); the {} bytes after byte {} were dropped and those steps ran again",
+            tail.line, tail.reason, tail.dropped_bytes, tail.offset
+        );
+    }
+    let valid = outcome.report.decode.iter().filter(|c| c.status.is_valid()).count();
+    let errors = outcome
+        .report
+        .decode
+        .iter()
+        .filter(|c| matches!(c.status, speedmatrix_report::CellStatus::Error { .. }))
+        .count();
+    eprintln!(
+        "{} decode cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}}}",
+        valid,
+        errors,
+        dir.display()
+    );
+    match &outcome.stopped {
+        None => ExitCode::SUCCESS,
+        Some(speedmatrix_runner::StopReason::Cancelled) => {
+            eprintln!("the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)", dir.display());
+            ExitCode::FAILURE
+        }
+        Some(reason) => {
+            eprintln!(
+                "the run stopped early: {reason:?}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}

