@@ -43,12 +43,11 @@ impl FromStr for Threshold {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let text = s.trim();
         let number = text.strip_suffix('%').unwrap_or(text).trim();
-        let pct: f64 = number.parse().map_err(|_| ReportError::InvalidThreshold {
-            text: s.to_owned(),
-        })?;
-        Threshold::from_fraction(pct / 100.0).map_err(|_| ReportError::InvalidThreshold {
-            text: s.to_owned(),
-        })
+        let pct: f64 = number
+            .parse()
+            .map_err(|_| ReportError::InvalidThreshold { text: s.to_owned() })?;
+        Threshold::from_fraction(pct / 100.0)
+            .map_err(|_| ReportError::InvalidThreshold { text: s.to_owned() })
     }
 }
 
@@ -161,11 +160,15 @@ impl Comparison {
         for cell in &self.cells {
             let _ = writeln!(out, "| {} |", row_cells(cell).join(" | "));
         }
-        let count = |pred: fn(&Verdict) -> bool| self.cells.iter().filter(|c| pred(&c.verdict)).count();
+        let count =
+            |pred: fn(&Verdict) -> bool| self.cells.iter().filter(|c| pred(&c.verdict)).count();
         let _ = writeln!(
             out,
             "\n{} compared, {} regressed beyond {}, {} improved, {} not comparable.",
-            count(|v| matches!(v, Verdict::Within | Verdict::Improved | Verdict::Regressed { .. })),
+            count(|v| matches!(
+                v,
+                Verdict::Within | Verdict::Improved | Verdict::Regressed { .. }
+            )),
             count(|v| matches!(v, Verdict::Regressed { .. })),
             self.threshold,
             count(|v| matches!(v, Verdict::Improved)),
@@ -220,16 +223,30 @@ pub fn compare(a: &Report, b: &Report, threshold: Threshold) -> Comparison {
             r.prefill_row(ctx)
                 .map(|row| Side::new(&row.status, row.prompt_tokens_per_s, row.ttft_ms))
         };
-        cells.push(judge(Phase::Prefill, ctx, Concurrency::ONE, side(a), side(b), threshold));
+        cells.push(judge(
+            Phase::Prefill,
+            ctx,
+            Concurrency::ONE,
+            side(a),
+            side(b),
+            threshold,
+        ));
     }
     let keys = |r: &Report| -> Vec<(Tokens, Concurrency)> {
-        r.decode.iter().map(|c| (c.context, c.concurrency)).collect()
+        r.decode
+            .iter()
+            .map(|c| (c.context, c.concurrency))
+            .collect()
     };
     for (ctx, n) in union(&keys(a), &keys(b)) {
         let side = |r: &Report| {
             r.decode_cell(ctx, n).map(|c| {
                 let m = c.measurements.as_ref();
-                Side::new(&c.status, m.map(|m| m.total_tokens_per_s), m.map(|m| m.ttft_ms.p50))
+                Side::new(
+                    &c.status,
+                    m.map(|m| m.total_tokens_per_s),
+                    m.map(|m| m.ttft_ms.p50),
+                )
             })
         };
         cells.push(judge(Phase::Decode, ctx, n, side(a), side(b), threshold));
@@ -277,8 +294,14 @@ fn judge(
     let (a, b) = match (a, b) {
         (Some(a), Some(b)) => (a, b),
         (a, _) => {
-            let only = if a.is_some() { "only in A" } else { "only in B" };
-            row.verdict = Verdict::Unmeasured { why: only.to_owned() };
+            let only = if a.is_some() {
+                "only in A"
+            } else {
+                "only in B"
+            };
+            row.verdict = Verdict::Unmeasured {
+                why: only.to_owned(),
+            };
             return row;
         }
     };
@@ -319,7 +342,11 @@ fn judge_numbers(tokens_per_s: Option<Pair>, ttft_ms: Option<Pair>, t: Threshold
         };
     }
     let better = tps.is_some_and(|r| r > 1.0 + t) || ttft.is_some_and(|r| r < 1.0 - t);
-    if better { Verdict::Improved } else { Verdict::Within }
+    if better {
+        Verdict::Improved
+    } else {
+        Verdict::Within
+    }
 }
 
 /// Items of `a` in order, then those only `b` has.
@@ -339,11 +366,27 @@ fn differences(a: &Report, b: &Report) -> Vec<String> {
     let opt = |s: &Option<String>| s.clone().unwrap_or_else(|| format::DASH.to_owned());
     diff("model", a.run.model.clone(), b.run.model.clone());
     diff("engine", a.engine.name.clone(), b.engine.name.clone());
-    diff("engine version", opt(&a.engine.version), opt(&b.engine.version));
-    diff("quantization", opt(&a.engine.quantization), opt(&b.engine.quantization));
-    diff("hardware", page::headline(a), page::headline(b));
-    diff("API", format!("{:?}", a.run.api), format!("{:?}", b.run.api));
-    diff("prompt mode", a.run.prompt_mode.clone(), b.run.prompt_mode.clone());
+    diff(
+        "engine version",
+        opt(&a.engine.version),
+        opt(&b.engine.version),
+    );
+    diff(
+        "quantization",
+        opt(&a.engine.quantization),
+        opt(&b.engine.quantization),
+    );
+    diff("hardware", page::machine(a), page::machine(b));
+    diff(
+        "API",
+        format!("{:?}", a.run.api),
+        format!("{:?}", b.run.api),
+    );
+    diff(
+        "prompt mode",
+        a.run.prompt_mode.clone(),
+        b.run.prompt_mode.clone(),
+    );
     diff(
         "time per measurement",
         format::seconds(a.run.window_duration_s),

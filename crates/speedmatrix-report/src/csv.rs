@@ -97,7 +97,8 @@ fn decode_fields(cell: &DecodeCell) -> [String; 23] {
         f(|m| m.measured_s),
         String::new(),
         String::new(),
-        m.map(|m| m.queueing_detected.to_string()).unwrap_or_default(),
+        m.map(|m| m.queueing_detected.to_string())
+            .unwrap_or_default(),
         int(m.map(|m| m.prompt_token_mismatches)),
         m.map(|m| source_name(m.token_count_source).to_owned())
             .unwrap_or_default(),

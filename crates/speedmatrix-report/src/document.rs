@@ -90,10 +90,16 @@ impl Report {
             problems.push("run", "has neither decode contexts nor prefill contexts");
         }
         if !run.contexts.is_empty() && run.concurrencies.is_empty() {
-            problems.push("run.concurrencies", "is empty but decode contexts are given");
+            problems.push(
+                "run.concurrencies",
+                "is empty but decode contexts are given",
+            );
         }
         if !(run.window_duration_s.is_finite() && run.window_duration_s > 0.0) {
-            problems.push("run.window_duration_s", "must be a positive number of seconds");
+            problems.push(
+                "run.window_duration_s",
+                "must be a positive number of seconds",
+            );
         }
         if run.prefill_repeats == 0 && !run.prefill_contexts.is_empty() {
             problems.push("run.prefill_repeats", "must be at least 1");
@@ -137,7 +143,12 @@ impl Report {
             } else if has_numbers && !matches!(row.status, CellStatus::Error { .. }) {
                 problems.push(&at, format!("is {} but has numbers", row.status.label()));
             }
-            check_number(problems, &at, "prompt_tokens_per_s", row.prompt_tokens_per_s);
+            check_number(
+                problems,
+                &at,
+                "prompt_tokens_per_s",
+                row.prompt_tokens_per_s,
+            );
             check_number(problems, &at, "ttft_ms", row.ttft_ms);
         }
     }
@@ -147,12 +158,18 @@ impl Report {
         for (i, cell) in self.decode.iter().enumerate() {
             let at = format!("decode[{i}]");
             if !self.run.contexts.contains(&cell.context) {
-                problems.push(&at, format!("context {} is not in run.contexts", cell.context));
+                problems.push(
+                    &at,
+                    format!("context {} is not in run.contexts", cell.context),
+                );
             }
             if !self.run.concurrencies.contains(&cell.concurrency) {
                 problems.push(
                     &at,
-                    format!("concurrency {} is not in run.concurrencies", cell.concurrency),
+                    format!(
+                        "concurrency {} is not in run.concurrencies",
+                        cell.concurrency
+                    ),
                 );
             }
             if !seen.insert((cell.context, cell.concurrency)) {
@@ -189,7 +206,12 @@ fn check_cell_numbers(problems: &mut Problems, at: &str, cell: &DecodeCell) {
     }
 }
 
-fn check_measurements(problems: &mut Problems, at: &str, cell: &DecodeCell, m: &DecodeMeasurements) {
+fn check_measurements(
+    problems: &mut Problems,
+    at: &str,
+    cell: &DecodeCell,
+    m: &DecodeMeasurements,
+) {
     for (name, value) in [
         ("total_tokens_per_s", m.total_tokens_per_s),
         ("per_request_tokens_per_s", m.per_request_tokens_per_s),
@@ -254,7 +276,10 @@ fn check_number(problems: &mut Problems, at: &str, name: &str, value: Option<f64
     if let Some(v) = value
         && !(v.is_finite() && v >= 0.0)
     {
-        problems.push(format!("{at}.{name}"), format!("{v} is not a finite, non-negative number"));
+        problems.push(
+            format!("{at}.{name}"),
+            format!("{v} is not a finite, non-negative number"),
+        );
     }
 }
 
@@ -262,7 +287,10 @@ fn check_ascending<T: Ord + std::fmt::Display>(problems: &mut Problems, at: &str
     if let Some(pair) = items.windows(2).find(|w| w[0] >= w[1]) {
         problems.push(
             at,
-            format!("must be strictly ascending, but {} comes before {}", pair[0], pair[1]),
+            format!(
+                "must be strictly ascending, but {} comes before {}",
+                pair[0], pair[1]
+            ),
         );
     }
 }
@@ -299,9 +327,7 @@ fn looks_like_rfc3339(s: &str) -> bool {
     }
     match rest.as_bytes() {
         [b'Z' | b'z'] => true,
-        [b'+' | b'-', h1, h2, b':', m1, m2] => {
-            [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit())
-        }
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()),
         _ => false,
     }
 }

@@ -46,7 +46,9 @@ pub(crate) fn grouped(v: f64, decimals: usize) -> String {
     }
     let text = format!("{:.*}", decimals, v.abs());
     let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let whole = whole.parse::<u64>().map_or_else(|_| whole.to_owned(), group_thousands);
+    let whole = whole
+        .parse::<u64>()
+        .map_or_else(|_| whole.to_owned(), group_thousands);
     let sign = if v < 0.0 && text.bytes().any(|b| matches!(b, b'1'..=b'9')) {
         "-"
     } else {

@@ -277,7 +277,10 @@ mod tests {
 
     #[test]
     fn esc_covers_markup_and_quotes() {
-        assert_eq!(esc("<script>alert('x')</script>"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;");
+        assert_eq!(
+            esc("<script>alert('x')</script>"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+        );
         assert_eq!(esc("a & \"b\""), "a &amp; &quot;b&quot;");
         assert_eq!(esc("bell\u{7}"), "bell\u{fffd}");
     }

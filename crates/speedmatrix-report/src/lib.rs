@@ -83,15 +83,12 @@ mod markdown;
 mod model;
 mod page;
 
-pub use crate::compare::{
-    CellComparison, Comparison, Pair, Phase, Threshold, Verdict, compare,
-};
+pub use crate::compare::{CellComparison, Comparison, Pair, Phase, Threshold, Verdict, compare};
 pub use crate::csv::{CSV_COLUMNS, to_csv};
 pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
-    Api, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, Gpu, Hardware,
-    KvCapacity, Percentiles, PrefillRow, Report, RunSettings, SCHEMA_VERSION, TokenCountSource,
-    Tool,
+    Api, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, Gpu, Hardware, KvCapacity,
+    Percentiles, PrefillRow, Report, RunSettings, SCHEMA_VERSION, TokenCountSource, Tool,
 };

@@ -43,13 +43,13 @@ fn launch_command(out: &mut String, report: &Report) {
         return;
     };
     // The fence must be longer than any run of backticks inside the command.
-    let longest = command
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = command.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
-    let _ = writeln!(out, "## Launch command\n\n{fence}sh\n{}\n{fence}\n", command.trim_end());
+    let _ = writeln!(
+        out,
+        "## Launch command\n\n{fence}sh\n{}\n{fence}\n",
+        command.trim_end()
+    );
 }
 
 fn prefill(out: &mut String, report: &Report) {
@@ -57,7 +57,9 @@ fn prefill(out: &mut String, report: &Report) {
         return;
     }
     out.push_str("## Prefill\n\n");
-    out.push_str("Prompt tok/s by context length, one cold request at a time (nothing cached).\n\n");
+    out.push_str(
+        "Prompt tok/s by context length, one cold request at a time (nothing cached).\n\n",
+    );
     let header = [
         "Context",
         "Prompt tok/s",
@@ -128,7 +130,12 @@ fn table(out: &mut String, header: &[String], rows: &[Vec<String>]) {
     let line = |out: &mut String, cells: &[String]| {
         let escaped: Vec<String> = cells
             .iter()
-            .map(|c| c.split(LINE_BREAK).map(inline).collect::<Vec<_>>().join("<br>"))
+            .map(|c| {
+                c.split(LINE_BREAK)
+                    .map(inline)
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            })
             .collect();
         let _ = writeln!(out, "| {} |", escaped.join(" | "));
     };

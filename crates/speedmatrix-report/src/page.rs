@@ -32,21 +32,31 @@ pub(crate) fn headline(report: &Report) -> String {
     format!("{model} on {}", machine(report))
 }
 
-fn machine(report: &Report) -> String {
+/// The accelerators in a few words: `2× RTX 4090 24 GiB`, or the CPU when there are none.
+pub(crate) fn machine(report: &Report) -> String {
     let hw = &report.hardware;
     let gpus: Vec<String> = hw
         .gpus
         .iter()
         .map(|g| {
-            let count = if g.count > 1 { format!("{}× ", g.count) } else { String::new() };
-            let memory = g.memory_bytes.map(|m| format!(" {}", memory(m))).unwrap_or_default();
+            let count = if g.count > 1 {
+                format!("{}× ", g.count)
+            } else {
+                String::new()
+            };
+            let memory = g
+                .memory_bytes
+                .map(|m| format!(" {}", memory(m)))
+                .unwrap_or_default();
             format!("{count}{}{memory}", g.name)
         })
         .collect();
     if !gpus.is_empty() {
         gpus.join(" + ")
     } else {
-        hw.cpu.clone().unwrap_or_else(|| "unknown hardware".to_owned())
+        hw.cpu
+            .clone()
+            .unwrap_or_else(|| "unknown hardware".to_owned())
     }
 }
 
@@ -62,7 +72,11 @@ pub(crate) fn subtitle(report: &Report) -> String {
         let levels = match (c_first, c_last) {
             (Some(a), Some(b)) => format!(
                 "{} ({a}–{b})",
-                plural(run.concurrencies.len(), "concurrency level", "concurrency levels")
+                plural(
+                    run.concurrencies.len(),
+                    "concurrency level",
+                    "concurrency levels"
+                )
             ),
             _ => "no concurrency levels".to_owned(),
         };
@@ -115,11 +129,18 @@ pub(crate) fn engine_facts(report: &Report) -> Vec<(&'static str, String)> {
 /// Label/value pairs of the Run section.
 pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
     let run = &report.run;
-    let mut facts = vec![("Model", run.model.clone()), ("Served model", run.served_model.clone())];
+    let mut facts = vec![
+        ("Model", run.model.clone()),
+        ("Served model", run.served_model.clone()),
+    ];
     facts.extend(run.revision.clone().map(|v| ("Revision", v)));
     facts.push((
         "Benchmark tool",
-        format!("{} v{}", run.tool.name, run.tool.version.trim_start_matches('v')),
+        format!(
+            "{} v{}",
+            run.tool.name,
+            run.tool.version.trim_start_matches('v')
+        ),
     ));
     facts.push((
         "API",
@@ -131,7 +152,10 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
     facts.push(("Prompts", run.prompt_mode.clone()));
     facts.extend(run.tokenizer.clone().map(|v| ("Tokenizer", v)));
     facts.push(("Decode test", "Fixed duration".to_owned()));
-    facts.push(("Time per measurement", format::seconds(run.window_duration_s)));
+    facts.push((
+        "Time per measurement",
+        format::seconds(run.window_duration_s),
+    ));
     facts.push((
         "Max output",
         format!("{} tokens", format::count(run.max_output_tokens.get())),
@@ -159,13 +183,21 @@ pub(crate) fn capacity_facts(report: &Report) -> Vec<(&'static str, String)> {
     if let Some(m) = &cap.measured {
         facts.push((
             "KV cache, measured",
-            format!("{} tokens ({})", format::count(m.kv_cache_tokens.get()), m.source),
+            format!(
+                "{} tokens ({})",
+                format::count(m.kv_cache_tokens.get()),
+                m.source
+            ),
         ));
     }
     if let Some(p) = &cap.predicted {
         facts.push((
             "KV cache, predicted",
-            format!("{} tokens ({})", format::count(p.kv_cache_tokens.get()), p.source),
+            format!(
+                "{} tokens ({})",
+                format::count(p.kv_cache_tokens.get()),
+                p.source
+            ),
         ));
     }
     if let Some(diff) = cap.difference() {
@@ -185,9 +217,13 @@ pub(crate) fn prefill_cells(row: &PrefillRow) -> [String; 5] {
         .map_or_else(|| DASH.to_owned(), |t| format::count(t.get()));
     [
         row.context.to_string(),
-        row.prompt_tokens_per_s.map_or_else(|| status_text(&row.status), format::tokens_per_s),
+        row.prompt_tokens_per_s
+            .map_or_else(|| status_text(&row.status), format::tokens_per_s),
         opt(row.ttft_ms, format::ms_whole),
-        format!("{} / {reported}", format::count(row.prompt_tokens_requested.get())),
+        format!(
+            "{} / {reported}",
+            format::count(row.prompt_tokens_requested.get())
+        ),
         row.repeats.to_string(),
     ]
 }
@@ -291,7 +327,10 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
             .to_owned(),
     ];
     if let Some(cap) = &report.capacity {
-        notes.push(format!("The over-capacity rule: {}.", cap.rule.trim_end_matches('.')));
+        notes.push(format!(
+            "The over-capacity rule: {}.",
+            cap.rule.trim_end_matches('.')
+        ));
     }
     notes.push(if report.run.decode_cache_warmed {
         "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly \
@@ -318,7 +357,10 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
          cached); TTFT is from sending the request to the first streamed token."
             .to_owned(),
     );
-    notes.push(format!("Output tokens are counted from {}.", token_sources(report)));
+    notes.push(format!(
+        "Output tokens are counted from {}.",
+        token_sources(report)
+    ));
     notes.extend(flag_notes(report));
     notes.extend(error_notes(report));
     notes
@@ -391,12 +433,22 @@ fn error_notes(report: &Report) -> Vec<String> {
     let prefill = report
         .prefill
         .iter()
-        .filter(|r| !matches!(r.status, CellStatus::Valid | CellStatus::OverCapacity { .. }))
+        .filter(|r| {
+            !matches!(
+                r.status,
+                CellStatus::Valid | CellStatus::OverCapacity { .. }
+            )
+        })
         .map(|r| format!("Prefill at {}: {}.", r.context, r.status.detail()));
     let decode = report
         .decode
         .iter()
-        .filter(|c| !matches!(c.status, CellStatus::Valid | CellStatus::OverCapacity { .. }))
+        .filter(|c| {
+            !matches!(
+                c.status,
+                CellStatus::Valid | CellStatus::OverCapacity { .. }
+            )
+        })
         .map(|c| {
             format!(
                 "{} at {} × {}: {}.",
@@ -420,11 +472,18 @@ pub(crate) fn memory(m: ByteSize) -> String {
 }
 
 fn join_tokens(list: &[Tokens]) -> String {
-    list.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    list.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
-    if n == 1 { format!("1 {one}") } else { format!("{n} {many}") }
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
 }
 
 fn opt(v: Option<f64>, f: fn(f64) -> String) -> String {

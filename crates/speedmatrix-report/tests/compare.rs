@@ -3,14 +3,15 @@
 
 mod common;
 
-use speedmatrix_report::{
-    CellStatus, Phase, Report, Threshold, Verdict, compare,
-};
+use speedmatrix_report::{CellStatus, Phase, Report, Threshold, Verdict, compare};
 use speedmatrix_units::{Concurrency, Tokens};
 
 fn at(r: &mut Report, ctx: u64, n: u32) -> &mut speedmatrix_report::DecodeCell {
     let (ctx, n) = (Tokens::kibi(ctx), Concurrency::new(n).unwrap());
-    r.decode.iter_mut().find(|c| c.context == ctx && c.concurrency == n).unwrap()
+    r.decode
+        .iter_mut()
+        .find(|c| c.context == ctx && c.concurrency == n)
+        .unwrap()
 }
 
 /// B = the seed run with: 0×1 tok/s ×0.9, 16K×2 TTFT ×1.2, 32K×4 tok/s ×1.03,
@@ -41,12 +42,12 @@ fn changed() -> Report {
     b
 }
 
-fn row<'a>(
-    c: &'a speedmatrix_report::Comparison,
+fn row(
+    c: &speedmatrix_report::Comparison,
     phase: Phase,
     ctx: u64,
     n: u32,
-) -> &'a speedmatrix_report::CellComparison {
+) -> &speedmatrix_report::CellComparison {
     c.cells
         .iter()
         .find(|r| r.phase == phase && r.context == Tokens::kibi(ctx) && r.concurrency.get() == n)
@@ -65,33 +66,63 @@ fn ratios_and_verdicts_at_five_percent() {
     let r = row(&c, Phase::Decode, 0, 1);
     assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 0.9));
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.0));
-    assert_eq!(r.verdict, Verdict::Regressed { why: "tok/s -10.0%".into() });
+    assert_eq!(
+        r.verdict,
+        Verdict::Regressed {
+            why: "tok/s -10.0%".into()
+        }
+    );
     let r = row(&c, Phase::Decode, 16, 2);
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.2));
-    assert_eq!(r.verdict, Verdict::Regressed { why: "TTFT +20.0%".into() });
+    assert_eq!(
+        r.verdict,
+        Verdict::Regressed {
+            why: "TTFT +20.0%".into()
+        }
+    );
     let r = row(&c, Phase::Decode, 32, 4);
     assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 1.03));
     assert_eq!(r.verdict, Verdict::Within);
     assert_eq!(row(&c, Phase::Decode, 64, 1).verdict, Verdict::Improved);
     let r = row(&c, Phase::Decode, 248, 1);
-    assert_eq!(r.verdict, Verdict::Regressed { why: "valid in A, Error: timeout in B".into() });
+    assert_eq!(
+        r.verdict,
+        Verdict::Regressed {
+            why: "valid in A, Error: timeout in B".into()
+        }
+    );
     assert_eq!(r.tokens_per_s, None);
     let r = row(&c, Phase::Prefill, 8, 1);
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 0.5));
     assert_eq!(r.verdict, Verdict::Improved);
-    assert!(matches!(row(&c, Phase::Decode, 0, 128).verdict, Verdict::Unmeasured { .. }));
+    assert!(matches!(
+        row(&c, Phase::Decode, 0, 128).verdict,
+        Verdict::Unmeasured { .. }
+    ));
     assert_eq!(c.regressions().count(), 3);
-    assert_eq!(c.differences, vec!["engine version: 0.32.0 → 0.33.0".to_owned()]);
+    assert_eq!(
+        c.differences,
+        vec!["engine version: 0.32.0 → 0.33.0".to_owned()]
+    );
     let text = c.to_markdown();
     assert!(text.contains("| Sustained decode | 0 | 1 | 117.3 | 105.6 | 0.900 (-10.0%) | 54 ms | 54 ms | 1.000 (+0.0%) | **REGRESSION**: tok/s -10.0% |"), "{text}");
-    assert!(text.contains("26 compared, 3 regressed beyond 5%, 2 improved, 27 not comparable."), "{text}");
+    assert!(
+        text.contains("26 compared, 3 regressed beyond 5%, 2 improved, 27 not comparable."),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_wider_threshold_forgives_small_changes() {
     let c = compare(&common::seed(), &changed(), "15%".parse().unwrap());
-    let regressed: Vec<(Tokens, u32)> = c.regressions().map(|r| (r.context, r.concurrency.get())).collect();
-    assert_eq!(regressed, vec![(Tokens::kibi(16), 2), (Tokens::kibi(248), 1)]);
+    let regressed: Vec<(Tokens, u32)> = c
+        .regressions()
+        .map(|r| (r.context, r.concurrency.get()))
+        .collect();
+    assert_eq!(
+        regressed,
+        vec![(Tokens::kibi(16), 2), (Tokens::kibi(248), 1)]
+    );
 }
 
 #[test]
@@ -100,7 +131,11 @@ fn a_run_against_itself_has_no_change() {
     let c = compare(&a, &a, Threshold::from_fraction(0.0).unwrap());
     assert!(!c.has_regressions());
     assert!(c.differences.is_empty());
-    assert!(c.cells.iter().all(|r| matches!(r.verdict, Verdict::Within | Verdict::Unmeasured { .. })));
+    assert!(
+        c.cells
+            .iter()
+            .all(|r| matches!(r.verdict, Verdict::Within | Verdict::Unmeasured { .. }))
+    );
 }
 
 #[test]
@@ -114,12 +149,20 @@ fn cells_only_in_one_run_are_reported() {
     let only_a = c
         .cells
         .iter()
-        .filter(|r| r.verdict == Verdict::Unmeasured { why: "only in A".into() })
+        .filter(|r| {
+            r.verdict
+                == Verdict::Unmeasured {
+                    why: "only in A".into(),
+                }
+        })
         .count();
     assert_eq!(only_a, 3);
     let reverse = compare(&b, &a, Threshold::DEFAULT);
     assert_eq!(reverse.cells.len(), c.cells.len());
-    assert!(reverse.cells.iter().any(|r| r.verdict == Verdict::Unmeasured { why: "only in B".into() }));
+    assert!(reverse.cells.iter().any(|r| r.verdict
+        == Verdict::Unmeasured {
+            why: "only in B".into()
+        }));
 }
 
 #[test]

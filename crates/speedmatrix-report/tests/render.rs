@@ -25,13 +25,20 @@ fn html_snapshot() {
 fn markdown_escapes_hostile_strings() {
     let md = to_markdown(&common::small());
     let outside_code: String = md.split("```").step_by(2).collect();
-    assert!(!outside_code.contains("<script>"), "raw <script> in Markdown text");
+    assert!(
+        !outside_code.contains("<script>"),
+        "raw <script> in Markdown text"
+    );
     assert!(md.contains("evil/Qwen\\<script\\>alert(1)\\</script\\>"));
     assert!(md.contains("a\\|b"), "pipe in served model not escaped");
     // The launch command is code: shown verbatim inside a fence.
     assert!(md.contains("```sh\nvllm serve evil/Qwen<script>alert(1)</script> \\\n"));
     // Every table row has as many cells as its header.
-    for header in ["| Phase | Context |", "| Context | 1 |", "| Context | Prompt tok/s |"] {
+    for header in [
+        "| Phase | Context |",
+        "| Context | 1 |",
+        "| Context | Prompt tok/s |",
+    ] {
         let rows = common::table(&md, header);
         assert!(rows.iter().all(|r| r.len() == rows[0].len()), "{header}");
     }
@@ -42,7 +49,10 @@ fn markdown_matrix_shows_every_status() {
     let md = to_markdown(&common::small());
     let rows = common::table(&md, "| Context | 1 |");
     assert_eq!(rows.len(), 4);
-    assert_eq!(rows[1][3], "1,610.5<br>88 ms TTFT †", "queueing cell is marked");
+    assert_eq!(
+        rows[1][3], "1,610.5<br>88 ms TTFT †",
+        "queueing cell is marked"
+    );
     assert_eq!(rows[2][3], "Over capacity");
     assert_eq!(rows[3][2], "Error: timeout");
     assert_eq!(rows[3][3], "Skipped");
@@ -55,7 +65,12 @@ fn csv_parses_with_one_row_per_cell_and_phase() {
     let report = common::small();
     let text = to_csv(&report);
     let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    let header: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(header, CSV_COLUMNS);
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), report.prefill.len() + report.decode.len());
@@ -98,7 +113,10 @@ fn parse_strict(html: &str) -> (Vec<Element>, String) {
     let (mut elements, mut text, mut depth) = (Vec::new(), String::new(), 0i32);
     loop {
         let event = reader.read_event().unwrap_or_else(|e| {
-            panic!("HTML is not well-formed at byte {}: {e}", reader.buffer_position())
+            panic!(
+                "HTML is not well-formed at byte {}: {e}",
+                reader.buffer_position()
+            )
         });
         let start = match event {
             Event::Eof => break,
@@ -155,16 +173,26 @@ fn html_is_well_formed_self_contained_and_escaped() {
     let html = to_html(&report);
     assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
     let (elements, text) = parse_strict(&html);
-    assert!(!elements.iter().any(|e| e.name == "script"), "a <script> element");
+    assert!(
+        !elements.iter().any(|e| e.name == "script"),
+        "a <script> element"
+    );
     for e in &elements {
         for (key, value) in &e.attrs {
-            assert!(!key.starts_with("on"), "event handler {key} on <{}>", e.name);
+            assert!(
+                !key.starts_with("on"),
+                "event handler {key} on <{}>",
+                e.name
+            );
             let external = ["src", "href"].contains(&key.as_str()) && !value.starts_with('#');
             assert!(!external, "external asset {key}={value:?} on <{}>", e.name);
         }
     }
     assert!(!html.contains("<script"), "raw <script> in HTML");
-    assert!(text.contains("evil/Qwen<script>alert(1)</script>"), "model name lost");
+    assert!(
+        text.contains("evil/Qwen<script>alert(1)</script>"),
+        "model name lost"
+    );
     assert!(html.contains("evil/Qwen&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(text.contains("<b>bold</b> & \"quotes\""));
 }
@@ -177,18 +205,29 @@ fn html_charts_have_one_mark_per_measurement() {
         let class_of = |prefix: &str| {
             elements
                 .iter()
-                .filter(|e| e.attr("class").is_some_and(|c| c.split(' ').next() == Some(prefix)))
+                .filter(|e| {
+                    e.attr("class")
+                        .is_some_and(|c| c.split(' ').next() == Some(prefix))
+                })
                 .count()
         };
         let svgs = elements.iter().filter(|e| e.name == "svg").count();
         assert_eq!(svgs, 4, "heatmap, prefill tok/s, prefill TTFT, per request");
         let cells = report.run.contexts.len() * report.run.concurrencies.len();
         assert_eq!(class_of("cell"), cells, "heatmap cells");
-        let valid_prefill = report.prefill.iter().filter(|r| r.status.is_valid()).count();
+        let valid_prefill = report
+            .prefill
+            .iter()
+            .filter(|r| r.status.is_valid())
+            .count();
         assert_eq!(class_of("bar"), valid_prefill, "prefill bars");
         let valid_decode = report.decode.iter().filter(|c| c.status.is_valid()).count();
         // Prefill TTFT points plus one per-request point per valid decode cell.
-        assert_eq!(class_of("point"), valid_prefill + valid_decode, "chart points");
+        assert_eq!(
+            class_of("point"),
+            valid_prefill + valid_decode,
+            "chart points"
+        );
         let over = elements
             .iter()
             .filter(|e| e.attr("class") == Some("cell over-capacity"))

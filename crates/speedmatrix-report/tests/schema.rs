@@ -33,7 +33,8 @@ fn checked_in_schema_is_current() {
 }
 
 fn validator() -> jsonschema::Validator {
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap();
     jsonschema::validator_for(&schema).unwrap()
 }
 
@@ -62,10 +63,14 @@ fn schema_rejects_what_the_reader_rejects() {
         assert!(Report::from_json(&text).is_err(), "reader accepted {text}");
         !errors(&doc).is_empty()
     };
-    assert!(broken(&|d| d["decode"][0]["measurements"]["ttft_ms"] = Value::from("54 ms")));
+    assert!(broken(
+        &|d| d["decode"][0]["measurements"]["ttft_ms"] = Value::from("54 ms")
+    ));
     assert!(broken(&|d| d["decode"][0]["concurrency"] = Value::from(0)));
     assert!(broken(&|d| d["run"]["api"] = Value::from("grpc")));
-    assert!(broken(&|d| d["decode"][5]["status"]["kind"] = Value::from("fine")));
+    assert!(broken(
+        &|d| d["decode"][5]["status"]["kind"] = Value::from("fine")
+    ));
     assert!(broken(&|d| d["engine"]["colour"] = Value::from("blue")));
     assert!(broken(&|d| {
         d["hardware"].as_object_mut().unwrap().remove("gpus");

@@ -57,7 +57,15 @@ fn seed_footnotes_and_headline_are_kept() {
     assert!(md.contains(
         "vllm · 0.32.0 · FP8 · 6 contexts (0–248K) × 8 concurrency levels (1–128) · prefill at 8K, 16K, 32K, 64K, 128K"
     ));
-    for section in ["## Hardware", "## Engine", "## Run", "## Launch command", "## Prefill", "## Sustained decode", "## All measurements"] {
+    for section in [
+        "## Hardware",
+        "## Engine",
+        "## Run",
+        "## Launch command",
+        "## Prefill",
+        "## Sustained decode",
+        "## All measurements",
+    ] {
         assert!(md.contains(section), "missing section {section}");
     }
     assert!(md.contains("--max-num-seqs 128 --enable-prefix-caching"));

@@ -10,14 +10,19 @@ use speedmatrix_units::Tokens;
 fn problems(report: &Report) -> Vec<String> {
     match report.validate() {
         Ok(()) => Vec::new(),
-        Err(ReportError::Invalid { problems }) => problems.iter().map(ToString::to_string).collect(),
+        Err(ReportError::Invalid { problems }) => {
+            problems.iter().map(ToString::to_string).collect()
+        }
         Err(other) => panic!("unexpected error {other}"),
     }
 }
 
 fn assert_problem(report: &Report, needle: &str) {
     let found = problems(report);
-    assert!(found.iter().any(|p| p.contains(needle)), "no problem mentioning {needle:?} in {found:#?}");
+    assert!(
+        found.iter().any(|p| p.contains(needle)),
+        "no problem mentioning {needle:?} in {found:#?}"
+    );
 }
 
 #[test]
@@ -55,27 +60,51 @@ fn contradictions_are_named_with_their_path() {
     let mut r = common::small();
     let p = &mut r.decode[0].measurements.as_mut().unwrap().ttft_ms;
     p.p90 = p.p50 - 1.0;
-    assert_problem(&r, "decode[0].measurements.ttft_ms: percentiles must satisfy");
+    assert_problem(
+        &r,
+        "decode[0].measurements.ttft_ms: percentiles must satisfy",
+    );
 
     let mut r = common::small();
-    r.decode[1].measurements.as_mut().unwrap().total_tokens_per_s = 900.0;
-    assert_problem(&r, "decode[1].measurements.total_tokens_per_s: 900.0 tok/s × 20.0 s = 18000 tokens, but output_tokens is 10800");
+    r.decode[1]
+        .measurements
+        .as_mut()
+        .unwrap()
+        .total_tokens_per_s = 900.0;
+    assert_problem(
+        &r,
+        "decode[1].measurements.total_tokens_per_s: 900.0 tok/s × 20.0 s = 18000 tokens, but output_tokens is 10800",
+    );
 
     let mut r = common::small();
-    r.decode[1].measurements.as_mut().unwrap().average_active_requests = 9.0;
+    r.decode[1]
+        .measurements
+        .as_mut()
+        .unwrap()
+        .average_active_requests = 9.0;
     assert_problem(&r, "exceeds the cell's 4 requests");
 
     let mut r = common::small();
-    r.decode[0].measurements.as_mut().unwrap().per_request_tokens_per_s = f64::NAN;
+    r.decode[0]
+        .measurements
+        .as_mut()
+        .unwrap()
+        .per_request_tokens_per_s = f64::NAN;
     assert_problem(&r, "per_request_tokens_per_s: NaN is not a finite");
 
     let mut r = common::seed();
     r.run.contexts.swap(0, 1);
-    assert_problem(&r, "run.contexts: must be strictly ascending, but 16K comes before 0");
+    assert_problem(
+        &r,
+        "run.contexts: must be strictly ascending, but 16K comes before 0",
+    );
 
     let mut r = common::seed();
     r.run.started_at = "yesterday".into();
-    assert_problem(&r, "run.started_at: `yesterday` is not an RFC 3339 timestamp");
+    assert_problem(
+        &r,
+        "run.started_at: `yesterday` is not an RFC 3339 timestamp",
+    );
 
     let mut r = common::seed();
     r.run.finished_at = "2025-01-01T00:00:00Z".into();
@@ -83,7 +112,10 @@ fn contradictions_are_named_with_their_path() {
 
     let mut r = common::seed();
     r.prefill.pop();
-    assert_problem(&r, "prefill: must have one row per run.prefill_contexts entry");
+    assert_problem(
+        &r,
+        "prefill: must have one row per run.prefill_contexts entry",
+    );
 
     let mut r = common::small();
     r.decode[7].status = CellStatus::Error {
@@ -110,21 +142,33 @@ fn bad_files_say_what_is_wrong_and_what_to_do() {
     let err = Report::from_json("{\"schema_version\": 2}").unwrap_err();
     assert_eq!(
         err,
-        ReportError::UnsupportedVersion { found: "2".into(), supported: SCHEMA_VERSION }
+        ReportError::UnsupportedVersion {
+            found: "2".into(),
+            supported: SCHEMA_VERSION
+        }
     );
-    assert!(err.to_string().contains("use the speedmatrix release that wrote the file"));
+    assert!(
+        err.to_string()
+            .contains("use the speedmatrix release that wrote the file")
+    );
     let err = Report::from_json("[]").unwrap_err();
     assert!(err.to_string().contains("schema_version missing"), "{err}");
 
-    let mut doc: serde_json::Value = serde_json::from_str(&common::small().to_json().unwrap()).unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&common::small().to_json().unwrap()).unwrap();
     doc["run"]["windw_duration_s"] = 5.into();
     let err = Report::from_json(&doc.to_string()).unwrap_err().to_string();
     assert!(err.contains("unknown field `windw_duration_s`"), "{err}");
 
     let mut r = common::small();
     r.decode[0].measurements = None;
-    let err = Report::from_json(&serde_json::to_string(&r).unwrap()).unwrap_err().to_string();
-    assert!(err.starts_with("run document is inconsistent (1 problem): decode[0]"), "{err}");
+    let err = Report::from_json(&serde_json::to_string(&r).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("run document is inconsistent (1 problem): decode[0]"),
+        "{err}"
+    );
 }
 
 proptest! {

@@ -4,7 +4,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+#[cfg(test)]
+use serde_json::Value;
+use serde_json::json;
 
 use crate::engine::{FinishReason, Usage};
 use crate::text::Message;
@@ -85,7 +87,9 @@ pub(crate) fn error_body(status: u16, message: &str) -> Bytes {
         503 => "ServiceUnavailable",
         _ => "InternalServerError",
     };
-    json_bytes(&json!({ "error": { "message": message, "type": kind, "param": null, "code": status } }))
+    json_bytes(
+        &json!({ "error": { "message": message, "type": kind, "param": null, "code": status } }),
+    )
 }
 
 pub(crate) fn json_bytes(value: &impl Serialize) -> Bytes {
@@ -93,7 +97,9 @@ pub(crate) fn json_bytes(value: &impl Serialize) -> Bytes {
 }
 
 pub(crate) fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[derive(Debug, Serialize, Clone, Copy)]
@@ -105,7 +111,11 @@ pub(crate) struct UsageJson {
 
 impl UsageJson {
     pub(crate) fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
-        UsageJson { prompt_tokens, total_tokens: prompt_tokens.saturating_add(completion_tokens), completion_tokens }
+        UsageJson {
+            prompt_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
+            completion_tokens,
+        }
     }
 }
 
@@ -141,10 +151,18 @@ impl ResponseMeta {
         };
         let mut head = b"data: {\"id\":".to_vec();
         push_json(&mut head, &id);
-        head.extend_from_slice(format!(",\"object\":\"{object}\",\"created\":{created},\"model\":").as_bytes());
+        head.extend_from_slice(
+            format!(",\"object\":\"{object}\",\"created\":{created},\"model\":").as_bytes(),
+        );
         push_json(&mut head, model);
         head.extend_from_slice(b",\"choices\":[");
-        ResponseMeta { api, id, created, model: model.to_owned(), head }
+        ResponseMeta {
+            api,
+            id,
+            created,
+            model: model.to_owned(),
+            head,
+        }
     }
 
     /// One SSE event: `data: {chunk}\n\n`. `role` is set for the chat role chunk.
@@ -260,14 +278,23 @@ mod tests {
 
     fn parse(chunk: &Bytes) -> Value {
         let text = std::str::from_utf8(chunk).unwrap();
-        let json = text.strip_prefix("data: ").unwrap().strip_suffix("\n\n").unwrap();
+        let json = text
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
         serde_json::from_str(json).unwrap()
     }
 
     #[test]
     fn completion_chunks_are_valid_json_in_vllm_shape() {
         let meta = ResponseMeta::new(Api::Completions, 7, "m\"odel");
-        let v = parse(&meta.chunk(" a \"quoted\"\n word", false, Some(FinishReason::Length), Some(UsageJson::new(3, 2))));
+        let v = parse(&meta.chunk(
+            " a \"quoted\"\n word",
+            false,
+            Some(FinishReason::Length),
+            Some(UsageJson::new(3, 2)),
+        ));
         assert_eq!(v["object"], "text_completion");
         assert_eq!(v["model"], "m\"odel");
         assert_eq!(v["choices"][0]["text"], " a \"quoted\"\n word");
@@ -276,7 +303,11 @@ mod tests {
         let u = parse(&meta.usage_chunk(UsageJson::new(3, 4)));
         assert_eq!(u["choices"].as_array().unwrap().len(), 0);
         assert_eq!(u["usage"]["completion_tokens"], 4);
-        assert!(parse(&meta.chunk("x", false, None, None)).get("usage").is_none());
+        assert!(
+            parse(&meta.chunk("x", false, None, None))
+                .get("usage")
+                .is_none()
+        );
     }
 
     #[test]

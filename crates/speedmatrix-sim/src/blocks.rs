@@ -84,7 +84,10 @@ impl BlockPool {
         if !self.caching {
             return Vec::new();
         }
-        hashes.iter().map_while(|h| self.cached.get(h).copied()).collect()
+        hashes
+            .iter()
+            .map_while(|h| self.cached.get(h).copied())
+            .collect()
     }
 
     /// Whether `hits` (from [`BlockPool::lookup`]) plus `new` fresh blocks can be had now.

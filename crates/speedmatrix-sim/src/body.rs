@@ -60,7 +60,10 @@ impl Body for SimBody {
     type Data = Bytes;
     type Error = std::io::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.get_mut() {
             SimBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             SimBody::Sse(stream) => stream.poll_next(cx),
@@ -144,7 +147,10 @@ impl SseStream {
         stream
     }
 
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         loop {
             if let Some(b) = self.pending.pop_front() {
                 return Poll::Ready(Some(Ok(Frame::data(b))));
@@ -153,11 +159,15 @@ impl SseStream {
                 State::Done => return Poll::Ready(None),
                 State::Closing => {
                     // Let hyper flush the chunks already handed over before the connection drops.
-                    let grace = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(CLOSE_GRACE)));
+                    let grace = self
+                        .stall
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(CLOSE_GRACE)));
                     ready!(grace.as_mut().poll(cx));
                     self.stall = None;
                     self.state = State::Done;
-                    return Poll::Ready(Some(Err(std::io::Error::other("connection closed on purpose (x-sim-fault)"))));
+                    return Poll::Ready(Some(Err(std::io::Error::other(
+                        "connection closed on purpose (x-sim-fault)",
+                    ))));
                 }
                 State::Streaming => {}
             }
@@ -209,7 +219,8 @@ impl SseStream {
                     if self.usage.include {
                         self.pending.push_back(self.meta.usage_chunk(usage.into()));
                     }
-                    self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                     self.guard.armed = false;
                     self.state = State::Done;
                     return;
@@ -222,13 +233,19 @@ impl SseStream {
     }
 
     fn running_usage(&self) -> Option<UsageJson> {
-        self.usage.continuous.then(|| UsageJson::new(self.prompt_tokens, self.sent))
+        self.usage
+            .continuous
+            .then(|| UsageJson::new(self.prompt_tokens, self.sent))
     }
 
     fn send_role(&mut self) {
         if self.meta.api == crate::api::Api::Chat && !self.role_sent {
-            let usage = self.usage.continuous.then(|| UsageJson::new(self.prompt_tokens, 0));
-            self.pending.push_back(self.meta.chunk("", true, None, usage));
+            let usage = self
+                .usage
+                .continuous
+                .then(|| UsageJson::new(self.prompt_tokens, 0));
+            self.pending
+                .push_back(self.meta.chunk("", true, None, usage));
         }
         self.role_sent = true;
     }
@@ -259,7 +276,10 @@ impl SseStream {
     fn apply_faults(&mut self) {
         let n = self.sent;
         if self.fault.malformed_chunk_after_tokens == Some(n) {
-            self.pending.push_back(Bytes::from(format!("data: {{\"id\": \"{}\", \"choices\": [{{\"text\n\n", self.meta.id)));
+            self.pending.push_back(Bytes::from(format!(
+                "data: {{\"id\": \"{}\", \"choices\": [{{\"text\n\n",
+                self.meta.id
+            )));
         }
         if let Some((bytes, at)) = self.fault.oversized_line
             && at == n

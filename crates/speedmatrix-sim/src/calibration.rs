@@ -15,19 +15,78 @@ const MAX_OUTPUT: u64 = 8_192;
 const WINDOW: Duration = Duration::from_secs(30);
 
 /// (context, TTFT ms) of the seed's Valid prefill rows.
-const PREFILL: [(u64, f64); 5] =
-    [(8 * K, 779.0), (16 * K, 1_639.0), (32 * K, 3_609.0), (64 * K, 8_616.0), (128 * K, 23_154.0)];
+const PREFILL: [(u64, f64); 5] = [
+    (8 * K, 779.0),
+    (16 * K, 1_639.0),
+    (32 * K, 3_609.0),
+    (64 * K, 8_616.0),
+    (128 * K, 23_154.0),
+];
 
 const CONCURRENCY: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// (context, total tok/s per concurrency; `None` = Over capacity) of the seed's decode rows.
 const DECODE: [(u64, [Option<f64>; 8]); 6] = [
-    (0, [Some(117.3), Some(225.7), Some(432.6), Some(788.5), Some(1_376.6), Some(2_124.5), None, None]),
-    (16 * K, [Some(109.1), Some(201.2), Some(375.5), Some(635.9), Some(955.0), None, None, None]),
-    (32 * K, [Some(102.5), Some(180.9), Some(328.2), Some(518.9), None, None, None, None]),
-    (64 * K, [Some(91.4), Some(150.7), Some(260.4), None, None, None, None, None]),
-    (128 * K, [Some(75.1), Some(113.2), None, None, None, None, None, None]),
-    (248 * K, [Some(56.2), None, None, None, None, None, None, None]),
+    (
+        0,
+        [
+            Some(117.3),
+            Some(225.7),
+            Some(432.6),
+            Some(788.5),
+            Some(1_376.6),
+            Some(2_124.5),
+            None,
+            None,
+        ],
+    ),
+    (
+        16 * K,
+        [
+            Some(109.1),
+            Some(201.2),
+            Some(375.5),
+            Some(635.9),
+            Some(955.0),
+            None,
+            None,
+            None,
+        ],
+    ),
+    (
+        32 * K,
+        [
+            Some(102.5),
+            Some(180.9),
+            Some(328.2),
+            Some(518.9),
+            None,
+            None,
+            None,
+            None,
+        ],
+    ),
+    (
+        64 * K,
+        [
+            Some(91.4),
+            Some(150.7),
+            Some(260.4),
+            None,
+            None,
+            None,
+            None,
+            None,
+        ],
+    ),
+    (
+        128 * K,
+        [Some(75.1), Some(113.2), None, None, None, None, None, None],
+    ),
+    (
+        248 * K,
+        [Some(56.2), None, None, None, None, None, None, None],
+    ),
 ];
 
 fn profile() -> Profile {
@@ -54,8 +113,15 @@ fn within(model: f64, seed: f64, tolerance: f64) -> bool {
 fn prefill_ttft_matches_the_seed_within_20_percent() {
     let p = profile();
     for (context, seed_ms) in PREFILL {
-        let model_ms = p.cost.prefill(context, p.max_num_batched_tokens.into()).as_secs_f64() * 1e3;
-        assert!(within(model_ms, seed_ms, 0.20), "prefill {context}: model {model_ms:.0} ms vs seed {seed_ms} ms");
+        let model_ms = p
+            .cost
+            .prefill(context, p.max_num_batched_tokens.into())
+            .as_secs_f64()
+            * 1e3;
+        assert!(
+            within(model_ms, seed_ms, 0.20),
+            "prefill {context}: model {model_ms:.0} ms vs seed {seed_ms} ms"
+        );
     }
 }
 
@@ -66,7 +132,10 @@ fn decode_throughput_matches_the_seed_within_20_percent() {
         for (n, seed) in CONCURRENCY.into_iter().zip(row) {
             if let Some(seed) = seed {
                 let model = modelled_decode_rate(&p, context, n);
-                assert!(within(model, seed, 0.20), "decode {context}×{n}: model {model:.1} vs seed {seed} tok/s");
+                assert!(
+                    within(model, seed, 0.20),
+                    "decode {context}×{n}: model {model:.1} vs seed {seed} tok/s"
+                );
             }
         }
     }
@@ -79,7 +148,11 @@ fn capacity_pattern_matches_the_seed() {
     assert!((393_216..=524_287).contains(&kv_tokens), "{kv_tokens}");
     for (context, row) in DECODE {
         for (n, seed) in CONCURRENCY.into_iter().zip(row) {
-            assert_eq!(p.fits(n, context + MAX_OUTPUT), seed.is_some(), "cell {context}×{n}");
+            assert_eq!(
+                p.fits(n, context + MAX_OUTPUT),
+                seed.is_some(),
+                "cell {context}×{n}"
+            );
         }
     }
 }
@@ -92,8 +165,16 @@ fn the_engine_reproduces_the_modelled_decode_rate() {
     for (context, n) in [(16 * K, 16u64), (128 * K, 2)] {
         let mut e = Engine::new(&p, Arc::from(vec![1u32, 2, 3]));
         for id in 0..n {
-            let prompt = (0..context as u32).map(|t| t.wrapping_mul(7).wrapping_add(id as u32 * 1_000_003)).collect();
-            e.add(NewRequest { id, prompt, max_tokens: MAX_OUTPUT as u32, min_tokens: 0, ignore_eos: true });
+            let prompt = (0..context as u32)
+                .map(|t| t.wrapping_mul(7).wrapping_add(id as u32 * 1_000_003))
+                .collect();
+            e.add(NewRequest {
+                id,
+                prompt,
+                max_tokens: MAX_OUTPUT as u32,
+                min_tokens: 0,
+                ignore_eos: true,
+            });
         }
         let mut first = std::collections::HashSet::new();
         while first.len() < n as usize {
@@ -108,10 +189,17 @@ fn the_engine_reproduces_the_modelled_decode_rate() {
         let mut tokens = 0u64;
         while e.clock() - start < WINDOW {
             let out = e.step().unwrap();
-            tokens += out.events.iter().filter(|ev| matches!(ev, Event::Token { .. })).count() as u64;
+            tokens += out
+                .events
+                .iter()
+                .filter(|ev| matches!(ev, Event::Token { .. }))
+                .count() as u64;
         }
         let engine_rate = tokens as f64 / (e.clock() - start).as_secs_f64();
         let model = modelled_decode_rate(&p, context, n);
-        assert!(within(engine_rate, model, 0.02), "{context}×{n}: engine {engine_rate:.1} vs model {model:.1}");
+        assert!(
+            within(engine_rate, model, 0.02),
+            "{context}×{n}: engine {engine_rate:.1} vs model {model:.1}"
+        );
     }
 }

@@ -44,7 +44,11 @@ impl std::fmt::Debug for Command {
 
 impl EngineHandle {
     /// Starts the engine task; it ends when `shutdown` changes or every handle is gone.
-    pub(crate) fn spawn(profile: &Profile, output_vocab: Arc<[u32]>, shutdown: watch::Receiver<bool>) -> Self {
+    pub(crate) fn spawn(
+        profile: &Profile,
+        output_vocab: Arc<[u32]>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let engine = Engine::new(profile, output_vocab);
         let snapshot = Arc::new(Mutex::new(engine.snapshot()));
@@ -80,14 +84,18 @@ struct Pace {
 
 impl Pace {
     fn new(profile: &Profile) -> Self {
-        Pace { free_running: profile.free_running, time_scale: profile.time_scale }
+        Pace {
+            free_running: profile.free_running,
+            time_scale: profile.time_scale,
+        }
     }
 
     fn wall(self, step: Duration) -> Duration {
         if self.free_running {
             Duration::ZERO
         } else {
-            Duration::try_from_secs_f64(step.as_secs_f64() / self.time_scale).unwrap_or(Duration::MAX)
+            Duration::try_from_secs_f64(step.as_secs_f64() / self.time_scale)
+                .unwrap_or(Duration::MAX)
         }
     }
 }
@@ -118,7 +126,10 @@ impl Task {
                 Event::Token { id, token } => (id, Output::Token(token)),
                 Event::Finished { id, reason, usage } => (id, Output::Done(reason, usage)),
             };
-            let gone = self.channels.get(&id).is_none_or(|tx| tx.send(out).is_err());
+            let gone = self
+                .channels
+                .get(&id)
+                .is_none_or(|tx| tx.send(out).is_err());
             if matches!(out, Output::Done(..)) {
                 self.channels.remove(&id);
             } else if gone {
@@ -141,7 +152,11 @@ async fn run(
     pace: Pace,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut task = Task { engine, channels: HashMap::new(), snapshot };
+    let mut task = Task {
+        engine,
+        channels: HashMap::new(),
+        snapshot,
+    };
     let mut deadline = Instant::now();
     loop {
         while let Ok(cmd) = rx.try_recv() {

@@ -57,7 +57,11 @@ pub(crate) enum Event {
     /// One new output token.
     Token { id: ReqId, token: u32 },
     /// The request is done; no more events for it.
-    Finished { id: ReqId, reason: FinishReason, usage: Usage },
+    Finished {
+        id: ReqId,
+        reason: FinishReason,
+        usage: Usage,
+    },
 }
 
 /// One step: how long it took and what it produced.
@@ -127,7 +131,10 @@ impl Req {
         while (self.hashes.len() + 1) * block_size <= self.tokens.len() {
             let i = self.hashes.len();
             let parent = self.hashes.last().copied();
-            self.hashes.push(block_hash(parent, &self.tokens[i * block_size..(i + 1) * block_size]));
+            self.hashes.push(block_hash(
+                parent,
+                &self.tokens[i * block_size..(i + 1) * block_size],
+            ));
         }
     }
 }
@@ -165,7 +172,11 @@ impl Engine {
             reqs: HashMap::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
-            output_vocab: if output_vocab.is_empty() { Arc::from([0u32]) } else { output_vocab },
+            output_vocab: if output_vocab.is_empty() {
+                Arc::from([0u32])
+            } else {
+                output_vocab
+            },
             counters: Counters::default(),
             clock: Duration::ZERO,
         }
@@ -257,7 +268,10 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
-            let want = self.reqs.get(&id).map_or(0, |r| (r.tokens.len() - r.computed).min(budget));
+            let want = self
+                .reqs
+                .get(&id)
+                .map_or(0, |r| (r.tokens.len() - r.computed).min(budget));
             if want == 0 {
                 i += 1;
                 continue;
@@ -269,7 +283,9 @@ impl Engine {
                     i += 1;
                     break;
                 }
-                let Some(victim) = self.running.pop() else { break };
+                let Some(victim) = self.running.pop() else {
+                    break;
+                };
                 self.preempt(victim);
                 preempted = true;
                 if victim == id {
@@ -323,8 +339,12 @@ impl Engine {
 
     /// Makes room in `id`'s block table for `n` more tokens.
     fn grow(&mut self, id: ReqId, n: usize) -> bool {
-        let Some(req) = self.reqs.get_mut(&id) else { return false };
-        let needed = (req.computed + n).div_ceil(self.block_size).saturating_sub(req.blocks.len());
+        let Some(req) = self.reqs.get_mut(&id) else {
+            return false;
+        };
+        let needed = (req.computed + n)
+            .div_ceil(self.block_size)
+            .saturating_sub(req.blocks.len());
         match self.pool.allocate(needed) {
             Some(fresh) => {
                 req.blocks.extend(fresh);
@@ -350,7 +370,9 @@ impl Engine {
         let mut prefill = Duration::ZERO;
         let (mut batch, mut context) = (0u64, 0u64);
         for &(id, n) in scheduled {
-            let Some(req) = self.reqs.get(&id) else { continue };
+            let Some(req) = self.reqs.get(&id) else {
+                continue;
+            };
             if n == 1 && req.computed >= req.prompt_len {
                 batch += 1;
                 // Attention covers the cached context and the new token.
@@ -366,7 +388,9 @@ impl Engine {
         let mut events = Vec::with_capacity(scheduled.len());
         let mut finished = Vec::new();
         for &(id, n) in scheduled {
-            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            let Some(req) = self.reqs.get_mut(&id) else {
+                continue;
+            };
             req.computed += n;
             register_full_blocks(&mut self.pool, req, self.block_size);
             if req.computed < req.tokens.len() {

@@ -61,9 +61,16 @@ pub struct Fault {
 impl Fault {
     /// Parses a fault specification; an empty one means no faults.
     pub fn parse(spec: &str) -> Result<Fault, SimError> {
-        let bad = |reason: String| SimError::BadFault { spec: spec.to_owned(), reason };
+        let bad = |reason: String| SimError::BadFault {
+            spec: spec.to_owned(),
+            reason,
+        };
         let mut fault = Fault::default();
-        for item in spec.split([';', ',']).map(str::trim).filter(|s| !s.is_empty()) {
+        for item in spec
+            .split([';', ','])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             let (key, value) = item
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{item}` is not KEY=VALUE")))?;
@@ -80,14 +87,21 @@ impl Fault {
                 "slow-headers" => fault.slow_headers = Some(duration(value).map_err(&bad)?),
                 "stall" => {
                     let (d, after) = with_after(value);
-                    fault.stall = Some((duration(d).map_err(&bad)?, after.map(number).transpose().map_err(&bad)?.unwrap_or(0)));
+                    fault.stall = Some((
+                        duration(d).map_err(&bad)?,
+                        after.map(number).transpose().map_err(&bad)?.unwrap_or(0),
+                    ));
                 }
                 "close-after" => fault.close_after_tokens = Some(number(value).map_err(&bad)?),
-                "malformed-chunk-after" => fault.malformed_chunk_after_tokens = Some(number(value).map_err(&bad)?),
+                "malformed-chunk-after" => {
+                    fault.malformed_chunk_after_tokens = Some(number(value).map_err(&bad)?)
+                }
                 "oversized-line" => {
                     let (bytes, after) = with_after(value);
-                    fault.oversized_line =
-                        Some((number(bytes).map_err(&bad)?, after.map(number).transpose().map_err(&bad)?.unwrap_or(0)));
+                    fault.oversized_line = Some((
+                        number(bytes).map_err(&bad)?,
+                        after.map(number).transpose().map_err(&bad)?.unwrap_or(0),
+                    ));
                 }
                 other => {
                     return Err(bad(format!(
@@ -123,7 +137,8 @@ fn with_after(value: &str) -> (&str, Option<&str>) {
 }
 
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.parse().map_err(|_| format!("`{text}` is not a whole number in range"))
+    text.parse()
+        .map_err(|_| format!("`{text}` is not a whole number in range"))
 }
 
 /// Parses `250ms`, `2s`, `1.5s`.
@@ -133,17 +148,25 @@ fn duration(text: &str) -> Result<Duration, String> {
     } else if let Some(n) = text.strip_suffix('s') {
         (n, 1.0)
     } else {
-        return Err(format!("`{text}` is not a duration: write e.g. 250ms or 2s"));
+        return Err(format!(
+            "`{text}` is not a duration: write e.g. 250ms or 2s"
+        ));
     };
     let number = number.trim();
     if let Ok(whole) = number.parse::<u32>() {
-        let d = if scale < 1.0 { Duration::from_millis(whole.into()) } else { Duration::from_secs(whole.into()) };
+        let d = if scale < 1.0 {
+            Duration::from_millis(whole.into())
+        } else {
+            Duration::from_secs(whole.into())
+        };
         if d <= Duration::from_secs(86_400) {
             return Ok(d);
         }
     }
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration: write e.g. 250ms or 2s"))?;
-    if !value.is_finite() || value < 0.0 || value > 86_400.0 {
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: write e.g. 250ms or 2s"))?;
+    if !value.is_finite() || !(0.0..=86_400.0).contains(&value) {
         return Err(format!("`{text}` is not a duration between 0 and 24 h"));
     }
     Ok(Duration::from_secs_f64(value * scale))
@@ -174,14 +197,25 @@ mod tests {
     #[test]
     fn defaults_and_retry_after() {
         assert!(Fault::parse("").unwrap().is_none());
-        assert_eq!(Fault::parse("stall=1s").unwrap().stall, Some((Duration::from_secs(1), 0)));
+        assert_eq!(
+            Fault::parse("stall=1s").unwrap().stall,
+            Some((Duration::from_secs(1), 0))
+        );
         assert_eq!(Fault::parse("status=503").unwrap().retry_after(), Some(1));
         assert_eq!(Fault::parse("status=500").unwrap().retry_after(), None);
     }
 
     #[test]
     fn rejects_bad_specs() {
-        for spec in ["status=200", "status=abc", "stall=2", "stall=-1s", "close-after", "boom=1", "stall=1s@x"] {
+        for spec in [
+            "status=200",
+            "status=abc",
+            "stall=2",
+            "stall=-1s",
+            "close-after",
+            "boom=1",
+            "stall=1s@x",
+        ] {
             assert!(Fault::parse(spec).is_err(), "{spec}");
         }
     }

@@ -12,33 +12,71 @@ fn py_bool(b: bool) -> &'static str {
 
 /// The Prometheus text exposition of the engine's state.
 pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
-    let labels = format!("engine=\"0\",model_name=\"{}\"", escape(&profile.served_model_name));
+    let labels = format!(
+        "engine=\"0\",model_name=\"{}\"",
+        escape(&profile.served_model_name)
+    );
     let mut out = String::with_capacity(4_096);
     let c = s.counters;
     let gauges: [(&str, &str, f64); 3] = [
-        ("vllm:num_requests_running", "Number of requests in model execution batches.", s.running as f64),
-        ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting as f64),
-        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage()),
+        (
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            s.running as f64,
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            s.waiting as f64,
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            s.kv_cache_usage(),
+        ),
     ];
     for (name, help, value) in gauges {
         metric(&mut out, name, help, "gauge", &labels, value);
     }
     let counters: [(&str, &str, u64); 6] = [
-        ("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.preemptions),
-        ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens),
-        ("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens),
+        (
+            "vllm:num_preemptions_total",
+            "Cumulative number of preemption from the engine.",
+            c.preemptions,
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            c.prompt_tokens,
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "Number of generation tokens processed.",
+            c.generation_tokens,
+        ),
         (
             "vllm:prefix_cache_queries_total",
             "Prefix cache queries, in terms of number of queried tokens.",
             c.prefix_queries,
         ),
-        ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", c.prefix_hits),
-        ("vllm:request_success_total", "Count of successfully processed requests.", c.requests_finished),
+        (
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            c.prefix_hits,
+        ),
+        (
+            "vllm:request_success_total",
+            "Count of successfully processed requests.",
+            c.requests_finished,
+        ),
     ];
     for (name, help, value) in counters {
         metric(&mut out, name, help, "counter", &labels, value as f64);
     }
-    let _ = writeln!(out, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig");
+    let _ = writeln!(
+        out,
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig"
+    );
     let _ = writeln!(out, "# TYPE vllm:cache_config_info gauge");
     let _ = writeln!(
         out,
@@ -62,7 +100,9 @@ fn metric(out: &mut String, name: &str, help: &str, kind: &str, labels: &str, va
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -72,16 +112,30 @@ mod tests {
     #[test]
     fn exposes_the_vllm_names_and_cache_config() {
         let p = Profile::builtin(crate::profile::RTX3090_QWEN35_4B_FP8).unwrap();
-        let s = Snapshot { running: 3, waiting: 1, free_blocks: 7_031, total_blocks: 28_124, ..Snapshot::default() };
+        let s = Snapshot {
+            running: 3,
+            waiting: 1,
+            free_blocks: 7_031,
+            total_blocks: 28_124,
+            ..Snapshot::default()
+        };
         let text = render(&p, &s);
-        assert!(text.contains("vllm:num_requests_running{engine=\"0\",model_name=\"bench\"} 3.0\n"), "{text}");
-        assert!(text.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"bench\"} 1.0\n"));
+        assert!(
+            text.contains("vllm:num_requests_running{engine=\"0\",model_name=\"bench\"} 3.0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"bench\"} 1.0\n")
+        );
         assert!(text.contains("# TYPE vllm:prefix_cache_hits_total counter\n"));
         assert!(text.contains("num_gpu_blocks=\"28125\""));
         assert!(text.contains("block_size=\"16\""));
         assert!(text.contains("kv_cache_size_tokens=\"450000\""));
         assert!(text.contains("enable_prefix_caching=\"True\""));
-        let usage_line = text.lines().find(|l| l.starts_with("vllm:kv_cache_usage_perc{")).unwrap();
+        let usage_line = text
+            .lines()
+            .find(|l| l.starts_with("vllm:kv_cache_usage_perc{"))
+            .unwrap();
         let usage: f64 = usage_line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!((usage - 0.75).abs() < 0.001, "{usage}");
     }

@@ -100,7 +100,10 @@ impl CostModel {
     pub fn prefill_chunk(&self, tokens: u64, cached: u64) -> Duration {
         let n = tokens as f64;
         let attention_pairs = n * (cached as f64 + n / 2.0);
-        secs(n * self.prefill_per_token_us * 1e-6 + attention_pairs * self.prefill_per_token_context_ns * 1e-9)
+        secs(
+            n * self.prefill_per_token_us * 1e-6
+                + attention_pairs * self.prefill_per_token_context_ns * 1e-9,
+        )
     }
 
     /// Time of the decode part of a step: `batch` sequences with `context_tokens` tokens of KV
@@ -110,7 +113,10 @@ impl CostModel {
             return Duration::ZERO;
         }
         let d = batch as f64;
-        let attention = context_tokens as f64 * self.decode_per_context_token_ns * 1e-9 * d.powf(-self.decode_batch_exponent);
+        let attention = context_tokens as f64
+            * self.decode_per_context_token_ns
+            * 1e-9
+            * d.powf(-self.decode_batch_exponent);
         secs(d * self.decode_per_seq_us * 1e-6 + attention)
     }
 
@@ -142,14 +148,22 @@ impl CostModel {
         let fields = [
             ("step_base_us", self.step_base_us),
             ("prefill_per_token_us", self.prefill_per_token_us),
-            ("prefill_per_token_context_ns", self.prefill_per_token_context_ns),
+            (
+                "prefill_per_token_context_ns",
+                self.prefill_per_token_context_ns,
+            ),
             ("decode_per_seq_us", self.decode_per_seq_us),
-            ("decode_per_context_token_ns", self.decode_per_context_token_ns),
+            (
+                "decode_per_context_token_ns",
+                self.decode_per_context_token_ns,
+            ),
             ("decode_batch_exponent", self.decode_batch_exponent),
         ];
         for (name, value) in fields {
             if !value.is_finite() || value < 0.0 {
-                return Err(format!("cost.{name} must be a finite number ≥ 0, got {value}"));
+                return Err(format!(
+                    "cost.{name} must be a finite number ≥ 0, got {value}"
+                ));
             }
         }
         Ok(())
@@ -174,25 +188,37 @@ impl Profile {
         match name {
             RTX3090_QWEN35_4B_FP8 => Some(rtx3090()),
             TINY => Some(tiny()),
-            FREE_RUNNING => Some(Profile { name: FREE_RUNNING.to_owned(), free_running: true, ..tiny() }),
+            FREE_RUNNING => Some(Profile {
+                name: FREE_RUNNING.to_owned(),
+                free_running: true,
+                ..tiny()
+            }),
             _ => None,
         }
     }
 
     /// Reads a profile from a JSON file.
     pub fn from_file(path: &Path) -> Result<Profile, SimError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| SimError::ProfileRead { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::ProfileRead {
+            path: path.to_owned(),
+            source,
+        })?;
         Profile::from_json(&text).map_err(|err| match err {
-            SimError::ProfileParse { source, .. } => SimError::ProfileParse { origin: path.display().to_string(), source },
+            SimError::ProfileParse { source, .. } => SimError::ProfileParse {
+                origin: path.display().to_string(),
+                source,
+            },
             other => other,
         })
     }
 
     /// Parses a profile from JSON text and checks it.
     pub fn from_json(text: &str) -> Result<Profile, SimError> {
-        let profile: Profile = serde_json::from_str(text)
-            .map_err(|source| SimError::ProfileParse { origin: "JSON text".to_owned(), source })?;
+        let profile: Profile =
+            serde_json::from_str(text).map_err(|source| SimError::ProfileParse {
+                origin: "JSON text".to_owned(),
+                source,
+            })?;
         profile.validate()?;
         Ok(profile)
     }
@@ -206,12 +232,19 @@ impl Profile {
         if path.exists() {
             return Profile::from_file(path);
         }
-        Err(SimError::UnknownProfile { name: name_or_path.to_owned() })
+        Err(SimError::UnknownProfile {
+            name: name_or_path.to_owned(),
+        })
     }
 
     /// Checks that the profile describes an engine that can serve a `max_model_len` request.
     pub fn validate(&self) -> Result<(), SimError> {
-        let invalid = |reason: String| Err(SimError::InvalidProfile { name: self.name.clone(), reason });
+        let invalid = |reason: String| {
+            Err(SimError::InvalidProfile {
+                name: self.name.clone(),
+                reason,
+            })
+        };
         if self.served_model_name.is_empty() {
             return invalid("served_model_name is empty".to_owned());
         }
@@ -226,7 +259,9 @@ impl Profile {
             }
         }
         if self.num_gpu_blocks < 2 {
-            return invalid("num_gpu_blocks must be at least 2 (one is the reserved null block)".to_owned());
+            return invalid(
+                "num_gpu_blocks must be at least 2 (one is the reserved null block)".to_owned(),
+            );
         }
         let needed = u64::from(self.max_model_len).div_ceil(u64::from(self.block_size));
         if needed > self.usable_blocks() {
@@ -237,7 +272,10 @@ impl Profile {
             ));
         }
         if !self.time_scale.is_finite() || self.time_scale <= 0.0 {
-            return invalid(format!("time_scale must be a positive number, got {}", self.time_scale));
+            return invalid(format!(
+                "time_scale must be a positive number, got {}",
+                self.time_scale
+            ));
         }
         if let Err(reason) = self.cost.check() {
             return invalid(reason);

@@ -55,14 +55,29 @@ impl SimServer {
         profile.validate()?;
         let fault = Fault::parse(profile.faults.as_deref().unwrap_or(""))?;
         let text = TextModel::bundled()?;
-        let listener = TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
-        let bound = listener.local_addr().map_err(|source| SimError::Bind { addr, source })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| SimError::Bind { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| SimError::Bind { addr, source })?;
         let (shutdown, stop) = watch::channel(false);
         let engine = EngineHandle::spawn(&profile, text.output_ids(), stop.clone());
-        let state = Arc::new(State { profile: profile.clone(), fault, text, engine, next_id: AtomicU64::new(1) });
+        let state = Arc::new(State {
+            profile: profile.clone(),
+            fault,
+            text,
+            engine,
+            next_id: AtomicU64::new(1),
+        });
         let accept = tokio::spawn(accept_loop(listener, state, stop));
         tracing::info!(addr = %bound, profile = %profile.name, "simulated server listening");
-        Ok(RunningSim { addr: bound, profile, shutdown, accept: Some(accept) })
+        Ok(RunningSim {
+            addr: bound,
+            profile,
+            shutdown,
+            accept: Some(accept),
+        })
     }
 }
 
@@ -135,7 +150,8 @@ type Reply = Result<Response<SimBody>, std::io::Error>;
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Reply {
     let mut res = Response::new(body);
     *res.status_mut() = status;
-    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(res)
 }
 
@@ -151,37 +167,72 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().to_owned();
     let generation = matches!(path.as_str(), "/v1/completions" | "/v1/chat/completions");
     let header_fault = match req.headers().get(FAULT_HEADER) {
-        Some(value) => match value.to_str().map_err(|_| ()).and_then(|v| Fault::parse(v).map_err(|_| ())) {
+        Some(value) => match value
+            .to_str()
+            .map_err(|_| ())
+            .and_then(|v| Fault::parse(v).map_err(|_| ()))
+        {
             Ok(f) => Some(f),
             Err(()) => {
-                let msg = format!("bad {FAULT_HEADER} header; see the speedmatrix_sim::fault docs for the grammar");
+                let msg = format!(
+                    "bad {FAULT_HEADER} header; see the speedmatrix_sim::fault docs for the grammar"
+                );
                 return error_reply(StatusCode::BAD_REQUEST, &msg);
             }
         },
         None => None,
     };
-    if !generation && let Some(fault) = &header_fault {
-        if let Some(early) = early_fault(fault).await {
-            return early;
-        }
+    if !generation
+        && let Some(fault) = &header_fault
+        && let Some(early) = early_fault(fault).await
+    {
+        return early;
     }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", SimBody::empty()),
-        (&Method::GET, "/version") => json_reply(StatusCode::OK, api::json_bytes(&json!({ "version": VERSION }))),
-        (&Method::GET, "/v1/models") => {
-            json_reply(StatusCode::OK, api::models(&state.profile.served_model_name, state.profile.max_model_len))
-        }
+        (&Method::GET, "/version") => json_reply(
+            StatusCode::OK,
+            api::json_bytes(&json!({ "version": VERSION })),
+        ),
+        (&Method::GET, "/v1/models") => json_reply(
+            StatusCode::OK,
+            api::models(
+                &state.profile.served_model_name,
+                state.profile.max_model_len,
+            ),
+        ),
         (&Method::GET, "/metrics") => {
             let text = metrics::render(&state.profile, &state.engine.snapshot());
-            respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", SimBody::full(text))
+            respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                SimBody::full(text),
+            )
         }
-        (&Method::POST, "/v1/completions") => generate(state, req, Api::Completions, header_fault).await,
-        (&Method::POST, "/v1/chat/completions") => generate(state, req, Api::Chat, header_fault).await,
+        (&Method::POST, "/v1/completions") => {
+            generate(state, req, Api::Completions, header_fault).await
+        }
+        (&Method::POST, "/v1/chat/completions") => {
+            generate(state, req, Api::Chat, header_fault).await
+        }
         (&Method::POST, "/tokenize") => tokenize(state, req).await,
-        (_, "/health" | "/version" | "/v1/models" | "/metrics" | "/v1/completions" | "/v1/chat/completions" | "/tokenize") => {
-            json_reply(StatusCode::METHOD_NOT_ALLOWED, api::json_bytes(&json!({ "detail": "Method Not Allowed" })))
-        }
-        _ => json_reply(StatusCode::NOT_FOUND, api::json_bytes(&json!({ "detail": "Not Found" }))),
+        (
+            _,
+            "/health"
+            | "/version"
+            | "/v1/models"
+            | "/metrics"
+            | "/v1/completions"
+            | "/v1/chat/completions"
+            | "/tokenize",
+        ) => json_reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            api::json_bytes(&json!({ "detail": "Method Not Allowed" })),
+        ),
+        _ => json_reply(
+            StatusCode::NOT_FOUND,
+            api::json_bytes(&json!({ "detail": "Not Found" })),
+        ),
     }
 }
 
@@ -195,9 +246,13 @@ async fn early_fault(fault: &Fault) -> Option<Reply> {
 
 fn injected_status(code: u16, fault: &Fault) -> Reply {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut res = error_reply(status, &format!("injected fault: HTTP {code} (x-sim-fault)"))?;
+    let mut res = error_reply(
+        status,
+        &format!("injected fault: HTTP {code} (x-sim-fault)"),
+    )?;
     if let Some(secs) = fault.retry_after() {
-        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     Ok(res)
 }
@@ -219,16 +274,22 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
-        .map_err(|e| Rejection(StatusCode::PAYLOAD_TOO_LARGE, format!("could not read the request body: {e}")))?
+        .map_err(|e| {
+            Rejection(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("could not read the request body: {e}"),
+            )
+        })?
         .to_bytes();
     serde_json::from_slice(&body).map_err(|e| Rejection::bad(format!("JSON decode error: {e}")))
 }
 
 fn check_model(state: &State, model: Option<&str>) -> Result<(), Rejection> {
     match model {
-        Some(m) if m != state.profile.served_model_name => {
-            Err(Rejection(StatusCode::NOT_FOUND, format!("The model `{m}` does not exist.")))
-        }
+        Some(m) if m != state.profile.served_model_name => Err(Rejection(
+            StatusCode::NOT_FOUND,
+            format!("The model `{m}` does not exist."),
+        )),
         _ => Ok(()),
     }
 }
@@ -240,29 +301,57 @@ async fn tokenize_text(text: &Arc<TextModel>, prompt: String) -> Result<Vec<u32>
         let text = text.clone();
         tokio::task::spawn_blocking(move || text.prompt_ids(&prompt))
             .await
-            .map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, format!("tokenizer task failed: {e}")))?
+            .map_err(|e| {
+                Rejection(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("tokenizer task failed: {e}"),
+                )
+            })?
     };
     result.map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-async fn tokenize_chat(text: &Arc<TextModel>, messages: Vec<Message>, generation: bool) -> Result<Vec<u32>, Rejection> {
+async fn tokenize_chat(
+    text: &Arc<TextModel>,
+    messages: Vec<Message>,
+    generation: bool,
+) -> Result<Vec<u32>, Rejection> {
     let text = text.clone();
     tokio::task::spawn_blocking(move || text.chat_ids(&messages, generation))
         .await
-        .map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, format!("tokenizer task failed: {e}")))?
+        .map_err(|e| {
+            Rejection(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("tokenizer task failed: {e}"),
+            )
+        })?
         .map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-async fn prompt_ids(state: &State, api: Api, req: &mut GenerateRequest) -> Result<Vec<u32>, Rejection> {
+async fn prompt_ids(
+    state: &State,
+    api: Api,
+    req: &mut GenerateRequest,
+) -> Result<Vec<u32>, Rejection> {
     let ids = match api {
         Api::Completions => match req.prompt.take() {
             Some(PromptInput::Text(t)) => tokenize_text(&state.text, t).await?,
             Some(PromptInput::Ids(ids)) => ids,
-            None => return Err(Rejection::bad("`prompt` is required: a string or a list of token ids")),
+            None => {
+                return Err(Rejection::bad(
+                    "`prompt` is required: a string or a list of token ids",
+                ));
+            }
         },
         Api::Chat => match req.messages.take() {
-            Some(messages) if !messages.is_empty() => tokenize_chat(&state.text, messages, true).await?,
-            _ => return Err(Rejection::bad("`messages` is required and must not be empty")),
+            Some(messages) if !messages.is_empty() => {
+                tokenize_chat(&state.text, messages, true).await?
+            }
+            _ => {
+                return Err(Rejection::bad(
+                    "`messages` is required and must not be empty",
+                ));
+            }
         },
     };
     if ids.is_empty() {
@@ -280,8 +369,13 @@ async fn prompt_ids(state: &State, api: Api, req: &mut GenerateRequest) -> Resul
 }
 
 /// Validated request limits: (max_tokens, min_tokens).
-fn limits(state: &State, req: &GenerateRequest, prompt_len: usize) -> Result<(u32, u32), Rejection> {
-    let room = u32::try_from((state.profile.max_model_len as usize).saturating_sub(prompt_len)).unwrap_or(u32::MAX);
+fn limits(
+    state: &State,
+    req: &GenerateRequest,
+    prompt_len: usize,
+) -> Result<(u32, u32), Rejection> {
+    let room = u32::try_from((state.profile.max_model_len as usize).saturating_sub(prompt_len))
+        .unwrap_or(u32::MAX);
     let asked = req.max_completion_tokens.or(req.max_tokens);
     if asked == Some(0) {
         return Err(Rejection::bad("max_tokens must be at least 1, got 0."));
@@ -290,12 +384,20 @@ fn limits(state: &State, req: &GenerateRequest, prompt_len: usize) -> Result<(u3
     let max_tokens = asked.unwrap_or(room).min(room).max(1);
     let min_tokens = req.min_tokens.unwrap_or(0);
     if asked.is_some_and(|m| min_tokens > m) {
-        return Err(Rejection::bad(format!("min_tokens must be less than or equal to max_tokens={}, got {min_tokens}.", asked.unwrap_or(0))));
+        return Err(Rejection::bad(format!(
+            "min_tokens must be less than or equal to max_tokens={}, got {min_tokens}.",
+            asked.unwrap_or(0)
+        )));
     }
     Ok((max_tokens, min_tokens))
 }
 
-async fn generate(state: Arc<State>, req: Request<Incoming>, api: Api, header_fault: Option<Fault>) -> Reply {
+async fn generate(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    api: Api,
+    header_fault: Option<Fault>,
+) -> Reply {
     let mut body: GenerateRequest = match read_json(req).await {
         Ok(b) => b,
         Err(r) => return r.reply(),
@@ -322,19 +424,53 @@ async fn generate(state: Arc<State>, req: Request<Incoming>, api: Api, header_fa
     };
     let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-    let new = NewRequest { id, prompt: ids, max_tokens, min_tokens, ignore_eos: body.ignore_eos.unwrap_or(false) };
-    let Some(rx) = state.engine.submit(new) else {
-        return error_reply(StatusCode::SERVICE_UNAVAILABLE, "the simulated engine has stopped");
+    let new = NewRequest {
+        id,
+        prompt: ids,
+        max_tokens,
+        min_tokens,
+        ignore_eos: body.ignore_eos.unwrap_or(false),
     };
-    let guard = AbortGuard { id, engine: state.engine.clone(), armed: true };
+    let Some(rx) = state.engine.submit(new) else {
+        return error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the simulated engine has stopped",
+        );
+    };
+    let guard = AbortGuard {
+        id,
+        engine: state.engine.clone(),
+        armed: true,
+    };
     let meta = ResponseMeta::new(api, id, &state.profile.served_model_name);
     if body.stream.unwrap_or(false) {
-        let include = body.stream_options.is_some_and(|o| o.include_usage.unwrap_or(true));
-        let continuous = include && body.stream_options.is_some_and(|o| o.continuous_usage_stats.unwrap_or(false));
-        let usage = UsageMode { include, continuous };
-        let stream = SseStream::new(rx, guard, meta, state.text.clone(), prompt_tokens, usage, fault);
-        let mut res = respond(StatusCode::OK, "text/event-stream; charset=utf-8", SimBody::Sse(Box::new(stream)))?;
-        res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        let include = body
+            .stream_options
+            .is_some_and(|o| o.include_usage.unwrap_or(true));
+        let continuous = include
+            && body
+                .stream_options
+                .is_some_and(|o| o.continuous_usage_stats.unwrap_or(false));
+        let usage = UsageMode {
+            include,
+            continuous,
+        };
+        let stream = SseStream::new(
+            rx,
+            guard,
+            meta,
+            state.text.clone(),
+            prompt_tokens,
+            usage,
+            fault,
+        );
+        let mut res = respond(
+            StatusCode::OK,
+            "text/event-stream; charset=utf-8",
+            SimBody::Sse(Box::new(stream)),
+        )?;
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         return Ok(res);
     }
     complete(state, rx, guard, meta, fault).await
@@ -356,7 +492,9 @@ async fn complete(
                 text.push_str(state.text.token_text(id));
                 tokens += 1;
                 if fault.close_after_tokens == Some(tokens) {
-                    return Err(std::io::Error::other("connection closed on purpose (x-sim-fault)"));
+                    return Err(std::io::Error::other(
+                        "connection closed on purpose (x-sim-fault)",
+                    ));
                 }
             }
             Output::Done(reason, usage) => {
@@ -368,7 +506,10 @@ async fn complete(
             }
         }
     }
-    error_reply(StatusCode::SERVICE_UNAVAILABLE, "the simulated engine stopped before the request finished")
+    error_reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the simulated engine stopped before the request finished",
+    )
 }
 
 async fn tokenize(state: Arc<State>, req: Request<Incoming>) -> Reply {
@@ -381,17 +522,27 @@ async fn tokenize(state: Arc<State>, req: Request<Incoming>) -> Reply {
     }
     let ids = match (body.prompt, body.messages) {
         (Some(prompt), None) => tokenize_text(&state.text, prompt).await,
-        (None, Some(messages)) => tokenize_chat(&state.text, messages, body.add_generation_prompt.unwrap_or(true)).await,
-        _ => Err(Rejection::bad("give exactly one of `prompt` and `messages`")),
+        (None, Some(messages)) => {
+            tokenize_chat(
+                &state.text,
+                messages,
+                body.add_generation_prompt.unwrap_or(true),
+            )
+            .await
+        }
+        _ => Err(Rejection::bad(
+            "give exactly one of `prompt` and `messages`",
+        )),
     };
     let ids = match ids {
         Ok(ids) => ids,
         Err(r) => return r.reply(),
     };
-    let token_strs = body
-        .return_token_strs
-        .unwrap_or(false)
-        .then(|| ids.iter().map(|&id| state.text.token_str(id)).collect::<Vec<_>>());
+    let token_strs = body.return_token_strs.unwrap_or(false).then(|| {
+        ids.iter()
+            .map(|&id| state.text.token_str(id))
+            .collect::<Vec<_>>()
+    });
     let reply = json!({
         "count": ids.len(), "max_model_len": state.profile.max_model_len, "tokens": ids, "token_strs": token_strs,
     });

@@ -11,6 +11,9 @@ use crate::SimError;
 /// How many output words the simulated model draws from.
 const OUTPUT_WORDS: usize = 256;
 
+/// The text of each output token.
+type TokenTexts = HashMap<u32, Arc<str>>;
+
 /// One chat message; `content` is a string or a list of `{"type":"text","text":…}` parts.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Message {
@@ -50,7 +53,7 @@ pub(crate) struct TextModel {
     im_end: Vec<u32>,
     newline: Vec<u32>,
     output_ids: Arc<[u32]>,
-    output_text: HashMap<u32, Arc<str>>,
+    output_text: TokenTexts,
 }
 
 impl TextModel {
@@ -79,7 +82,15 @@ impl TextModel {
         let im_end = marker("<|im_end|>")?;
         let newline = encode(&content, "\n")?;
         let (output_ids, output_text) = output_words(&content)?;
-        Ok(TextModel { tokenizer, content, im_start, im_end, newline, output_ids, output_text })
+        Ok(TextModel {
+            tokenizer,
+            content,
+            im_start,
+            im_end,
+            newline,
+            output_ids,
+            output_text,
+        })
     }
 
     /// Token ids of a completions prompt, counted as vLLM counts a text prompt (special tokens
@@ -91,7 +102,11 @@ impl TextModel {
     /// Token ids of a chat conversation under the simulator's ChatML template. Each message is
     /// `<|im_start|>` + role + `\n` + content + `<|im_end|>` + `\n`, and the generation prompt is
     /// `<|im_start|>assistant\n`; the content is tokenized on its own, so the overhead is fixed.
-    pub(crate) fn chat_ids(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<u32>, SimError> {
+    pub(crate) fn chat_ids(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>, SimError> {
         let mut ids = Vec::new();
         for m in messages {
             let text = m.content.as_ref().map(Content::text).unwrap_or_default();
@@ -127,12 +142,13 @@ impl TextModel {
 }
 
 fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, SimError> {
-    tok.encode(text).map_err(|e| SimError::Tokenizer(e.to_string()))
+    tok.encode(text)
+        .map_err(|e| SimError::Tokenizer(e.to_string()))
 }
 
 /// Tokens that decode to a space and a short lowercase word and encode back to themselves, so
 /// that any sequence of them decodes to non-empty text that re-tokenizes to the same ids.
-fn output_words(content: &Tokenizer) -> Result<(Arc<[u32]>, HashMap<u32, Arc<str>>), SimError> {
+fn output_words(content: &Tokenizer) -> Result<(Arc<[u32]>, TokenTexts), SimError> {
     let mut ids = Vec::new();
     let mut texts = HashMap::new();
     let vocab = u32::try_from(content.vocab_size()).unwrap_or(u32::MAX);
@@ -140,9 +156,11 @@ fn output_words(content: &Tokenizer) -> Result<(Arc<[u32]>, HashMap<u32, Arc<str
         if ids.len() == OUTPUT_WORDS {
             break;
         }
-        let Ok(text) = content.decode(&[id]) else { continue };
+        let Ok(text) = content.decode(&[id]) else {
+            continue;
+        };
         let word = text.strip_prefix(' ').unwrap_or("");
-        if !(2..=10).contains(&word.len()) || !word.bytes().all(|b| b.is_ascii_lowercase()) {
+        if !(4..=12).contains(&word.len()) || !word.bytes().all(|b| b.is_ascii_lowercase()) {
             continue;
         }
         if content.encode(&text).ok().as_deref() == Some(&[id][..]) {
@@ -164,7 +182,10 @@ mod tests {
     use super::*;
 
     fn msg(role: &str, content: &str) -> Message {
-        Message { role: role.to_owned(), content: Some(Content::Text(content.to_owned())) }
+        Message {
+            role: role.to_owned(),
+            content: Some(Content::Text(content.to_owned())),
+        }
     }
 
     #[test]
@@ -172,7 +193,12 @@ mod tests {
         let m = TextModel::bundled().unwrap();
         let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
         let mut overheads = Vec::new();
-        for text in ["hello", "[probe 0] The quiet harbor measured twelve meters.", "\n  spaced  \n", ""] {
+        for text in [
+            "hello",
+            "[probe 0] The quiet harbor measured twelve meters.",
+            "\n  spaced  \n",
+            "",
+        ] {
             let ids = m.chat_ids(&[msg("user", text)], true).unwrap();
             overheads.push(ids.len() - content.encode_count(text).unwrap());
         }
@@ -181,7 +207,10 @@ mod tests {
         let per_message = 2 + count("user") + 2 * count("\n");
         let generation = 1 + count("assistant") + count("\n");
         assert_eq!(overheads[0], per_message + generation);
-        assert_eq!(overheads[0], 11, "the documented overhead of one user message with the bundled tokenizer");
+        assert_eq!(
+            overheads[0], 11,
+            "the documented overhead of one user message with the bundled tokenizer"
+        );
     }
 
     #[test]
@@ -201,6 +230,9 @@ mod tests {
         let m = TextModel::bundled().unwrap();
         let tok = Tokenizer::bundled().unwrap();
         let text = "The quiet harbor measured 12 meters.";
-        assert_eq!(m.prompt_ids(text).unwrap().len(), tok.encode_count(text).unwrap());
+        assert_eq!(
+            m.prompt_ids(text).unwrap().len(),
+            tok.encode_count(text).unwrap()
+        );
     }
 }

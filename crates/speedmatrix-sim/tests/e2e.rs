@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use speedmatrix_client::{
-    ChatRequest, Client, ClientConfig, CompletionRequest, ErrorKind, Message, ServerMetrics, Timeouts,
-    TokenizeRequest,
+    ChatRequest, Client, ClientConfig, CompletionRequest, ErrorKind, Message, ServerMetrics,
+    Timeouts, TokenizeRequest,
 };
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
 use speedmatrix_units::Tokens;
@@ -14,7 +14,9 @@ use speedmatrix_workload::Tokenizer;
 const PROMPT: &str = "The quiet harbor measured twelve meters at dawn, and the boats waited.";
 
 async fn start(profile: Profile) -> RunningSim {
-    SimServer::start(profile, "127.0.0.1:0".parse().unwrap()).await.unwrap()
+    SimServer::start(profile, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
 }
 
 fn tiny() -> Profile {
@@ -26,11 +28,19 @@ fn client(sim: &RunningSim) -> Client {
 }
 
 fn client_with(sim: &RunningSim, timeouts: Timeouts, max_event_bytes: usize) -> Client {
-    Client::new(ClientConfig::new(sim.url()).timeouts(timeouts).max_event_bytes(max_event_bytes)).unwrap()
+    Client::new(
+        ClientConfig::new(sim.url())
+            .timeouts(timeouts)
+            .max_event_bytes(max_event_bytes),
+    )
+    .unwrap()
 }
 
 fn completion(max_tokens: u64) -> CompletionRequest {
-    CompletionRequest::new("tiny", PROMPT).max_tokens(Tokens::new(max_tokens)).ignore_eos(true).continuous_usage(true)
+    CompletionRequest::new("tiny", PROMPT)
+        .max_tokens(Tokens::new(max_tokens))
+        .ignore_eos(true)
+        .continuous_usage(true)
 }
 
 fn faulty(max_tokens: u64, fault: &str) -> CompletionRequest {
@@ -58,14 +68,24 @@ async fn completion_stream_has_vllm_shape_and_exact_usage() {
     let sim = start(tiny()).await;
     let c = client(&sim);
     let expected_prompt = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
-    let r = c.stream_completion(&completion(20)).await.unwrap().collect().await.unwrap();
+    let r = c
+        .stream_completion(&completion(20))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     let usage = r.usage.unwrap();
     assert_eq!(usage.prompt_tokens, Tokens::new(expected_prompt));
     assert_eq!(usage.completion_tokens, Tokens::new(20));
     assert_eq!(r.finish_reason.as_deref(), Some("length"));
     assert!(!r.content.trim().is_empty());
     // Continuous usage: cumulative and non-decreasing on every chunk; the last is usage-only.
-    let counts: Vec<u64> = r.events.iter().map(|e| e.usage.unwrap().completion_tokens.get()).collect();
+    let counts: Vec<u64> = r
+        .events
+        .iter()
+        .map(|e| e.usage.unwrap().completion_tokens.get())
+        .collect();
     assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
     let last = r.events.last().unwrap();
     assert!(!last.has_choices);
@@ -80,7 +100,9 @@ async fn completion_stream_has_vllm_shape_and_exact_usage() {
 async fn chat_stream_starts_with_a_role_chunk_and_counts_the_template() {
     let sim = start(tiny()).await;
     let c = client(&sim);
-    let req = ChatRequest::new("tiny", vec![Message::user(PROMPT)]).max_tokens(Tokens::new(5)).continuous_usage(true);
+    let req = ChatRequest::new("tiny", vec![Message::user(PROMPT)])
+        .max_tokens(Tokens::new(5))
+        .continuous_usage(true);
     let r = c.stream_chat(&req).await.unwrap().collect().await.unwrap();
     let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
     // The documented ChatML overhead of one user message with the bundled tokenizer.
@@ -88,10 +110,17 @@ async fn chat_stream_starts_with_a_role_chunk_and_counts_the_template() {
     assert_eq!(r.usage.unwrap().prompt_tokens, Tokens::new(expected));
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(5));
     let first = &r.events[0];
-    assert!(first.has_choices && first.content.is_empty(), "role chunk first: {first:?}");
+    assert!(
+        first.has_choices && first.content.is_empty(),
+        "role chunk first: {first:?}"
+    );
     assert_eq!(first.usage.unwrap().completion_tokens, Tokens::new(0));
     // /tokenize agrees with the chat count.
-    let t = c.tokenize(&TokenizeRequest::chat("tiny", vec![Message::user(PROMPT)])).await.unwrap().unwrap();
+    let t = c
+        .tokenize(&TokenizeRequest::chat("tiny", vec![Message::user(PROMPT)]))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(t.count, Tokens::new(expected));
     assert_eq!(t.max_model_len, Some(Tokens::new(2_048)));
     sim.shutdown().await;
@@ -100,8 +129,16 @@ async fn chat_stream_starts_with_a_role_chunk_and_counts_the_template() {
 #[tokio::test]
 async fn without_ignore_eos_the_model_stops_by_itself() {
     let sim = start(tiny()).await;
-    let req = CompletionRequest::new("tiny", PROMPT).max_tokens(Tokens::new(500)).continuous_usage(false);
-    let r = client(&sim).stream_completion(&req).await.unwrap().collect().await.unwrap();
+    let req = CompletionRequest::new("tiny", PROMPT)
+        .max_tokens(Tokens::new(500))
+        .continuous_usage(false);
+    let r = client(&sim)
+        .stream_completion(&req)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     assert_eq!(r.finish_reason.as_deref(), Some("stop"));
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(100));
     sim.shutdown().await;
@@ -120,10 +157,26 @@ async fn models_version_metrics_and_tokenize_look_like_vllm() {
     let cache = info.cache_config().unwrap();
     assert_eq!(cache.block_size, Some(16));
     assert_eq!(cache.num_gpu_blocks, Some(4_097));
-    assert_eq!(cache.labels.get("enable_prefix_caching").map(String::as_str), Some("True"));
-    let t = c.tokenize(&TokenizeRequest::prompt("tiny", PROMPT)).await.unwrap().unwrap();
-    assert_eq!(t.count.get() as usize, Tokenizer::bundled().unwrap().encode(PROMPT).unwrap().len());
-    assert_eq!(t.tokens, Tokenizer::bundled().unwrap().encode(PROMPT).unwrap());
+    assert_eq!(
+        cache
+            .labels
+            .get("enable_prefix_caching")
+            .map(String::as_str),
+        Some("True")
+    );
+    let t = c
+        .tokenize(&TokenizeRequest::prompt("tiny", PROMPT))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        t.count.get() as usize,
+        Tokenizer::bundled().unwrap().encode(PROMPT).unwrap().len()
+    );
+    assert_eq!(
+        t.tokens,
+        Tokenizer::bundled().unwrap().encode(PROMPT).unwrap()
+    );
     sim.shutdown().await;
 }
 
@@ -134,7 +187,11 @@ async fn a_prompt_over_max_model_len_is_a_400_with_vllm_message() {
     let req = CompletionRequest::new("tiny", long).max_tokens(Tokens::new(10));
     let err = client(&sim).stream_completion(&req).await.unwrap_err();
     assert_eq!(err.status(), Some(400));
-    assert!(err.to_string().contains("maximum context length is 2048 tokens"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("maximum context length is 2048 tokens"),
+        "{err}"
+    );
     sim.shutdown().await;
 }
 
@@ -142,9 +199,18 @@ async fn a_prompt_over_max_model_len_is_a_400_with_vllm_message() {
 async fn a_fitting_prompt_with_too_many_max_tokens_stops_at_max_model_len() {
     let sim = start(tiny()).await;
     let prompt_tokens = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
-    let r = client(&sim).stream_completion(&completion(5_000)).await.unwrap().collect().await.unwrap();
+    let r = client(&sim)
+        .stream_completion(&completion(5_000))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     assert_eq!(r.finish_reason.as_deref(), Some("length"));
-    assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(2_048 - prompt_tokens));
+    assert_eq!(
+        r.usage.unwrap().completion_tokens,
+        Tokens::new(2_048 - prompt_tokens)
+    );
     sim.shutdown().await;
 }
 
@@ -153,8 +219,14 @@ async fn unknown_model_is_404_and_malformed_json_is_400() {
     let sim = start(tiny()).await;
     let c = client(&sim);
     let req = CompletionRequest::new("no-such-model", PROMPT);
-    assert_eq!(c.stream_completion(&req).await.unwrap_err().status(), Some(404));
-    let err = c.stream_raw("/v1/completions", b"{\"prompt\": ".to_vec()).await.unwrap_err();
+    assert_eq!(
+        c.stream_completion(&req).await.unwrap_err().status(),
+        Some(404)
+    );
+    let err = c
+        .stream_raw("/v1/completions", b"{\"prompt\": ".to_vec())
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), Some(400));
     sim.shutdown().await;
 }
@@ -175,7 +247,10 @@ async fn a_client_disconnect_frees_the_blocks_at_once() {
     assert_eq!(idle.value("vllm:num_requests_running"), Some(0.0));
     assert_eq!(idle.value("vllm:kv_cache_usage_perc"), Some(0.0));
     let generated = idle.value("vllm:generation_tokens_total").unwrap();
-    assert!(generated < 1_000.0, "the request kept running after the disconnect: {generated}");
+    assert!(
+        generated < 1_000.0,
+        "the request kept running after the disconnect: {generated}"
+    );
     sim.shutdown().await;
 }
 
@@ -186,7 +261,12 @@ async fn prefix_cache_hits_show_in_metrics() {
     let long = PROMPT.repeat(20);
     for _ in 0..2 {
         let req = CompletionRequest::new("tiny", long.as_str()).max_tokens(Tokens::new(2));
-        c.stream_completion(&req).await.unwrap().collect().await.unwrap();
+        c.stream_completion(&req)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
     }
     let m = metrics(&c).await;
     let queries = m.value("vllm:prefix_cache_queries_total").unwrap();
@@ -198,7 +278,10 @@ async fn prefix_cache_hits_show_in_metrics() {
 #[tokio::test]
 async fn fault_close_after_breaks_the_stream() {
     let sim = start(tiny()).await;
-    let mut stream = client(&sim).stream_completion(&faulty(50, "close-after=5")).await.unwrap();
+    let mut stream = client(&sim)
+        .stream_completion(&faulty(50, "close-after=5"))
+        .await
+        .unwrap();
     let mut text = String::new();
     let err = loop {
         match stream.next().await {
@@ -216,13 +299,29 @@ async fn fault_close_after_breaks_the_stream() {
 #[tokio::test]
 async fn fault_stall_trips_the_idle_timeout() {
     let sim = start(tiny()).await;
-    let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(5), Duration::from_millis(300));
+    let timeouts = Timeouts::new(
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    );
     let c = client_with(&sim, timeouts, 1 << 20);
-    let err = c.stream_completion(&faulty(20, "stall=3s@2")).await.unwrap().collect().await.unwrap_err();
+    let err = c
+        .stream_completion(&faulty(20, "stall=3s@2"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TimeoutIdle, "{err}");
     // A stall shorter than the timeout only delays the stream.
     let c = client(&sim);
-    let r = c.stream_completion(&faulty(20, "stall=200ms@2")).await.unwrap().collect().await.unwrap();
+    let r = c
+        .stream_completion(&faulty(20, "stall=200ms@2"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(20));
     sim.shutdown().await;
 }
@@ -230,7 +329,13 @@ async fn fault_stall_trips_the_idle_timeout() {
 #[tokio::test]
 async fn fault_malformed_chunk_is_a_protocol_error() {
     let sim = start(tiny()).await;
-    let err = client(&sim).stream_completion(&faulty(20, "malformed-chunk-after=2")).await.unwrap().collect().await.unwrap_err();
+    let err = client(&sim)
+        .stream_completion(&faulty(20, "malformed-chunk-after=2"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
     sim.shutdown().await;
 }
@@ -240,18 +345,31 @@ async fn fault_statuses_are_answered_before_any_work() {
     let sim = start(tiny()).await;
     let c = client(&sim);
     for code in [429u16, 500, 503] {
-        let err = c.stream_completion(&faulty(5, &format!("status={code}"))).await.unwrap_err();
+        let err = c
+            .stream_completion(&faulty(5, &format!("status={code}")))
+            .await
+            .unwrap_err();
         assert_eq!(err.status(), Some(code));
     }
-    assert_eq!(metrics(&c).await.value("vllm:prompt_tokens_total"), Some(0.0));
+    assert_eq!(
+        metrics(&c).await.value("vllm:prompt_tokens_total"),
+        Some(0.0)
+    );
     sim.shutdown().await;
 }
 
 #[tokio::test]
 async fn fault_slow_headers_trips_the_headers_timeout() {
     let sim = start(tiny()).await;
-    let timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_millis(200), Duration::from_secs(5));
-    let err = client_with(&sim, timeouts, 1 << 20).stream_completion(&faulty(5, "slow-headers=2s")).await.unwrap_err();
+    let timeouts = Timeouts::new(
+        Duration::from_secs(5),
+        Duration::from_millis(200),
+        Duration::from_secs(5),
+    );
+    let err = client_with(&sim, timeouts, 1 << 20)
+        .stream_completion(&faulty(5, "slow-headers=2s"))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TimeoutHeaders, "{err}");
     sim.shutdown().await;
 }
@@ -261,11 +379,23 @@ async fn fault_oversized_line_trips_the_event_size_limit() {
     let sim = start(tiny()).await;
     let timeouts = Timeouts::default();
     let small = client_with(&sim, timeouts, 64 << 10);
-    let err = small.stream_completion(&faulty(5, "oversized-line=200000@1")).await.unwrap().collect().await.unwrap_err();
+    let err = small
+        .stream_completion(&faulty(5, "oversized-line=200000@1"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SseLineTooLong, "{err}");
     // Under a large enough limit the padded chunk is harmless.
     let big = client_with(&sim, timeouts, 1 << 20);
-    let r = big.stream_completion(&faulty(5, "oversized-line=200000@1")).await.unwrap().collect().await.unwrap();
+    let r = big
+        .stream_completion(&faulty(5, "oversized-line=200000@1"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(5));
     sim.shutdown().await;
 }
@@ -276,7 +406,13 @@ async fn profile_faults_apply_to_every_request() {
     p.faults = Some("status=503".to_owned());
     let sim = start(p).await;
     let c = client(&sim);
-    assert_eq!(c.stream_completion(&completion(5)).await.unwrap_err().status(), Some(503));
+    assert_eq!(
+        c.stream_completion(&completion(5))
+            .await
+            .unwrap_err()
+            .status(),
+        Some(503)
+    );
     // The other endpoints stay healthy.
     assert!(c.models().await.unwrap().is_some());
     sim.shutdown().await;
@@ -296,16 +432,162 @@ async fn one_core_serves_128_streams_at_the_modelled_rate() {
                 .max_tokens(Tokens::new(tokens))
                 .ignore_eos(true)
                 .continuous_usage(true);
-            tokio::spawn(async move { c.stream_completion(&req).await.unwrap().collect().await.unwrap() })
+            tokio::spawn(async move {
+                c.stream_completion(&req)
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap()
+            })
         })
         .collect();
     for t in tasks {
-        assert_eq!(t.await.unwrap().usage.unwrap().completion_tokens, Tokens::new(tokens));
+        assert_eq!(
+            t.await.unwrap().usage.unwrap().completion_tokens,
+            Tokens::new(tokens)
+        );
     }
     let elapsed = started.elapsed();
     let p = tiny();
     let modelled = p.cost.decode_step(128, 250) * tokens as u32;
-    assert!(elapsed < modelled * 3, "took {elapsed:?}, the cost model says {modelled:?}");
-    assert!(elapsed * 2 > modelled, "took {elapsed:?}, faster than the cost model's {modelled:?}");
+    assert!(
+        elapsed < modelled * 3,
+        "took {elapsed:?}, the cost model says {modelled:?}"
+    );
+    assert!(
+        elapsed * 2 > modelled,
+        "took {elapsed:?}, faster than the cost model's {modelled:?}"
+    );
+    sim.shutdown().await;
+}
+
+/// One HTTP/1.1 request on a fresh connection (for what the streaming client does not do:
+/// non-streaming answers, request headers, response headers).
+async fn raw(sim: &RunningSim, method: &str, path: &str, headers: &str, body: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: sim\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n{headers}\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[tokio::test]
+async fn non_streaming_answers_have_the_openai_shape() {
+    let sim = start(tiny()).await;
+    let body = format!(r#"{{"model":"tiny","prompt":"{PROMPT}","max_tokens":7,"ignore_eos":true}}"#);
+    let (status, _, text) = raw(&sim, "POST", "/v1/completions", "", &body).await;
+    assert_eq!(status, 200);
+    let v = json(&text);
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 7);
+    let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+    assert_eq!(content.encode_count(v["choices"][0]["text"].as_str().unwrap()).unwrap(), 7);
+
+    let body = r#"{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3}"#;
+    let (status, _, text) = raw(&sim, "POST", "/v1/chat/completions", "", body).await;
+    assert_eq!(status, 200);
+    let v = json(&text);
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_use_the_vllm_error_object() {
+    let sim = start(tiny()).await;
+    let (status, _, text) = raw(&sim, "POST", "/v1/completions", "", r#"{"model":"x","prompt":"a"}"#).await;
+    assert_eq!(status, 404);
+    let v = json(&text);
+    assert_eq!(v["error"]["code"], 404);
+    assert_eq!(v["error"]["type"], "NotFoundError");
+    assert_eq!(v["error"]["message"], "The model `x` does not exist.");
+    let (status, _, text) = raw(&sim, "POST", "/v1/completions", "", "{not json").await;
+    assert_eq!(status, 400);
+    assert_eq!(json(&text)["error"]["type"], "BadRequestError");
+    let (status, _, _) = raw(&sim, "GET", "/v1/completions", "", "").await;
+    assert_eq!(status, 405);
+    let (status, _, _) = raw(&sim, "GET", "/nowhere", "", "").await;
+    assert_eq!(status, 404);
+    let (status, _, _) = raw(&sim, "GET", "/health", "", "").await;
+    assert_eq!(status, 200);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_fault_header_works_and_429_says_when_to_retry() {
+    let sim = start(tiny()).await;
+    let (status, head, text) =
+        raw(&sim, "POST", "/v1/completions", "x-sim-fault: status=429; retry-after=7\r\n", r#"{"prompt":"a"}"#).await;
+    assert_eq!(status, 429);
+    assert!(head.contains("retry-after: 7"), "{head}");
+    assert_eq!(json(&text)["error"]["code"], 429);
+    // Header faults also reach the non-generation endpoints.
+    let (status, _, _) = raw(&sim, "GET", "/v1/models", "x-sim-fault: status=503\r\n", "").await;
+    assert_eq!(status, 503);
+    let (status, _, text) = raw(&sim, "GET", "/v1/models", "x-sim-fault: explode\r\n", "").await;
+    assert_eq!(status, 400, "{text}");
+    // A non-streaming request closed after 3 tokens gets no answer at all.
+    let body = r#"{"prompt":"a","max_tokens":10,"ignore_eos":true}"#;
+    assert_eq!(status_or_nothing(&sim, "x-sim-fault: close-after=3\r\n", body).await, None);
+    sim.shutdown().await;
+}
+
+/// The status of a completions request, or `None` when the server hung up without answering.
+async fn status_or_nothing(sim: &RunningSim, headers: &str, body: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: sim\r\nconnection: close\r\ncontent-length: {}\r\n{headers}\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let _ = socket.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response);
+    text.split(' ').nth(1).and_then(|s| s.parse().ok())
+}
+
+#[tokio::test]
+async fn requests_beyond_the_kv_cache_wait_and_all_finish() {
+    // 64 usable blocks of 16 tokens: four 200-token prompts growing to 400 tokens cannot all
+    // run at once; the engine preempts and recomputes, and every request still completes.
+    let mut p = tiny();
+    p.num_gpu_blocks = 65;
+    p.max_model_len = 1_024;
+    let sim = start(p).await;
+    let c = client(&sim);
+    let prompt = PROMPT.repeat(12);
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            let req = CompletionRequest::new("tiny", format!("[{i}] {prompt}"))
+                .max_tokens(Tokens::new(200))
+                .ignore_eos(true)
+                .continuous_usage(true);
+            tokio::spawn(async move { c.stream_completion(&req).await.unwrap().collect().await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().usage.unwrap().completion_tokens, Tokens::new(200));
+    }
+    let m = metrics(&c).await;
+    assert!(m.value("vllm:num_preemptions_total").unwrap() >= 1.0);
+    assert_eq!(m.value("vllm:kv_cache_usage_perc"), Some(0.0));
     sim.shutdown().await;
 }

@@ -219,10 +219,19 @@ impl ChatOverhead {
 
 /// Builds exact-length prompts with one tokenizer.
 ///
-/// Text comes from a pool of generated prose, encoded once per size class;
-/// a prompt is a seeded marker plus a slice of the pool, cut at the target
-/// count and repaired at the end where re-encoding merges tokens across the
-/// cut. Every result is checked by encoding the whole prompt.
+/// Text comes from a pool of generated prose, encoded once per size class.
+/// A prompt is a seeded marker and first sentence (encoded on their own),
+/// then a slice of the pool whose tokens are already known, then a cut: the
+/// last [`WINDOW`] tokens are re-encoded and the cut moved until the count is
+/// exact (bounded; a typed error otherwise). Only those pieces are encoded,
+/// so a 16K prompt costs a millisecond instead of a whole-text encode.
+///
+/// This relies on the tokenizer splitting text into words before its model
+/// runs (every pre-tokenizer does; sentence and word boundaries are where the
+/// pieces meet), and each junction is checked by re-encoding a few words
+/// across it; when a check fails, or the tokenizer has no pre-tokenizer, the
+/// whole prompt is counted instead. [`PromptBuilder::with_full_check`]
+/// re-encodes every prompt whole.
 ///
 /// ```
 /// use speedmatrix_units::Tokens;
@@ -241,6 +250,7 @@ pub struct PromptBuilder {
     tokenizer: Tokenizer,
     content_tokenizer: Tokenizer,
     pools: Mutex<HashMap<usize, Arc<Pool>>>,
+    full_check: bool,
 }
 
 /// Tokens before a cut that the repair re-encodes instead of the whole text.
@@ -261,10 +271,19 @@ impl PromptBuilder {
     /// A builder counting with `tokenizer`.
     pub fn new(tokenizer: Tokenizer) -> Self {
         PromptBuilder {
+            full_check: tokenizer.inner().get_pre_tokenizer().is_none(),
             content_tokenizer: tokenizer.clone().with_add_special_tokens(false),
             tokenizer,
             pools: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether every prompt is re-encoded whole before it is returned (slow:
+    /// about 40 ms per 16K tokens). Off by default; always on for a tokenizer
+    /// without a pre-tokenizer.
+    pub fn with_full_check(mut self, on: bool) -> Self {
+        self.full_check = on || self.tokenizer.inner().get_pre_tokenizer().is_none();
+        self
     }
 
     /// The tokenizer prompts are counted with.
@@ -364,7 +383,7 @@ impl PromptBuilder {
         match key.mode {
             CacheMode::Unique | CacheMode::Shared => {
                 let source = self.source(key.marker(seed), key.body_seed(seed, false), n)?;
-                Fitter::new(tok, extra, &source, n, 0).fit()
+                self.fitter(tok, extra, &source, n, 0).fit()
             }
             CacheMode::SharedPrefix { prefix } => {
                 self.shared_prefix_text(tok, extra, n, usize_of(prefix), seed, key)
@@ -390,14 +409,14 @@ impl PromptBuilder {
             });
         }
         let shared = self.source(key.marker(seed), key.body_seed(seed, true), k)?;
-        let prefix = Fitter::new(tok, extra, &shared, k, 0).fit()?;
+        let prefix = self.fitter(tok, extra, &shared, k, 0).fit()?;
         if n == k {
             return Ok(prefix);
         }
         let mut source = self.source(key.suffix_marker(), key.body_seed(seed, false), n - k)?;
         let prefix_ends = tok.content_token_ends(&prefix)?;
-        source.prepend(&prefix, &prefix_ends);
-        let text = Fitter::new(tok, extra, &source, n, prefix.len() + 1).fit()?;
+        source.prepend(tok, &prefix, &prefix_ends)?;
+        let text = self.fitter(tok, extra, &source, n, prefix.len() + 1).fit()?;
         let (whole, part) = (tok.encode(&text)?, tok.encode(&prefix)?);
         let keep = k.saturating_sub(extra);
         if whole.get(..keep) != part.get(..keep) {
@@ -407,6 +426,26 @@ impl PromptBuilder {
             });
         }
         Ok(text)
+    }
+
+    fn fitter<'a>(
+        &self,
+        tok: &'a Tokenizer,
+        extra: usize,
+        source: &'a Source,
+        target: usize,
+        min_cut: usize,
+    ) -> Fitter<'a> {
+        Fitter {
+            tok,
+            extra,
+            source,
+            target,
+            min_cut,
+            full_check: self.full_check || !source.junctions_ok,
+            attempts: 0,
+            closest: 0,
+        }
     }
 
     fn too_short(&self, n: usize, min: usize, extra: usize) -> Error {
@@ -438,18 +477,26 @@ impl PromptBuilder {
         let mut text = marker;
         text.push_str(&pool.text[start..head_end]);
         let mut ends = self.content_tokenizer.content_token_ends(&text)?;
-        let first_token = pool.ends.partition_point(|&e| e as usize <= head_end);
+        let first_token = pool.ends.partition_point(|&e| e <= head_end);
+        let head = (text.len(), ends.len());
+        let pool_split_here = first_token > 0 && pool.ends[first_token - 1] == head_end;
         let last_token = (first_token + n + SLACK_TOKENS).min(pool.ends.len());
-        let end = pool.ends[last_token - 1] as usize;
+        let end = pool.ends[last_token - 1];
         let base = text.len();
         text.push_str(&pool.text[head_end..end]);
         // Tokens from `first_token` on end after `head_end`.
         ends.extend(
             pool.ends[first_token..last_token]
                 .iter()
-                .map(|&e| (e as usize).saturating_sub(head_end) + base),
+                .map(|&e| e.saturating_sub(head_end) + base),
         );
-        Ok(Source { text, ends })
+        let junctions_ok =
+            pool_split_here && junction_ok(&self.content_tokenizer, &text, &ends, head.1, head.0)?;
+        Ok(Source {
+            text,
+            ends,
+            junctions_ok,
+        })
     }
 
     /// The pool for prompts of up to `n` tokens, built on first use.
@@ -474,12 +521,14 @@ fn usize_of(t: Tokens) -> usize {
 struct Pool {
     text: String,
     /// End byte of each content token.
-    ends: Vec<u32>,
+    ends: Vec<usize>,
     /// Byte offsets of the separators before sentences.
     sentence_starts: Vec<usize>,
     /// How many of `sentence_starts` lie in the first [`SPREAD_TOKENS`]
     /// tokens: where prompt bodies may start.
     spread_starts: usize,
+    /// Where separately encoded pieces of `text` meet.
+    chunk_starts: Vec<usize>,
 }
 
 impl Pool {
@@ -492,13 +541,19 @@ impl Pool {
             ends: Vec::new(),
             sentence_starts: Vec::new(),
             spread_starts: 0,
+            chunk_starts: Vec::new(),
         };
         while pool.ends.len() < tokens {
             let missing = tokens - pool.ends.len();
             let chunks = pool.grow(&mut generator, missing * 6);
             pool.encode_chunks(tok, &chunks)?;
         }
-        let spread_end = pool.ends.get(SPREAD_TOKENS).map_or(usize::MAX, |&e| e as usize);
+        if !pool.chunks_join_cleanly(tok)? {
+            // Tokens merge across a paragraph break with this tokenizer:
+            // encode the text in one piece instead.
+            pool.ends = tok.content_token_ends(&pool.text)?;
+        }
+        let spread_end = pool.ends.get(SPREAD_TOKENS).map_or(usize::MAX, |&e| e);
         let spread = pool.sentence_starts.partition_point(|&s| s < spread_end);
         // Every start needs a next one (the end of its first sentence).
         pool.spread_starts = spread.min(pool.sentence_starts.len().saturating_sub(1)).max(1);
@@ -537,14 +592,26 @@ impl Pool {
             .encode_batch(inputs, false)
             .map_err(|e| tok.error(e))?;
         for (enc, &(start, _)) in encodings.iter().zip(chunks) {
+            if start > 0 {
+                self.chunk_starts.push(start);
+            }
             let mut last = self.ends.last().copied().unwrap_or(0);
             for &(_, end) in enc.get_offsets() {
-                let end = u32::try_from(start + end).unwrap_or(u32::MAX).max(last);
-                self.ends.push(end);
-                last = end;
+                last = (start + end).max(last);
+                self.ends.push(last);
             }
         }
         Ok(())
+    }
+
+    fn chunks_join_cleanly(&self, tok: &Tokenizer) -> Result<bool, Error> {
+        for &at in &self.chunk_starts {
+            let idx = self.ends.partition_point(|&e| e <= at);
+            if !junction_ok(tok, &self.text, &self.ends, idx, at)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -553,15 +620,21 @@ impl Pool {
 struct Source {
     text: String,
     ends: Vec<usize>,
+    /// Whether the pieces' token counts add up where they meet.
+    junctions_ok: bool,
 }
 
 impl Source {
-    fn prepend(&mut self, prefix: &str, prefix_ends: &[usize]) {
+    fn prepend(&mut self, tok: &Tokenizer, prefix: &str, prefix_ends: &[usize]) -> Result<(), Error> {
         let shift = prefix.len();
         self.text.insert_str(0, prefix);
         let mut ends = prefix_ends.to_vec();
         ends.extend(self.ends.iter().map(|e| e + shift));
         self.ends = ends;
+        let at_end = prefix_ends.last() == Some(&shift);
+        self.junctions_ok &=
+            at_end && junction_ok(tok, &self.text, &self.ends, prefix_ends.len(), shift)?;
+        Ok(())
     }
 }
 
@@ -582,23 +655,13 @@ struct Fitter<'a> {
     target: usize,
     /// No cut before this byte (keeps a shared prefix whole).
     min_cut: usize,
+    /// Count the whole text before accepting a cut.
+    full_check: bool,
     attempts: u32,
     closest: usize,
 }
 
-impl<'a> Fitter<'a> {
-    fn new(tok: &'a Tokenizer, extra: usize, source: &'a Source, target: usize, min_cut: usize) -> Self {
-        Fitter {
-            tok,
-            extra,
-            source,
-            target,
-            min_cut,
-            attempts: 0,
-            closest: 0,
-        }
-    }
-
+impl Fitter<'_> {
     fn fit(mut self) -> Result<String, Error> {
         let fixed = self.extra + self.tok.special_tokens_count();
         // Keep this many content tokens of the source.
@@ -609,7 +672,7 @@ impl<'a> Fitter<'a> {
         }
         let counting = self.window_for(keep);
         if let Some(cut) = self.search(keep, counting)?
-            && self.count(Counting::Full, cut)? == self.target
+            && (!self.full_check || self.count(Counting::Full, cut)? == self.target)
         {
             return Ok(self.source.text[..cut].to_owned());
         }
@@ -626,15 +689,15 @@ impl<'a> Fitter<'a> {
     /// Counts re-encoding only the last [`WINDOW`] tokens, anchored where a
     /// token starts with a space (a word boundary every tokenizer respects).
     fn window_for(&self, keep: usize) -> Counting {
-        let bytes = self.source.text.as_bytes();
+        if !self.source.junctions_ok {
+            return Counting::Full;
+        }
         let ends = &self.source.ends;
         let lowest = keep.saturating_sub(4 * WINDOW);
         let mut w = keep.saturating_sub(WINDOW);
         while w > lowest {
             let anchor = ends[w - 1];
-            if bytes.get(anchor) == Some(&b' ')
-                && bytes.get(anchor.wrapping_sub(1)).is_some_and(u8::is_ascii_alphanumeric)
-            {
+            if word_boundary(&self.source.text, anchor) {
                 return Counting::Window { anchor, before: w };
             }
             w -= 1;
@@ -731,4 +794,44 @@ impl<'a> Fitter<'a> {
             tokenizer: self.tok.name().to_owned(),
         }
     }
+}
+
+/// Whether a word starts at byte `at`: a space after a letter or digit, the
+/// place where every pre-tokenizer splits.
+fn word_boundary(text: &str, at: usize) -> bool {
+    let bytes = text.as_bytes();
+    at > 0 && bytes.get(at) == Some(&b' ') && bytes[at - 1].is_ascii_alphanumeric()
+}
+
+/// Checks that the tokens before and after byte `at` (where token `idx`
+/// starts) stay the same when a few words across it are encoded together.
+fn junction_ok(
+    tok: &Tokenizer,
+    text: &str,
+    ends: &[usize],
+    idx: usize,
+    at: usize,
+) -> Result<bool, Error> {
+    const REACH: usize = 8;
+    const SEARCH: usize = 64;
+    if idx == 0 || idx >= ends.len() || ends[idx - 1] != at {
+        return Ok(idx == 0);
+    }
+    // Window start: a word boundary some tokens back, or the text's start.
+    let mut lo = idx.saturating_sub(REACH);
+    while lo > 0 && idx - lo < SEARCH && !word_boundary(text, ends[lo - 1]) {
+        lo -= 1;
+    }
+    if lo > 0 && !word_boundary(text, ends[lo - 1]) {
+        lo = 0;
+    }
+    let mut hi = (idx + REACH).min(ends.len());
+    while hi < ends.len() && hi - idx < SEARCH && !word_boundary(text, ends[hi - 1]) {
+        hi += 1;
+    }
+    if !word_boundary(text, ends[hi - 1]) {
+        return Ok(false);
+    }
+    let start = if lo == 0 { 0 } else { ends[lo - 1] };
+    Ok(tok.content_count(&text[start..ends[hi - 1]])? == hi - lo)
 }

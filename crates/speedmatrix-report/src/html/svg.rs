@@ -42,7 +42,11 @@ pub(super) fn heatmap(report: &Report) -> String {
         .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(0.0, f64::max);
-    let mut s = open_svg(width, height, "Sustained decode heatmap: total tok/s by context and simultaneous requests");
+    let mut s = open_svg(
+        width,
+        height,
+        "Sustained decode heatmap: total tok/s by context and simultaneous requests",
+    );
     s.push_str(
         "<defs><pattern id=\"hatch\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" \
          patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"#f1f3f6\"/>\
@@ -107,8 +111,18 @@ fn heat_cell(
                 );
                 let text = if t > 0.55 { "#ffffff" } else { INK };
                 let lines = vec![
-                    (format::tokens_per_s(m.total_tokens_per_s), 15.0, "700", text),
-                    (format!("{} TTFT", format::ms_whole(m.ttft_ms.p50)), 11.5, "400", text),
+                    (
+                        format::tokens_per_s(m.total_tokens_per_s),
+                        15.0,
+                        "700",
+                        text,
+                    ),
+                    (
+                        format!("{} TTFT", format::ms_whole(m.ttft_ms.p50)),
+                        11.5,
+                        "400",
+                        text,
+                    ),
                 ];
                 (heat_colour(t), "valid", lines, tip)
             }
@@ -123,7 +137,11 @@ fn heat_cell(
                     CellStatus::Error { .. } => "#fde2e1".to_owned(),
                     _ => "url(#hatch)".to_owned(),
                 };
-                let colour = if matches!(status, CellStatus::Error { .. }) { "#b42318" } else { MUTED };
+                let colour = if matches!(status, CellStatus::Error { .. }) {
+                    "#b42318"
+                } else {
+                    MUTED
+                };
                 let lines = vec![(page::status_text(status), 11.5, "500", colour)];
                 (fill, status_class(status), lines, tip)
             }
@@ -182,7 +200,12 @@ fn heat_colour(t: f64) -> String {
     let f = scaled - i as f64;
     let mix = |a: u8, b: u8| (f64::from(a) + (f64::from(b) - f64::from(a)) * f).round() as u8;
     let (a, b) = (HEAT[i], HEAT[i + 1]);
-    format!("#{:02x}{:02x}{:02x}", mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        mix(a.0, b.0),
+        mix(a.1, b.1),
+        mix(a.2, b.2)
+    )
 }
 
 /// One line of a line chart: a name and a value per x position (`None` = a gap).
@@ -194,18 +217,40 @@ struct Series {
 
 /// Bars of prompt tok/s per prefill context.
 pub(super) fn prefill_throughput(report: &Report) -> String {
-    let labels: Vec<String> = report.prefill.iter().map(|r| r.context.to_string()).collect();
+    let labels: Vec<String> = report
+        .prefill
+        .iter()
+        .map(|r| r.context.to_string())
+        .collect();
     let values: Vec<Option<f64>> = report
         .prefill
         .iter()
         .map(|r| r.prompt_tokens_per_s.filter(|_| r.status.is_valid()))
         .collect();
-    let frame = Frame::new(560.0, 320.0, &labels, max_of(&values), "Prompt tok/s", "Context");
+    let frame = Frame::new(
+        560.0,
+        320.0,
+        &labels,
+        max_of(&values),
+        "Prompt tok/s",
+        "Context",
+    );
     let mut s = open_svg(frame.width, frame.height, "Prefill prompt tok/s by context");
     frame.draw_axes(&mut s, tick_tokens_per_s);
     let band = frame.band();
     for (i, v) in values.iter().enumerate() {
-        let Some(v) = v else { continue };
+        let Some(v) = v else {
+            // Say why a bar is missing rather than leave a silent gap.
+            let status = page::status_text(&report.prefill[i].status);
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11.5\" fill=\"#b42318\">{}</text>",
+                frame.x(i),
+                frame.y(0.0) - 8.0,
+                esc(&status)
+            );
+            continue;
+        };
         let (x, y) = (frame.x(i) - band * 0.3, frame.y(*v));
         let _ = writeln!(
             s,
@@ -230,7 +275,11 @@ pub(super) fn prefill_throughput(report: &Report) -> String {
 
 /// TTFT of cold prefill per context.
 pub(super) fn prefill_ttft(report: &Report) -> String {
-    let labels: Vec<String> = report.prefill.iter().map(|r| r.context.to_string()).collect();
+    let labels: Vec<String> = report
+        .prefill
+        .iter()
+        .map(|r| r.context.to_string())
+        .collect();
     let series = [Series {
         name: "TTFT".to_owned(),
         colour: SERIES[1],
@@ -240,7 +289,14 @@ pub(super) fn prefill_ttft(report: &Report) -> String {
             .map(|r| r.ttft_ms.filter(|_| r.status.is_valid()))
             .collect(),
     }];
-    line_chart(&labels, &series, "TTFT (ms)", "Context", format::ms_whole, true)
+    line_chart(
+        &labels,
+        &series,
+        "TTFT (ms)",
+        "Context",
+        format::ms_whole,
+        true,
+    )
 }
 
 /// Per-request tok/s against simultaneous requests, one line per context.
@@ -259,7 +315,10 @@ pub(super) fn per_request(report: &Report) -> String {
                 .iter()
                 .map(|&n| {
                     let cell = report.decode_cell(ctx, n)?;
-                    let m = cell.measurements.as_ref().filter(|_| cell.status.is_valid())?;
+                    let m = cell
+                        .measurements
+                        .as_ref()
+                        .filter(|_| cell.status.is_valid())?;
                     Some(m.per_request_tokens_per_s)
                 })
                 .collect(),
@@ -283,14 +342,28 @@ fn line_chart(
     fmt: fn(f64) -> String,
     label_points: bool,
 ) -> String {
-    let all: Vec<Option<f64>> = series.iter().flat_map(|s| s.values.iter().copied()).collect();
+    let all: Vec<Option<f64>> = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .collect();
     let legend = series.len() > 1;
     let width = if legend { 1180.0 } else { 560.0 };
-    let mut frame = Frame::new(width, if legend { 380.0 } else { 320.0 }, labels, max_of(&all), y_title, x_title);
+    let mut frame = Frame::new(
+        width,
+        if legend { 380.0 } else { 320.0 },
+        labels,
+        max_of(&all),
+        y_title,
+        x_title,
+    );
     if legend {
         frame.right = 170.0;
     }
-    let mut s = open_svg(frame.width, frame.height, &format!("{y_title} by {x_title}"));
+    let mut s = open_svg(
+        frame.width,
+        frame.height,
+        &format!("{y_title} by {x_title}"),
+    );
     frame.draw_axes(&mut s, fmt);
     for (k, line) in series.iter().enumerate() {
         let points: Vec<(usize, f64)> = line
@@ -333,7 +406,10 @@ fn line_chart(
             }
         }
         if legend {
-            let (lx, ly) = (frame.width - frame.right + 24.0, frame.top + 8.0 + 22.0 * k as f64);
+            let (lx, ly) = (
+                frame.width - frame.right + 24.0,
+                frame.top + 8.0 + 22.0 * k as f64,
+            );
             let _ = writeln!(
                 s,
                 "<line x1=\"{lx:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12.5\" fill=\"{INK}\">{}</text>",

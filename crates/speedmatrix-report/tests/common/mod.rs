@@ -33,7 +33,9 @@ pub(crate) fn small() -> Report {
 /// header line is ignored (the seed page glues captions to tables).
 pub(crate) fn table(markdown: &str, header: &str) -> Vec<Vec<String>> {
     let mut lines = markdown.lines().skip_while(|l| !l.contains(header));
-    let head = lines.next().unwrap_or_else(|| panic!("no table with header {header:?}"));
+    let head = lines
+        .next()
+        .unwrap_or_else(|| panic!("no table with header {header:?}"));
     let head = &head[head.find('|').unwrap()..];
     let mut rows = vec![cells(head)];
     for line in lines {

@@ -20,7 +20,13 @@ fn engine(p: &Profile) -> Engine {
 }
 
 fn req(id: ReqId, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
-    NewRequest { id, prompt, max_tokens, min_tokens: 0, ignore_eos: true }
+    NewRequest {
+        id,
+        prompt,
+        max_tokens,
+        min_tokens: 0,
+        ignore_eos: true,
+    }
 }
 
 fn distinct_prompt(id: ReqId, len: usize) -> Vec<u32> {
@@ -107,7 +113,10 @@ fn growing_requests_preempt_from_the_back_and_recompute() {
     assert_eq!(first_preempted, Some(vec![1]));
     assert_eq!(done[&1].completion_tokens, 20);
     assert_eq!(done[&2].completion_tokens, 20);
-    assert_eq!(tokens[&2], 20, "a recomputed request does not resend tokens");
+    assert_eq!(
+        tokens[&2], 20,
+        "a recomputed request does not resend tokens"
+    );
     assert_eq!(e.snapshot().free_blocks, 10);
 }
 
@@ -172,14 +181,38 @@ fn eos_min_tokens_and_ignore_eos() {
     let mut p = profile(1_001, 16, 8, 4_096);
     p.eos_after_tokens = Some(5);
     let mut e = engine(&p);
-    e.add(NewRequest { id: 1, prompt: vec![1; 8], max_tokens: 50, min_tokens: 0, ignore_eos: false });
-    e.add(NewRequest { id: 2, prompt: vec![2; 8], max_tokens: 50, min_tokens: 9, ignore_eos: false });
-    e.add(NewRequest { id: 3, prompt: vec![3; 8], max_tokens: 50, min_tokens: 0, ignore_eos: true });
+    e.add(NewRequest {
+        id: 1,
+        prompt: vec![1; 8],
+        max_tokens: 50,
+        min_tokens: 0,
+        ignore_eos: false,
+    });
+    e.add(NewRequest {
+        id: 2,
+        prompt: vec![2; 8],
+        max_tokens: 50,
+        min_tokens: 9,
+        ignore_eos: false,
+    });
+    e.add(NewRequest {
+        id: 3,
+        prompt: vec![3; 8],
+        max_tokens: 50,
+        min_tokens: 0,
+        ignore_eos: true,
+    });
     let done = run(&mut e);
     assert_eq!((done[&1].0, done[&1].1), (5, FinishReason::Stop));
     assert_eq!((done[&2].0, done[&2].1), (9, FinishReason::Stop));
     assert_eq!((done[&3].0, done[&3].1), (50, FinishReason::Length));
-    assert_eq!(done[&3].2, Usage { prompt_tokens: 8, completion_tokens: 50 });
+    assert_eq!(
+        done[&3].2,
+        Usage {
+            prompt_tokens: 8,
+            completion_tokens: 50
+        }
+    );
 }
 
 #[test]
@@ -219,15 +252,22 @@ struct Arrival {
 }
 
 fn arrival() -> impl Strategy<Value = Arrival> {
-    (0usize..3, 1usize..120, 1u32..40, proptest::option::of(0usize..60), 0usize..40).prop_map(
-        |(prefix, len, max_tokens, abort_at_step, arrive_at_step)| Arrival {
-            prefix,
-            len,
-            max_tokens,
-            abort_at_step,
-            arrive_at_step,
-        },
+    (
+        0usize..3,
+        1usize..120,
+        1u32..40,
+        proptest::option::of(0usize..60),
+        0usize..40,
     )
+        .prop_map(
+            |(prefix, len, max_tokens, abort_at_step, arrive_at_step)| Arrival {
+                prefix,
+                len,
+                max_tokens,
+                abort_at_step,
+                arrive_at_step,
+            },
+        )
 }
 
 proptest! {

@@ -45,7 +45,11 @@ fn execute(args: &Args) -> anyhow::Result<(Comparison, ExitCode)> {
     let threshold = args.fail_on_regression.unwrap_or(args.threshold);
     let comparison = compare(&a, &b, threshold);
     let failed = args.fail_on_regression.is_some() && comparison.has_regressions();
-    let code = if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+    let code = if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     Ok((comparison, code))
 }
 
@@ -66,8 +70,10 @@ mod tests {
         let mut report = load(&fixture("seed-run.json")).unwrap();
         let m = report.decode[0].measurements.as_mut().unwrap();
         m.total_tokens_per_s *= 0.9;
-        m.output_tokens = speedmatrix_units::Tokens::new((m.total_tokens_per_s * m.measured_s).round() as u64);
-        let path = std::env::temp_dir().join(format!("speedmatrix-compare-{}.json", std::process::id()));
+        m.output_tokens =
+            speedmatrix_units::Tokens::new((m.total_tokens_per_s * m.measured_s).round() as u64);
+        let path =
+            std::env::temp_dir().join(format!("speedmatrix-compare-{}.json", std::process::id()));
         std::fs::write(&path, report.to_json().unwrap()).unwrap();
         path
     }

@@ -95,7 +95,8 @@ mod tests {
     }
 
     fn temp_file(name: &str, contents: &str) -> PathBuf {
-        let path = std::env::temp_dir().join(format!("speedmatrix-report-{}-{name}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("speedmatrix-report-{}-{name}", std::process::id()));
         std::fs::write(&path, contents).unwrap();
         path
     }
@@ -130,7 +131,10 @@ mod tests {
 
     #[tokio::test]
     async fn writes_the_output_file() {
-        let out = std::env::temp_dir().join(format!("speedmatrix-report-{}-out.html", std::process::id()));
+        let out = std::env::temp_dir().join(format!(
+            "speedmatrix-report-{}-out.html",
+            std::process::id()
+        ));
         let args = Args {
             run: fixture("small-run.json"),
             format: Format::Html,

@@ -1,0 +1,85 @@
+//! The main job end to end: a whole matrix on the simulator, checked against
+//! the simulator's own capacity and cost model.
+
+use speedmatrix_report::CellStatus;
+use speedmatrix_runner::prompt_len;
+use speedmatrix_units::Tokens;
+
+use crate::support::{bin, journal_lines, read_report, temp_dir, test_profile};
+
+const MAX_TOKENS: u64 = 512;
+
+#[test]
+fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
+    let dir = temp_dir("matrix");
+    let (profile, profile_path) = test_profile(&dir);
+    let out = dir.join("out");
+    let status = bin()
+        .args(["run", "--quiet", "--sim-profile"])
+        .arg(&profile_path)
+        .args([
+            "--contexts", "0,256,1k",
+            "--concurrency", "1,8,64",
+            "--prefill-contexts", "512,1k",
+            "--duration", "2s",
+            "--max-tokens", "512",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "run failed: {status}");
+
+    for file in ["run.json", "report.md", "report.html", "measurements.csv", "journal.jsonl"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let report = read_report(&out);
+    report.validate().unwrap();
+    assert_eq!(report.decode.len(), 9);
+    // One start line, then every prefill point and every cell.
+    assert_eq!(journal_lines(&out).len(), 1 + 2 + 9);
+
+    for row in &report.prefill {
+        assert!(row.status.is_valid(), "prefill {}: {:?}", row.context, row.status);
+        assert_eq!(row.prompt_tokens_reported, Some(row.context), "server counted other prompt tokens");
+    }
+    let mut valid = 0;
+    for cell in &report.decode {
+        let n = u64::from(cell.concurrency.get());
+        let len = prompt_len(cell.context).get() + MAX_TOKENS;
+        let fits = profile.fits(n, len);
+        match &cell.status {
+            CellStatus::OverCapacity { .. } => assert!(!fits, "{} × {n} planned over capacity but fits", cell.context),
+            CellStatus::Valid => {
+                assert!(fits, "{} × {n} ran but does not fit", cell.context);
+                valid += 1;
+                let m = cell.measurements.as_ref().unwrap();
+                assert_eq!(m.prompt_token_mismatches, 0);
+                let expected = model_rate(&profile, n, prompt_len(cell.context), m.output_tokens);
+                let ratio = m.total_tokens_per_s / expected;
+                assert!(
+                    (0.9..=1.1).contains(&ratio),
+                    "{} × {n}: measured {:.1} tok/s, cost model {expected:.1} (ratio {ratio:.3})",
+                    cell.context,
+                    m.total_tokens_per_s
+                );
+                assert!((m.average_active_requests - n as f64).abs() < 0.5);
+            }
+            other => panic!("{} × {n}: unexpected status {other:?}", cell.context),
+        }
+    }
+    assert!(valid >= 6, "only {valid} valid cells");
+    assert!(report.decode.iter().any(|c| matches!(c.status, CellStatus::OverCapacity { .. })));
+}
+
+/// Steady-state output rate of N streams by the simulator's cost model: one
+/// token per stream per decode step, at the step time for the batch's
+/// context midway through the window.
+fn model_rate(profile: &speedmatrix_sim::Profile, n: u64, prompt: Tokens, out: Tokens) -> f64 {
+    // Each stream is about this many tokens into its answer in mid-window.
+    let per_stream = out.get() as f64 / n as f64;
+    let generated_mid = (per_stream / 2.0).min(MAX_TOKENS as f64);
+    let context_per_stream = prompt.get() + generated_mid as u64;
+    let step = profile.cost.decode_step(n, context_per_stream).as_secs_f64() / profile.time_scale;
+    n as f64 / step
+}
