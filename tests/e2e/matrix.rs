@@ -83,3 +83,30 @@ fn model_rate(profile: &speedmatrix_sim::Profile, n: u64, prompt: Tokens, out: T
     let step = profile.cost.decode_step(n, context_per_stream).as_secs_f64() / profile.time_scale;
     n as f64 / step
 }
+
+#[test]
+fn chat_prompts_carry_the_exact_token_count_the_server_reports() {
+    let dir = temp_dir("chat");
+    let (_, profile_path) = test_profile(&dir);
+    let out = dir.join("out");
+    let status = bin()
+        .args(["run", "--quiet", "--api", "chat", "--sim-profile"])
+        .arg(&profile_path)
+        .args([
+            "--contexts", "300",
+            "--concurrency", "2",
+            "--prefill-contexts", "777",
+            "--duration", "1s",
+            "--max-tokens", "256",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report = read_report(&out);
+    assert_eq!(report.prefill[0].prompt_tokens_reported, Some(Tokens::new(777)));
+    let cell = &report.decode[0];
+    assert!(cell.status.is_valid(), "{:?}", cell.status);
+    assert_eq!(cell.measurements.as_ref().unwrap().prompt_token_mismatches, 0);
+}

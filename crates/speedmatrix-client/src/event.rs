@@ -172,6 +172,12 @@ fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error
     if sse.data.iter().all(u8::is_ascii_whitespace) {
         return Ok(Parsed::Skip);
     }
+    // Validating UTF-8 once up front (SIMD-fast) lets serde_json borrow
+    // strings without re-checking each one, which is measurably faster.
+    let text = std::str::from_utf8(sse.data).map_err(|err| Error::Protocol {
+        reason: format!("stream chunk is not UTF-8 ({err})"),
+        snippet: snippet(sse.data),
+    })?;
     let mut event = StreamEvent {
         received_at,
         content: String::new(),
@@ -181,7 +187,7 @@ fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error
         has_choices: false,
     };
     let mut is_error = false;
-    let mut json = serde_json::Deserializer::from_slice(sse.data);
+    let mut json = serde_json::Deserializer::from_str(text);
     ChunkSeed {
         event: &mut event,
         is_error: &mut is_error,

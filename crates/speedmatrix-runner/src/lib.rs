@@ -294,7 +294,7 @@ pub fn describe_plan(plan: &Plan, matrix: &MatrixSpec) -> String {
     let _ = writeln!(out, "\nPrefill (cold, max_tokens 1, {} repeat(s)):", matrix.prefill_repeats);
     for (c, ex) in &plan.prefill {
         let verdict = ex.as_ref().map_or("run".to_owned(), exclusion_text);
-        let _ = writeln!(out, "  {c:>6}  {verdict}");
+        let _ = writeln!(out, "  {:>6}  {verdict}", c.to_string());
     }
     let _ = writeln!(
         out,
@@ -308,7 +308,12 @@ pub fn describe_plan(plan: &Plan, matrix: &MatrixSpec) -> String {
             Some(Exclusion::OverCapacity(r)) => format!("Over capacity: {r}"),
             Some(Exclusion::TooLong(r)) => format!("Skipped: {r}"),
         };
-        let _ = writeln!(out, "  {:>6} × {:<4} {verdict}", cell.context, cell.concurrency);
+        let _ = writeln!(
+            out,
+            "  {:>6} × {:<4} {verdict}",
+            cell.context.to_string(),
+            cell.concurrency.to_string()
+        );
     }
     let runs = plan.cells.iter().filter(|c| c.excluded.is_none()).count();
     let _ = write!(
