@@ -8,3 +8,5 @@
 mod faults;
 mod matrix;
 mod support;
+mod reliability;
+mod stage;

@@ -35,8 +35,10 @@ fn main() {
         return;
     }
     println!("speedmatrix-client benchmarks (release build, one client thread)");
-    decoder_bench("completions", &completion_chunk);
-    decoder_bench("chat", &chat_chunk);
+    for reads in [Reads::Split16K, Reads::PerEvent] {
+        decoder_bench("completions", &completion_chunk, reads);
+        decoder_bench("chat", &chat_chunk, reads);
+    }
     sse_framing_bench();
     end_to_end_bench();
 }
@@ -57,32 +59,59 @@ fn chat_chunk(i: u64) -> String {
     )
 }
 
-/// Bytes of `n` events, as one buffer to be fed in network-sized reads.
+/// Bytes of `n` events as one buffer.
 fn corpus(n: u64, chunk: &dyn Fn(u64) -> String) -> Vec<u8> {
     (0..n).flat_map(|i| chunk(i).into_bytes()).collect()
 }
 
-fn decoder_bench(name: &str, chunk: &dyn Fn(u64) -> String) {
+/// How the decoder bench hands bytes to the decoder.
+#[derive(Clone, Copy)]
+enum Reads {
+    /// 16 KiB slices copied in with `feed`: events split at arbitrary bytes.
+    Split16K,
+    /// One shared `Bytes` per event with `feed_bytes`, as a server's writes arrive.
+    PerEvent,
+}
+
+fn decoder_bench(name: &str, chunk: &dyn Fn(u64) -> String, reads: Reads) {
     let events = 200_000u64;
-    let bytes = corpus(events, chunk);
+    let per_event: Vec<Bytes> = (0..events).map(|i| Bytes::from(chunk(i))).collect();
+    let bytes: Vec<u8> = per_event.iter().flat_map(|b| b.iter().copied()).collect();
     let (mut best, mut best_cpu) = (f64::MAX, f64::MAX);
     for _ in 0..10 {
         let start = Instant::now();
         let cpu_start = thread_cpu_seconds();
         let mut decoder = StreamDecoder::new();
         let mut seen = 0u64;
-        for read in bytes.chunks(16 * 1024) {
-            decoder.feed(read, Instant::now());
+        let mut drain = |decoder: &mut StreamDecoder| {
             while let Some(event) = decoder.next_event() {
                 seen += u64::from(!event.unwrap().content.is_empty());
+            }
+        };
+        match reads {
+            Reads::Split16K => {
+                for read in bytes.chunks(16 * 1024) {
+                    decoder.feed(read, Instant::now());
+                    drain(&mut decoder);
+                }
+            }
+            Reads::PerEvent => {
+                for read in &per_event {
+                    decoder.feed_bytes(read.clone(), Instant::now());
+                    drain(&mut decoder);
+                }
             }
         }
         assert_eq!(seen, events);
         best = best.min(start.elapsed().as_secs_f64());
         best_cpu = best_cpu.min(thread_cpu_seconds() - cpu_start);
     }
+    let how = match reads {
+        Reads::Split16K => "16 KiB reads",
+        Reads::PerEvent => "one read per event",
+    };
     println!(
-        "decoder  {name:<11} SSE+JSON: {:>5.2} M events/s per CPU-second ({:>5.2} M/s wall)  {:>4.0} MB/s  ({} B/event, 16 KiB reads, best of 10)",
+        "decoder  {name:<11} {how:<18}: {:>5.2} M events/s per CPU-second ({:>5.2} M/s wall)  {:>4.0} MB/s  {} B/event",
         events as f64 / best_cpu / 1e6,
         events as f64 / best / 1e6,
         bytes.len() as f64 / best_cpu / 1e6,
@@ -108,7 +137,7 @@ fn sse_framing_bench() {
         best = best.min(thread_cpu_seconds() - start);
     }
     println!(
-        "decoder  SSE framing only:      {:>5.2} M events/s per CPU-second  {:>4.0} MB/s",
+        "decoder  SSE framing only, 16 KiB reads: {:>5.2} M events/s per CPU-second  {:>4.0} MB/s",
         events as f64 / best / 1e6,
         bytes.len() as f64 / best / 1e6
     );

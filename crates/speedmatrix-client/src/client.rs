@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -400,6 +400,7 @@ impl Client {
 
     async fn status_error(&self, response: Response<Incoming>, url: String) -> Error {
         let status = response.status().as_u16();
+        let retry_after = retry_after_of(&response);
         let message = match self.read_limited(response, &url, ERROR_BODY_LIMIT).await {
             Ok(body) if body.is_empty() => "(empty body)".to_owned(),
             Ok(body) => server_message(&body).0,
@@ -409,6 +410,7 @@ impl Client {
             url,
             status,
             message,
+            retry_after,
         }
     }
 
@@ -533,4 +535,11 @@ mod tests {
             );
         }
     }
+}
+
+/// `Retry-After` in its delay-seconds form; the HTTP-date form is rare from
+/// inference servers and is ignored.
+fn retry_after_of(response: &Response<Incoming>) -> Option<Duration> {
+    let text = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    text.trim().parse::<u64>().ok().map(Duration::from_secs)
 }

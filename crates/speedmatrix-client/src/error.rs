@@ -69,6 +69,8 @@ pub enum Error {
         status: u16,
         /// The server's error message when it sent one, else a short snippet of the body.
         message: String,
+        /// The delay the server asked for in a `Retry-After` header (seconds form), if any.
+        retry_after: Option<Duration>,
     },
 
     /// The server answered 2xx but not with the content type asked for.
@@ -208,6 +210,14 @@ impl Error {
             Error::HttpStatus { status, .. } | Error::UnexpectedContentType { status, .. } => {
                 Some(*status)
             }
+            _ => None,
+        }
+    }
+
+    /// The delay an [`Error::HttpStatus`] asked for with `Retry-After` (429 and 503 send it).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::HttpStatus { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

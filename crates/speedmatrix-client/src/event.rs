@@ -105,10 +105,17 @@ impl StreamDecoder {
         }
     }
 
-    /// Appends bytes that arrived at `received_at`.
+    /// Appends bytes that arrived at `received_at` (copying them).
     pub fn feed(&mut self, bytes: &[u8], received_at: Instant) {
         self.received_at = received_at;
         self.sse.feed(bytes);
+    }
+
+    /// Appends a shared buffer that arrived at `received_at`, decoded in place
+    /// when it starts at a line boundary.
+    pub fn feed_bytes(&mut self, bytes: bytes::Bytes, received_at: Instant) {
+        self.received_at = received_at;
+        self.sse.feed_bytes(bytes);
     }
 
     /// The next event, or `None` when more bytes are needed or `[DONE]` was seen.

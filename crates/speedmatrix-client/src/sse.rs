@@ -5,7 +5,20 @@
 //! `data:` lines joined with `\n`; `event:` names; a blank line ends an event.
 //! `id:` and `retry:` are read and ignored (clients here never reconnect).
 
+use bytes::Bytes;
+
 use crate::Error;
+
+/// The bytes being decoded: the zero-copy input when active, else the carry buffer.
+macro_rules! src {
+    ($self:ident) => {
+        if $self.in_input {
+            &$self.input[..]
+        } else {
+            &$self.carry[..]
+        }
+    };
+}
 
 /// Default cap on one event's size (a line being assembled, or an event's joined data).
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
@@ -48,9 +61,9 @@ pub struct OwnedSseEvent {
 enum Data {
     /// No `data:` line yet.
     None,
-    /// Exactly one `data:` line so far: its value is `buf[start..end]`, no copy made.
+    /// Exactly one `data:` line so far: its value is `src[start..end]`, no copy made.
     Range(usize, usize),
-    /// Several lines (or one that outlived a compaction): joined in `scratch`.
+    /// Several lines (or one that outlived its source bytes): joined in `scratch`.
     Scratch,
 }
 
@@ -59,7 +72,9 @@ enum Data {
 /// Feed it bytes as they arrive with [`feed`](Self::feed), then call
 /// [`next_event`](Self::next_event) until it returns `None`. Events may be
 /// split across feeds at any byte; one feed may hold many events. The common
-/// case (one `data:` line per event) is decoded without copying the payload.
+/// case (one `data:` line per event) is decoded without copying the payload,
+/// and [`feed_bytes`](Self::feed_bytes) avoids copying the input too when
+/// reads end at line boundaries, as a server's writes usually do.
 ///
 /// ```
 /// use speedmatrix_client::SseDecoder;
@@ -74,10 +89,15 @@ enum Data {
 /// ```
 #[derive(Debug)]
 pub struct SseDecoder {
-    buf: Vec<u8>,
-    /// First byte not yet consumed (start of the current, incomplete line).
+    /// Bytes copied in by [`feed`](Self::feed), or left over from an input.
+    carry: Vec<u8>,
+    /// A shared input from [`feed_bytes`](Self::feed_bytes), decoded in place.
+    input: Bytes,
+    /// Decoding `input` rather than `carry`.
+    in_input: bool,
+    /// First byte of the source not yet consumed (start of the current, incomplete line).
     pos: usize,
-    /// Where to resume looking for a line end (`pos <= scan <= buf.len()`).
+    /// Where to resume looking for a line end (`pos <= scan <= source length`).
     scan: usize,
     /// The last line ended with `\r`; a `\n` right after it is part of that line end.
     skip_lf: bool,
@@ -111,7 +131,9 @@ impl SseDecoder {
     /// A decoder that fails with [`Error::SseLineTooLong`] once one event exceeds `max` bytes.
     pub fn with_max_event_bytes(max: usize) -> Self {
         SseDecoder {
-            buf: Vec::with_capacity(16 * 1024),
+            carry: Vec::with_capacity(16 * 1024),
+            input: Bytes::new(),
+            in_input: false,
             pos: 0,
             scan: 0,
             skip_lf: false,
@@ -124,14 +146,33 @@ impl SseDecoder {
         }
     }
 
-    /// Appends bytes received from the connection.
+    /// Appends bytes received from the connection (copying them).
     pub fn feed(&mut self, bytes: &[u8]) {
         if self.failed {
             return;
         }
         self.apply_reset();
-        self.compact();
-        self.buf.extend_from_slice(bytes);
+        self.compact_into_carry();
+        self.carry.extend_from_slice(bytes);
+    }
+
+    /// Appends a shared buffer; decoded in place, without copying, when no
+    /// partial line is pending from the previous input.
+    pub fn feed_bytes(&mut self, bytes: Bytes) {
+        if self.failed {
+            return;
+        }
+        self.apply_reset();
+        if self.pos < src!(self).len() {
+            self.feed(&bytes);
+            return;
+        }
+        self.detach_pending_data();
+        self.carry.clear();
+        self.input = bytes;
+        self.in_input = true;
+        self.pos = 0;
+        self.scan = 0;
     }
 
     /// The next complete event, `None` when more bytes are needed.
@@ -167,7 +208,7 @@ impl SseDecoder {
             return None;
         }
         self.apply_reset();
-        let (start, end) = (self.pos, self.buf.len());
+        let (start, end) = (self.pos, src!(self).len());
         self.pos = end;
         self.scan = end;
         if start < end
@@ -189,7 +230,7 @@ impl SseDecoder {
             Data::Range(s, e) => e - s,
             Data::Scratch => self.scratch.len(),
         };
-        self.buf.len() - self.pos + data
+        src!(self).len() - self.pos + data
     }
 
     fn apply_reset(&mut self) {
@@ -201,21 +242,32 @@ impl SseDecoder {
         }
     }
 
-    /// Drops consumed bytes so the buffer only holds what is still needed.
-    fn compact(&mut self) {
-        if self.pos == 0 {
-            return;
-        }
+    /// A pending data line points into bytes about to go away: copy it.
+    fn detach_pending_data(&mut self) {
         if let Data::Range(s, e) = self.data {
-            // The pending data line lives in the consumed region: keep a copy.
             self.scratch.clear();
-            self.scratch.extend_from_slice(&self.buf[s..e]);
+            self.scratch.extend_from_slice(&src!(self)[s..e]);
             self.data = Data::Scratch;
         }
-        if self.pos == self.buf.len() {
-            self.buf.clear();
+    }
+
+    /// Makes `carry` the source, holding only the unconsumed bytes.
+    fn compact_into_carry(&mut self) {
+        if self.in_input {
+            self.detach_pending_data();
+            self.carry.clear();
+            self.carry.extend_from_slice(&self.input[self.pos..]);
+            self.input = Bytes::new();
+            self.in_input = false;
+        } else if self.pos > 0 {
+            self.detach_pending_data();
+            if self.pos == self.carry.len() {
+                self.carry.clear();
+            } else {
+                self.carry.drain(..self.pos);
+            }
         } else {
-            self.buf.drain(..self.pos);
+            return;
         }
         self.scan -= self.pos;
         self.pos = 0;
@@ -223,8 +275,9 @@ impl SseDecoder {
 
     /// The next complete line as `buf[start..end]`, without its line end.
     fn next_line(&mut self) -> Result<Option<(usize, usize)>, Error> {
+        let src = src!(self);
         if self.skip_lf {
-            let Some(&byte) = self.buf.get(self.pos) else {
+            let Some(&byte) = src.get(self.pos) else {
                 return Ok(None);
             };
             self.skip_lf = false;
@@ -233,9 +286,9 @@ impl SseDecoder {
                 self.scan = self.pos;
             }
         }
-        let Some(offset) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scan..]) else {
-            self.scan = self.buf.len();
-            if self.buf.len() - self.pos > self.max_event_bytes {
+        let Some(offset) = memchr::memchr2(b'\n', b'\r', &src[self.scan..]) else {
+            self.scan = src.len();
+            if src.len() - self.pos > self.max_event_bytes {
                 return Err(self.fail());
             }
             return Ok(None);
@@ -246,8 +299,8 @@ impl SseDecoder {
             return Err(self.fail());
         }
         let mut next = end + 1;
-        if self.buf[end] == b'\r' {
-            match self.buf.get(next) {
+        if src[end] == b'\r' {
+            match src.get(next) {
                 Some(b'\n') => next += 1,
                 Some(_) => {}
                 None => self.skip_lf = true,
@@ -259,7 +312,8 @@ impl SseDecoder {
     }
 
     fn process_line(&mut self, start: usize, end: usize) -> Result<LineOutcome, Error> {
-        let line = &self.buf[start..end];
+        let src = src!(self);
+        let line = &src[start..end];
         if line.is_empty() {
             if self.data == Data::None {
                 // An event without data is not dispatched; its name is forgotten.
@@ -275,7 +329,7 @@ impl SseDecoder {
         let (field, value_start) = match memchr::memchr(b':', line) {
             Some(colon) => {
                 let mut v = start + colon + 1;
-                if self.buf.get(v) == Some(&b' ') && v < end {
+                if src.get(v) == Some(&b' ') && v < end {
                     v += 1;
                 }
                 (&line[..colon], v)
@@ -285,7 +339,7 @@ impl SseDecoder {
         match field {
             b"data" => self.push_data(value_start, end)?,
             b"event" => {
-                let name = String::from_utf8_lossy(&self.buf[value_start..end]);
+                let name = String::from_utf8_lossy(&src[value_start..end]);
                 self.event_type.clear();
                 self.event_type.push_str(&name);
             }
@@ -299,7 +353,7 @@ impl SseDecoder {
             Data::None => self.data = Data::Range(start, end),
             Data::Range(s, e) => {
                 self.scratch.clear();
-                self.scratch.extend_from_slice(&self.buf[s..e]);
+                self.scratch.extend_from_slice(&src!(self)[s..e]);
                 self.append_scratch(start, end)?;
             }
             Data::Scratch => self.append_scratch(start, end)?,
@@ -312,14 +366,14 @@ impl SseDecoder {
             return Err(self.fail());
         }
         self.scratch.push(b'\n');
-        self.scratch.extend_from_slice(&self.buf[start..end]);
+        self.scratch.extend_from_slice(&src!(self)[start..end]);
         self.data = Data::Scratch;
         Ok(())
     }
 
     fn dispatched(&self) -> SseEvent<'_> {
         let data = match self.data {
-            Data::Range(s, e) => &self.buf[s..e],
+            Data::Range(s, e) => &src!(self)[s..e],
             Data::Scratch => &self.scratch[..],
             Data::None => &[],
         };
@@ -333,7 +387,9 @@ impl SseDecoder {
 
     fn fail(&mut self) -> Error {
         self.failed = true;
-        self.buf = Vec::new();
+        self.carry = Vec::new();
+        self.input = Bytes::new();
+        self.in_input = false;
         self.pos = 0;
         self.scan = 0;
         self.scratch = Vec::new();

@@ -215,7 +215,7 @@ impl ResponseStream {
                     && !data.is_empty()
                 {
                     self.timings.first_byte_at.get_or_insert(received_at);
-                    self.decoder.feed(&data, received_at);
+                    self.decoder.feed_bytes(data, received_at);
                 }
             }
         }

@@ -3,11 +3,14 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use proptest::prelude::*;
 use speedmatrix_client::{OwnedSseEvent, ServerMetrics, SseDecoder, StreamDecoder};
 
 /// Feeds `bytes` cut at `cuts` and returns every event, plus whether it failed.
-fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<OwnedSseEvent>, bool) {
+/// Pieces alternate between the copying and the zero-copy entry points as
+/// `shared` says (bit `i` for piece `i`).
+fn decode_in_pieces(bytes: &[u8], cuts: &[usize], shared: u64) -> (Vec<OwnedSseEvent>, bool) {
     let mut decoder = SseDecoder::new();
     let mut events = Vec::new();
     let mut failed = false;
@@ -15,8 +18,13 @@ fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<OwnedSseEvent>, bool) 
     let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
     points.sort_unstable();
     points.push(bytes.len());
-    for end in points {
-        decoder.feed(&bytes[start..end]);
+    for (i, end) in points.into_iter().enumerate() {
+        let piece = &bytes[start..end];
+        if shared >> (i % 64) & 1 == 1 {
+            decoder.feed_bytes(Bytes::copy_from_slice(piece));
+        } else {
+            decoder.feed(piece);
+        }
         start = end;
         while let Some(event) = decoder.next_event() {
             match event {
@@ -57,12 +65,26 @@ proptest! {
     fn chunk_boundaries_do_not_change_events(
         bytes in sse_stream(),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
+        shared in any::<u64>(),
     ) {
-        let whole = decode_in_pieces(&bytes, &[]);
-        let pieces = decode_in_pieces(&bytes, &cuts);
-        prop_assert_eq!(&whole, &pieces);
+        let whole = decode_in_pieces(&bytes, &[], 0);
+        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &[], 1));
+        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &cuts, shared));
         let one_byte: Vec<usize> = (0..bytes.len()).collect();
-        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &one_byte));
+        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &one_byte, shared));
+    }
+
+    #[test]
+    fn line_aligned_zero_copy_reads_match(bytes in sse_stream(), every in 1usize..4) {
+        let ends: Vec<usize> = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .map(|(i, _)| i + 1)
+            .step_by(every)
+            .collect();
+        let whole = decode_in_pieces(&bytes, &[], 0);
+        prop_assert_eq!(&whole, &decode_in_pieces(&bytes, &ends, u64::MAX));
     }
 
     #[test]
@@ -78,7 +100,7 @@ proptest! {
         points.sort_unstable();
         points.push(bytes.len());
         for end in points {
-            sse.feed(&bytes[start..end]);
+            sse.feed_bytes(Bytes::copy_from_slice(&bytes[start..end]));
             stream.feed(&bytes[start..end], Instant::now());
             start = end;
             while let Some(event) = sse.next_event() {

@@ -269,6 +269,7 @@ async fn http_errors_carry_status_and_server_message() {
             status,
             message,
             url,
+            ..
         } => {
             assert_eq!(status, 400);
             assert!(message.contains("maximum context length"), "{message}");

@@ -41,6 +41,7 @@ impl Report {
     /// The document as pretty-printed JSON, after checking it with [`Report::validate`].
     pub fn to_json(&self) -> Result<String, ReportError> {
         self.validate()?;
+        // Unreachable for these types (string map keys only), but not worth a panic.
         serde_json::to_string_pretty(self).map_err(|e| ReportError::Parse {
             detail: e.to_string(),
         })

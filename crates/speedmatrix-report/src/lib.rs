@@ -6,10 +6,15 @@
 //! versioned JSON document ([`SCHEMA_VERSION`]; schema in `schema/run.schema.json`) and
 //! renders, as pure functions returning `String`, to Markdown laid out like the seed
 //! page ([`to_markdown`]), CSV ([`to_csv`]) and a self-contained HTML page with SVG
-//! charts ([`to_html`]). [`compare`] puts two runs side by side.
+//! charts ([`to_html`]). [`compare()`] puts two runs side by side.
 //!
 //! The crate does no I/O and no metric math: the caller detects hardware, measures,
 //! computes the numbers and hands them over.
+//!
+//! The schema file is checked by a test; after changing the types, regenerate it with
+//! `UPDATE_SCHEMA=1 cargo test -p speedmatrix-report --test schema`. To see the HTML page
+//! in a real browser, `scripts/screenshot.sh [RUN.json] [OUT.png]` renders it and takes a
+//! screenshot with headless Chromium (`apt-get install -y chromium`).
 //!
 //! ```
 //! use speedmatrix_report::{

@@ -245,3 +245,26 @@ fn html_charts_have_one_mark_per_measurement() {
         assert_eq!(rows, expected_rows, "table rows");
     }
 }
+
+#[test]
+fn partial_runs_render_only_what_they_have() {
+    let mut prefill_only = common::small();
+    prefill_only.run.contexts.clear();
+    prefill_only.run.concurrencies.clear();
+    prefill_only.decode.clear();
+    prefill_only.validate().unwrap();
+    let (elements, _) = parse_strict(&to_html(&prefill_only));
+    assert_eq!(elements.iter().filter(|e| e.name == "svg").count(), 2);
+    let md = to_markdown(&prefill_only);
+    assert!(!md.contains("## Sustained decode"));
+    assert_eq!(common::table(&md, "| Phase | Context |").len(), 1 + 2);
+
+    let mut decode_only = common::small();
+    decode_only.run.prefill_contexts.clear();
+    decode_only.prefill.clear();
+    decode_only.validate().unwrap();
+    let (elements, _) = parse_strict(&to_html(&decode_only));
+    assert_eq!(elements.iter().filter(|e| e.name == "svg").count(), 2);
+    assert!(!to_markdown(&decode_only).contains("## Prefill"));
+    assert_eq!(to_csv(&decode_only).lines().count(), 1 + 9);
+}

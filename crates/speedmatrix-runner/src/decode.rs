@@ -274,6 +274,14 @@ fn summarize(
     mut queueing: bool,
     mut notices: Vec<String>,
 ) -> DecodeOutcome {
+    let retried: u32 = recorded.iter().map(|r| r.retries).sum();
+    if retried > 0 {
+        notices.push(format!(
+            "{}: the server turned requests away with HTTP 429/503 {retried} times; each was sent again after its Retry-After delay (at most {} times)",
+            spec.label,
+            crate::request::MAX_RETRIES
+        ));
+    }
     let failed: Vec<&Recorded> = recorded.iter().filter(|r| r.error.is_some()).collect();
     let good = (recorded.len() - failed.len()) as u64;
     if let Some(first) = failed.first().and_then(|r| r.error.clone()) {
@@ -334,7 +342,7 @@ fn summarize(
     }
     if finish_reasons.contains_key("stop") {
         notices.push(format!(
-            "{}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set",
+            "{}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (try --min-tokens)",
             spec.label
         ));
     }

@@ -22,6 +22,9 @@ pub struct CorruptTail {
     pub dropped_bytes: u64,
     /// Why the line could not be read.
     pub reason: String,
+    /// Where [`Journal::resume`] saved the dropped bytes before cutting them
+    /// off, so nothing is lost without a trace.
+    pub saved_to: Option<PathBuf>,
 }
 
 /// The records of a journal and, if its end was damaged, where.
@@ -77,8 +80,14 @@ impl Journal {
             .write(true)
             .open(path)
             .map_err(io_err("open"))?;
-        let contents = read_records(&mut file).map_err(io_err("read"))?;
-        if let Some(tail) = &contents.corrupt_tail {
+        let mut contents = read_records(&mut file).map_err(io_err("read"))?;
+        if let Some(tail) = &mut contents.corrupt_tail {
+            let saved = damaged_tail_path(path);
+            file.seek(SeekFrom::Start(tail.offset)).map_err(io_err("read"))?;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map_err(io_err("read"))?;
+            std::fs::write(&saved, &bytes).map_err(io_err("save the damaged tail of"))?;
+            tail.saved_to = Some(saved);
             file.set_len(tail.offset).map_err(io_err("truncate"))?;
             file.sync_data().map_err(io_err("sync"))?;
         }
@@ -114,6 +123,14 @@ impl Journal {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Where the damaged tail of the journal at `path` is kept: next to it, with
+/// `.damaged-tail` appended to its name.
+fn damaged_tail_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".damaged-tail");
+    path.with_file_name(name)
 }
 
 /// Reads a journal without changing it.
@@ -166,6 +183,7 @@ fn read_records<T: DeserializeOwned, R: Read>(reader: R) -> std::io::Result<Jour
                         offset,
                         dropped_bytes: (n + rest.len()) as u64,
                         reason,
+                        saved_to: None,
                     }),
                 });
             }
@@ -223,6 +241,9 @@ mod tests {
         let tail = c.corrupt_tail.unwrap();
         assert_eq!(tail.line, 2);
         assert_eq!(tail.dropped_bytes, 13);
+        let saved = tail.saved_to.unwrap();
+        assert_eq!(std::fs::read(&saved).unwrap(), b"{\"n\":2,\"s\":\"b");
+        std::fs::remove_file(saved).unwrap();
         j.append(&Rec { n: 3, s: "c".into() }).unwrap();
         let c: JournalContents<Rec> = read_journal(&path).unwrap();
         assert_eq!(c.records.iter().map(|r| r.n).collect::<Vec<_>>(), [1, 3]);

@@ -142,6 +142,16 @@ pub enum RunError {
         /// What differs.
         what: String,
     },
+    /// The file given to resume is not a journal at all (not even its first line reads).
+    #[error("{} is not a speedmatrix journal (line {line}: {reason}); start a new run with another --out instead of --resume", path.display())]
+    NotAJournal {
+        /// The file.
+        path: PathBuf,
+        /// The unreadable line.
+        line: usize,
+        /// Why it could not be read.
+        reason: String,
+    },
     /// The run was cancelled (Ctrl-C).
     #[error("the run was interrupted")]
     Cancelled,
@@ -253,6 +263,10 @@ pub fn validate(config: &RunConfig) -> Result<(), RunError> {
 }
 
 /// Runs the matrix. See the crate docs for the protocol.
+///
+/// The server is probed and the plan checked before the journal is touched,
+/// so a wrong URL, a wrong model or a matrix of which nothing can run leaves
+/// no half-started run behind.
 pub async fn run(
     config: RunConfig,
     journal: JournalOptions,
@@ -261,11 +275,25 @@ pub async fn run(
 ) -> Result<RunOutcome, RunError> {
     validate(&config)?;
     let started_at = now_rfc3339();
-    let (mut journal, done, journal_damage) = open_journal(&journal, &config)?;
     let server = Server::connect(&config).await?;
-    let result = run_on(&config, &server, &mut journal, done, observer, &cancel, started_at).await;
+    let result = plan_and_run(&config, &server, &journal, observer, &cancel, started_at).await;
     server.shutdown().await;
-    let mut outcome = result?;
+    result
+}
+
+async fn plan_and_run(
+    config: &RunConfig,
+    server: &Server,
+    journal: &JournalOptions,
+    observer: &dyn Observer,
+    cancel: &CancellationToken,
+    started_at: String,
+) -> Result<RunOutcome, RunError> {
+    let the_plan = plan_for(config, server)?;
+    ensure_something_runs(&the_plan)?;
+    let (mut journal, done, journal_damage) = open_journal(journal, config)?;
+    let mut outcome =
+        run_on(config, server, &mut journal, done, the_plan, observer, cancel, started_at).await?;
     outcome.journal_damage = journal_damage;
     Ok(outcome)
 }
@@ -274,15 +302,35 @@ pub async fn run(
 pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
     validate(config)?;
     let server = Server::connect(config).await?;
-    let measured = measured_capacity(&server);
+    let planned = plan_for(config, &server);
+    server.shutdown().await;
+    planned
+}
+
+fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
+    let measured = measured_capacity(server);
     let limits = ServerLimits {
         max_num_seqs: None,
         max_model_len: server.max_model_len.map(Tokens::get),
     };
-    let planned = capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)
-        .map(|(capacity, _)| plan(capacity, &config.matrix, server.max_model_len));
-    server.shutdown().await;
-    planned
+    let (capacity, _grid) =
+        capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)?;
+    Ok(plan(capacity, &config.matrix, server.max_model_len))
+}
+
+/// A run of which every step is excluded would only produce an empty
+/// report: that is a mistake in the flags, said before anything is written.
+fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
+    let prefill = the_plan.prefill.iter().map(|(_, ex)| ex.as_ref());
+    let mut exclusions = prefill.chain(the_plan.cells.iter().map(|c| c.excluded.as_ref()));
+    if exclusions.clone().any(|ex| ex.is_none()) {
+        return Ok(());
+    }
+    let first = exclusions.next().flatten().map_or_else(String::new, exclusion_text);
+    Err(RunError::InvalidConfig(format!(
+        "nothing can run on this server: every prefill point and decode cell is excluded (e.g. {first}); \
+         lower --contexts, --prefill-contexts or --max-tokens"
+    )))
 }
 
 /// The plan as text: capacity source, every step with its verdict, and the
@@ -347,6 +395,16 @@ fn open_journal(
         })?;
         return Ok((Some(j), Done::default(), None));
     }
+    // A file of which not even the first line reads is not a damaged
+    // journal but something else: refuse rather than cut it to nothing.
+    let peek = read_journal::<JournalRecord>(path)?;
+    if let (true, Some(tail)) = (peek.records.is_empty(), peek.corrupt_tail) {
+        return Err(RunError::NotAJournal {
+            path: path.clone(),
+            line: tail.line,
+            reason: tail.reason,
+        });
+    }
     let (mut j, contents) = Journal::resume::<JournalRecord>(path)?;
     let mut done = Done::default();
     let mut started = false;
@@ -401,18 +459,12 @@ async fn run_on(
     server: &Server,
     journal: &mut Option<Journal>,
     mut done: Done,
+    the_plan: Plan,
     observer: &dyn Observer,
     cancel: &CancellationToken,
     started_at: String,
 ) -> Result<RunOutcome, RunError> {
     let mut notes = Vec::new();
-    let measured = measured_capacity(server);
-    let limits = ServerLimits {
-        max_num_seqs: None,
-        max_model_len: server.max_model_len.map(Tokens::get),
-    };
-    let (capacity, _grid) = capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)?;
-    let the_plan = plan(capacity, &config.matrix, server.max_model_len);
     let capacity_note = describe_capacity(&the_plan.capacity);
     observer.notice(&capacity_note);
     notes.push(capacity_note);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use speedmatrix_client::{ChatRequest, Client, CompletionRequest, Message, ResponseStream};
 use speedmatrix_metrics::{Chunk, Outcome, RequestTimeline, Timestamp, Usage};
@@ -29,6 +29,28 @@ pub(crate) struct Recorded {
     pub(crate) timeline: RequestTimeline,
     pub(crate) prompt_tokens_reported: Option<Tokens>,
     pub(crate) error: Option<(String, String)>,
+    /// How often the server turned the request away (429/503) before it was served.
+    pub(crate) retries: u32,
+}
+
+/// Most retries of a request the server turns away with 429 or 503.
+pub(crate) const MAX_RETRIES: u32 = 3;
+/// Longest wait honoured from a `Retry-After` header.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
+
+/// How long to wait before sending a request again, or `None` when it
+/// should not be retried: only 429 (rate limited) and 503 (overloaded) on the
+/// initial request are transient by their definition; the server's
+/// `Retry-After` is honoured (capped), else 1 s, 2 s, 4 s.
+fn retry_delay(e: &speedmatrix_client::Error, retries_so_far: u32) -> Option<Duration> {
+    if retries_so_far >= MAX_RETRIES || !matches!(e.status(), Some(429 | 503)) {
+        return None;
+    }
+    if e.kind() != speedmatrix_client::ErrorKind::HttpStatus {
+        return None;
+    }
+    let backoff = Duration::from_secs(1 << retries_so_far);
+    Some(e.retry_after().unwrap_or(backoff).min(MAX_RETRY_WAIT))
 }
 
 impl RequestShape {
@@ -69,20 +91,40 @@ pub(crate) async fn record_one(
     first_tokens: Option<&Arc<AtomicUsize>>,
 ) -> Recorded {
     let at = |i: Instant| Timestamp::from_instant(epoch, i);
-    let sent = Instant::now();
-    let stream = tokio::select! {
-        r = shape.send(client, prompt) => r,
-        () = stop.cancelled() => {
-            return Recorded {
-                timeline: RequestTimeline::new(at(sent), at(Instant::now()), Outcome::Cancelled),
-                prompt_tokens_reported: None,
-                error: None,
-            };
+    let mut retries = 0;
+    let mut stream = loop {
+        let sent = Instant::now();
+        let cancelled = |retries| Recorded {
+            timeline: RequestTimeline::new(at(sent), at(Instant::now()), Outcome::Cancelled),
+            prompt_tokens_reported: None,
+            error: None,
+            retries,
+        };
+        let result = tokio::select! {
+            r = shape.send(client, prompt) => r,
+            () = stop.cancelled() => return cancelled(retries),
+        };
+        match result {
+            Ok(s) => break s,
+            Err(e) => match retry_delay(&e, retries) {
+                Some(wait) => {
+                    tracing::debug!(status = ?e.status(), ?wait, "the server turned a request away; retrying");
+                    retries += 1;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => return cancelled(retries),
+                    }
+                }
+                None => {
+                    let mut r = failed(at(sent), at(Instant::now()), &e);
+                    r.retries = retries;
+                    if let (Some((_, message)), true) = (&mut r.error, retries > 0) {
+                        message.push_str(&format!(" (gave up after {retries} retries)"));
+                    }
+                    return r;
+                }
+            },
         }
-    };
-    let mut stream = match stream {
-        Ok(s) => s,
-        Err(e) => return failed(at(sent), at(Instant::now()), &e),
     };
     let timings = stream.timings();
     let mut timeline = RequestTimeline::new(at(timings.sent_at), at(timings.sent_at), Outcome::Cancelled);
@@ -134,6 +176,7 @@ pub(crate) async fn record_one(
                 r.timeline.headers_at = timeline.headers_at;
                 r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
                 r.prompt_tokens_reported = prompt_tokens;
+                r.retries = retries;
                 return r;
             }
         }
@@ -154,6 +197,7 @@ pub(crate) async fn record_one(
         timeline,
         prompt_tokens_reported: prompt_tokens,
         error: None,
+        retries,
     }
 }
 
@@ -163,5 +207,6 @@ fn failed(sent: Timestamp, ended: Timestamp, e: &speedmatrix_client::Error) -> R
         timeline: RequestTimeline::new(sent, ended, Outcome::Failed { kind: kind.clone() }),
         prompt_tokens_reported: None,
         error: Some((kind, e.to_string())),
+        retries: 0,
     }
 }

@@ -118,6 +118,10 @@ fn prefill_ttft_matches_the_seed_within_20_percent() {
             .prefill(context, p.max_num_batched_tokens.into())
             .as_secs_f64()
             * 1e3;
+        let error = (model_ms / seed_ms - 1.0) * 100.0;
+        eprintln!(
+            "prefill {context:>7}: seed {seed_ms:>6.0} ms, model {model_ms:>6.0} ms, {error:+.1}%"
+        );
         assert!(
             within(model_ms, seed_ms, 0.20),
             "prefill {context}: model {model_ms:.0} ms vs seed {seed_ms} ms"
@@ -132,6 +136,10 @@ fn decode_throughput_matches_the_seed_within_20_percent() {
         for (n, seed) in CONCURRENCY.into_iter().zip(row) {
             if let Some(seed) = seed {
                 let model = modelled_decode_rate(&p, context, n);
+                let error = (model / seed - 1.0) * 100.0;
+                eprintln!(
+                    "decode {context:>6}×{n:<3}: seed {seed:>7.1}, model {model:>7.1} tok/s, {error:+.1}%"
+                );
                 assert!(
                     within(model, seed, 0.20),
                     "decode {context}×{n}: model {model:.1} vs seed {seed} tok/s"

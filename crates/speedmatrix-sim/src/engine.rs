@@ -82,7 +82,10 @@ pub(crate) struct Counters {
     pub(crate) prefix_queries: u64,
     /// Of those, tokens found cached.
     pub(crate) prefix_hits: u64,
-    pub(crate) requests_finished: u64,
+    /// Requests that finished with `stop`.
+    pub(crate) finished_stop: u64,
+    /// Requests that finished with `length`.
+    pub(crate) finished_length: u64,
 }
 
 /// The engine's state at a glance.
@@ -405,6 +408,10 @@ impl Engine {
             events.push(Event::Token { id, token });
             if let Some(reason) = finish_reason(req, self.max_model_len, self.eos_after) {
                 finished.push(id);
+                match reason {
+                    FinishReason::Stop => self.counters.finished_stop += 1,
+                    FinishReason::Length => self.counters.finished_length += 1,
+                }
                 let usage = Usage {
                     prompt_tokens: count(req.prompt_len),
                     completion_tokens: count(req.outputs()),
@@ -417,7 +424,6 @@ impl Engine {
                 self.pool.release(&req.blocks);
             }
             self.running.retain(|&r| r != id);
-            self.counters.requests_finished += 1;
         }
         events
     }

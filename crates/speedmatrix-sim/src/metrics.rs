@@ -38,7 +38,7 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
     for (name, help, value) in gauges {
         metric(&mut out, name, help, "gauge", &labels, value);
     }
-    let counters: [(&str, &str, u64); 6] = [
+    let counters: [(&str, &str, u64); 5] = [
         (
             "vllm:num_preemptions_total",
             "Cumulative number of preemption from the engine.",
@@ -64,14 +64,21 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
             "Prefix cache hits, in terms of number of cached tokens.",
             c.prefix_hits,
         ),
-        (
-            "vllm:request_success_total",
-            "Count of successfully processed requests.",
-            c.requests_finished,
-        ),
     ];
     for (name, help, value) in counters {
         metric(&mut out, name, help, "counter", &labels, value as f64);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP vllm:request_success_total Count of successfully processed requests."
+    );
+    let _ = writeln!(out, "# TYPE vllm:request_success_total counter");
+    for (reason, value) in [("stop", c.finished_stop), ("length", c.finished_length)] {
+        let _ = writeln!(
+            out,
+            "vllm:request_success_total{{{labels},finished_reason=\"{reason}\"}} {:?}",
+            value as f64
+        );
     }
     let _ = writeln!(
         out,
@@ -132,6 +139,7 @@ mod tests {
         assert!(text.contains("block_size=\"16\""));
         assert!(text.contains("kv_cache_size_tokens=\"450000\""));
         assert!(text.contains("enable_prefix_caching=\"True\""));
+        assert!(text.contains("vllm:request_success_total{engine=\"0\",model_name=\"bench\",finished_reason=\"length\"} 0.0\n"));
         let usage_line = text
             .lines()
             .find(|l| l.starts_with("vllm:kv_cache_usage_perc{"))

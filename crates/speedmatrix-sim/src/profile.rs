@@ -182,7 +182,7 @@ impl Profile {
     ///
     /// - `rtx3090-qwen3.5-4b-fp8`: calibrated to the seed matrix (RTX 3090 24 GB, vLLM 0.32,
     ///   `--max-model-len 262144 --max-num-seqs 128`, prefix caching on, 450,000 KV tokens).
-    /// - `tiny`: 2,048-token context, 65,536 KV tokens, ~1 ms steps, for tests.
+    /// - `tiny`: 2,048-token context, 65,536 KV tokens, 2–3 ms steps, for tests.
     /// - `free-running`: `tiny` whose steps take no time, for client throughput benchmarks.
     pub fn builtin(name: &str) -> Option<Profile> {
         match name {
@@ -349,7 +349,7 @@ fn tiny() -> Profile {
         enable_prefix_caching: true,
         eos_after_tokens: Some(100),
         cost: CostModel {
-            step_base_us: 1_000.0,
+            step_base_us: 2_000.0,
             prefill_per_token_us: 1.0,
             prefill_per_token_context_ns: 0.5,
             decode_per_seq_us: 5.0,
@@ -359,5 +359,83 @@ fn tiny() -> Profile {
         time_scale: 1.0,
         free_running: false,
         faults: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_valid_and_round_trip_through_json() {
+        for name in Profile::BUILTIN_NAMES {
+            let p = Profile::builtin(name).unwrap();
+            p.validate().unwrap();
+            let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
+            assert_eq!(back, p);
+        }
+        assert!(Profile::builtin("nope").is_none());
+    }
+
+    #[test]
+    fn files_load_and_bad_profiles_say_what_is_wrong() {
+        let dir =
+            std::env::temp_dir().join(format!("speedmatrix-sim-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.json");
+        let mut p = Profile::builtin(TINY).unwrap();
+        p.name = "mine".to_owned();
+        std::fs::write(&path, serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(Profile::load(path.to_str().unwrap()).unwrap().name, "mine");
+        std::fs::write(&path, "{\"name\": 3}").unwrap();
+        assert!(matches!(
+            Profile::from_file(&path),
+            Err(SimError::ProfileParse { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(
+            Profile::load("no/such/profile.json"),
+            Err(SimError::UnknownProfile { .. })
+        ));
+
+        let mut small = Profile::builtin(TINY).unwrap();
+        small.num_gpu_blocks = 10;
+        let err = small.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("needs 128 KV blocks but only 9 are usable"),
+            "{err}"
+        );
+        let mut negative = Profile::builtin(TINY).unwrap();
+        negative.cost.decode_per_seq_us = -1.0;
+        assert!(negative.validate().is_err());
+        let mut faulty = Profile::builtin(TINY).unwrap();
+        faulty.faults = Some("explode=1".to_owned());
+        assert!(matches!(faulty.validate(), Err(SimError::BadFault { .. })));
+    }
+
+    #[test]
+    fn capacity_follows_vllm_block_accounting() {
+        let p = Profile::builtin(RTX3090_QWEN35_4B_FP8).unwrap();
+        assert_eq!(p.kv_cache_size_tokens(), 450_000);
+        assert!(p.fits(1, 262_144));
+        assert!(!p.fits(2, 262_144));
+        assert!(p.fits(16, 24_576));
+        assert!(!p.fits(129, 16), "max_num_seqs bounds concurrency");
+    }
+
+    #[test]
+    fn cost_model_terms() {
+        let c = Profile::builtin(RTX3090_QWEN35_4B_FP8).unwrap().cost;
+        assert_eq!(c.decode(0, 1_000), Duration::ZERO);
+        assert!(
+            c.decode(2, 2_000) < c.decode(1, 1_000) * 2,
+            "batching amortizes attention reads"
+        );
+        let one_chunk = c.prefill(2_048, 2_048);
+        assert_eq!(one_chunk, c.step_base() + c.prefill_chunk(2_048, 0));
+        assert!(
+            c.prefill(4_096, 2_048) > one_chunk * 2,
+            "later chunks attend to more context"
+        );
     }
 }

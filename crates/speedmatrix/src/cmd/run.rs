@@ -222,7 +222,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.dry_run {
         return dry_run(config).await;
     }
-    let (dir, resume) = output_dir(&args)?;
+    let (dir, resume, created) = output_dir(&args)?;
     let journal = JournalOptions {
         path: Some(dir.join(JOURNAL)),
         resume,
@@ -237,6 +237,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     });
     let outcome = speedmatrix_runner::run(config, journal, &progress, cancel).await;
     progress.finish();
+    if outcome.is_err() && created {
+        // Nothing ran: leave no empty output directory behind (remove_dir
+        // refuses a folder that holds anything).
+        let _ = std::fs::remove_dir(&dir);
+    }
     let outcome = outcome.map_err(into_cli_error)?;
     write_outputs(&dir, &outcome)?;
     Ok(summarize(&dir, &outcome))
@@ -292,8 +297,12 @@ fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
     let prediction = match &args.model_config {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UsageError(format!(
+                    "--model-config {}: cannot read it ({e}); pass the path of the model's config.json",
+                    path.display()
+                ))
+            })?;
             let model = speedmatrix_capacity::ModelConfig::from_json(&text)
                 .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
             let gpu = speedmatrix_capacity::Gpu::lookup(&args.gpu)
@@ -344,21 +353,45 @@ fn labels(args: &Args, embedded: bool) -> RunLabels {
     }
 }
 
+/// Warns before any connection is made when an API key would cross the
+/// network in clear text.
 fn warn_plain_http_with_key(args: &Args) {
     let (Some(url), Some(_)) = (&args.url, &args.api_key) else {
         return;
     };
-    let rest = url.strip_prefix("http://").unwrap_or_default();
-    let host = rest.split(['/', ':']).next().unwrap_or_default();
-    let loopback = host == "localhost" || host.starts_with("127.") || host == "[::1]";
-    if !rest.is_empty() && !loopback {
+    if let Some(host) = plain_http_host(url)
+        && !is_loopback(host)
+    {
         eprintln!(
             "warning: sending an API key over plain http:// to {host}; anyone on the path can read it (use https://)"
         );
     }
 }
 
-fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool)> {
+/// The host of an `http://` URL (brackets kept for IPv6), `None` for other schemes.
+fn plain_http_host(url: &str) -> Option<&str> {
+    let scheme_end = url.find("://")?;
+    if !url[..scheme_end].eq_ignore_ascii_case("http") {
+        return None;
+    }
+    let rest = &url[scheme_end + 3..];
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => &host_port[..v6.find(']').map_or(host_port.len(), |i| i + 2)],
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The output directory, whether the run resumes, and whether this call created the directory.
+fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool, bool)> {
     if let Some(dir) = &args.resume {
         if !dir.join(JOURNAL).is_file() {
             return Err(UsageError(format!(
@@ -367,7 +400,7 @@ fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool)> {
             ))
             .into());
         }
-        return Ok((dir.clone(), true));
+        return Ok((dir.clone(), true, false));
     }
     let dir = args.out.clone().unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
@@ -375,6 +408,7 @@ fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool)> {
             .replace(':', "-");
         PathBuf::from("speedmatrix-runs").join(stamp)
     });
+    let existed = dir.exists();
     if dir.is_dir() {
         let non_empty = std::fs::read_dir(&dir)
             .map(|mut d| d.next().is_some())
@@ -392,14 +426,20 @@ fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool)> {
         }
     }
     std::fs::create_dir_all(&dir).map_err(|e| {
-        UsageError(format!("cannot create the output directory {}: {e}", dir.display()))
+        UsageError(format!(
+            "cannot create the output directory {}: {e}; choose a writable folder with --out",
+            dir.display()
+        ))
     })?;
     let probe = dir.join(".speedmatrix-write-test");
     std::fs::write(&probe, b"").map_err(|e| {
-        UsageError(format!("cannot write into the output directory {}: {e}", dir.display()))
+        UsageError(format!(
+            "cannot write into the output directory {}: {e}; choose a writable folder with --out",
+            dir.display()
+        ))
     })?;
     let _ = std::fs::remove_file(probe);
-    Ok((dir, false))
+    Ok((dir, false, !existed))
 }
 
 async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
@@ -413,12 +453,24 @@ fn into_cli_error(e: RunError) -> anyhow::Error {
         RunError::InvalidConfig(_)
         | RunError::ModelNotFound { .. }
         | RunError::NoModel { .. }
-        | RunError::ResumeMismatch { .. } => UsageError(e.to_string()).into(),
-        RunError::Server { .. } => UsageError(format!(
-            "{e}\nIs the server running and is --url right? Start one with `speedmatrix sim` or omit --url to use the built-in simulator."
-        ))
-        .into(),
+        | RunError::ResumeMismatch { .. }
+        | RunError::NotAJournal { .. } => UsageError(e.to_string()).into(),
+        RunError::Server { url, source } => UsageError(server_error_line(&url, &source)).into(),
         other => anyhow::Error::new(other),
+    }
+}
+
+/// One line saying what went wrong reaching the server and what to do.
+fn server_error_line(url: &str, e: &speedmatrix_client::Error) -> String {
+    use speedmatrix_client::ErrorKind;
+    match e.kind() {
+        ErrorKind::Config => format!("--url {url}: {e}"),
+        ErrorKind::Connect | ErrorKind::TimeoutConnect => format!(
+            "cannot reach the server at {url}: {e}; start it (or `speedmatrix sim`), fix --url, or omit --url to use the built-in simulator"
+        ),
+        _ => format!(
+            "the server at {url} did not answer the probe (GET /v1/models, /version, /metrics) properly: {e}; check that --url points at an OpenAI-compatible server"
+        ),
     }
 }
 
@@ -439,9 +491,14 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
 
 fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
     if let Some(tail) = &outcome.journal_damage {
+        let saved = tail
+            .saved_to
+            .as_ref()
+            .map(|p| format!(" (saved to {})", p.display()))
+            .unwrap_or_default();
         eprintln!(
-            "note: the journal's line {} was damaged ({}); the {} bytes after byte {} were dropped and those steps ran again",
-            tail.line, tail.reason, tail.dropped_bytes, tail.offset
+            "note: the journal's line {} was damaged ({}); kept the {} bytes before it, dropped the {} bytes from there on{saved}, and ran those steps again",
+            tail.line, tail.reason, tail.offset, tail.dropped_bytes
         );
     }
     let valid = outcome.report.decode.iter().filter(|c| c.status.is_valid()).count();
@@ -457,7 +514,23 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         errors,
         dir.display()
     );
+    let is_error = |s: &speedmatrix_report::CellStatus| matches!(s, speedmatrix_report::CellStatus::Error { .. });
+    let r = &outcome.report;
+    let prefill_errors = r.prefill.iter().filter(|p| is_error(&p.status)).count();
+    if prefill_errors > 0 {
+        eprintln!("{prefill_errors} prefill points failed; their errors are in the report");
+    }
+    let measured = r.prefill.iter().any(|p| p.status.is_valid()) || valid > 0;
     match &outcome.stopped {
+        // A complete run that measured nothing (every step failed) did not do its job.
+        None if !measured && (errors + prefill_errors) > 0 => {
+            eprintln!(
+                "every step that ran failed (first: {}); see {}/report.md",
+                first_error(r).unwrap_or_default(),
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
         None => ExitCode::SUCCESS,
         Some(speedmatrix_runner::StopReason::Cancelled) => {
             eprintln!("the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)", dir.display());
@@ -465,10 +538,34 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         }
         Some(reason) => {
             eprintln!(
-                "the run stopped early: {reason:?}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
+                "the run stopped early: {reason}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
                 dir.display()
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+fn first_error(r: &speedmatrix_report::Report) -> Option<String> {
+    let statuses = r.prefill.iter().map(|p| &p.status).chain(r.decode.iter().map(|c| &c.status));
+    statuses.into_iter().find_map(|s| match s {
+        speedmatrix_report::CellStatus::Error { error_kind, message, .. } => Some(format!("{error_kind}: {message}")),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_loopback, plain_http_host};
+
+    #[test]
+    fn plain_http_hosts_are_found_and_loopback_is_recognised() {
+        assert_eq!(plain_http_host("http://10.0.0.5:8000/v1"), Some("10.0.0.5"));
+        assert_eq!(plain_http_host("HTTP://user:pw@gpu-box:8000"), Some("gpu-box"));
+        assert_eq!(plain_http_host("http://[::1]:8000"), Some("[::1]"));
+        assert_eq!(plain_http_host("https://gpu-box"), None);
+        assert_eq!(plain_http_host("gpu-box:8000"), None);
+        assert!(is_loopback("[::1]") && is_loopback("127.0.0.2") && is_loopback("LOCALHOST"));
+        assert!(!is_loopback("10.0.0.5") && !is_loopback("gpu-box") && !is_loopback("127.example.com"));
     }
 }

@@ -49,9 +49,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         other => anyhow::Error::new(other),
     })?;
     let p = sim.profile();
-    println!("speedmatrix sim: profile `{}`, model `{}`, max_model_len {}", p.name, p.served_model_name, p.max_model_len);
-    println!("listening on {}  (OpenAI API under {}/v1; Ctrl-C stops)", sim.url(), sim.url());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    println!(
+        "speedmatrix sim: profile `{}`, model `{}`, max_model_len {}",
+        p.name, p.served_model_name, p.max_model_len
+    );
+    println!(
+        "listening on {}  (OpenAI API under {}/v1; Ctrl-C stops)",
+        sim.url(),
+        sim.url()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     sim.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

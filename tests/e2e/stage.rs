@@ -1,0 +1,270 @@
+//! A stage for reliability tests: the simulator in this process, optionally
+//! behind a forwarding proxy that misbehaves on purpose, and a helper that
+//! runs the real binary against it and collects everything it left behind.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use speedmatrix_report::{CellStatus, DecodeCell, Report};
+use speedmatrix_sim::{Profile, RunningSim, SimServer};
+use tokio::runtime::Runtime;
+
+use crate::support::{bin, journal_lines, read_report};
+
+/// How the proxy misbehaves. Only generation requests (`…/completions`) are
+/// touched; `/v1/models`, `/metrics` and the rest pass through untouched, so
+/// the runner's liveness checks see a healthy server.
+#[derive(Debug, Clone)]
+pub enum Trouble {
+    /// Pass everything through.
+    None,
+    /// Add `x-sim-fault: SPEC` to generation requests whose body is longer
+    /// than `min_body` bytes (the long-context row); with `decode_only`, only
+    /// to requests asking for more than one token (not cache warm-ups).
+    Fault { spec: String, min_body: usize, decode_only: bool },
+    /// Remove these top-level fields from every generation request body.
+    Strip(&'static [&'static str]),
+    /// Answer generation requests 200 with an HTML page (a login portal, say).
+    Html,
+    /// Answer the first `n` decode requests (more than one token) with
+    /// 429 and `Retry-After: 1`.
+    Throttle(usize),
+}
+
+/// The simulator (and proxy) running on a private runtime.
+pub struct Stage {
+    pub url: String,
+    rt: Runtime,
+    sim: Option<RunningSim>,
+}
+
+impl Stage {
+    pub fn new(profile: Profile, trouble: Trouble) -> Stage {
+        let rt = Runtime::new().unwrap();
+        let (sim, url) = rt.block_on(async {
+            let sim = SimServer::start(profile, SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+            let url = match trouble {
+                Trouble::None => sim.url(),
+                t => format!("http://{}", start_proxy(sim.addr(), t).await),
+            };
+            (sim, url)
+        });
+        Stage { url, rt, sim: Some(sim) }
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        if let Some(sim) = self.sim.take() {
+            self.rt.block_on(sim.shutdown());
+        }
+    }
+}
+
+/// What one `speedmatrix run` left behind.
+pub struct Outcome {
+    pub code: Option<i32>,
+    pub stderr: String,
+    pub stdout: String,
+    pub out: PathBuf,
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    pub fn report(&self) -> Report {
+        read_report(&self.out)
+    }
+
+    pub fn cell(&self, context: u64) -> DecodeCell {
+        let report = self.report();
+        report.decode.iter().find(|c| c.context.get() == context).unwrap().clone()
+    }
+
+    /// The decode cells in the journal, by context.
+    pub fn journal_cells(&self) -> Vec<DecodeCell> {
+        journal_lines(&self.out)
+            .into_iter()
+            .filter(|l| l["record"] == "decode")
+            .map(|l| serde_json::from_value(l["cell"].clone()).unwrap())
+            .collect()
+    }
+
+    /// Every finished (not skipped) cell of the report is in the journal with
+    /// the same status: nothing measured was lost.
+    pub fn assert_nothing_lost(&self) {
+        let journal = self.journal_cells();
+        for cell in self.report().decode {
+            if matches!(cell.status, CellStatus::Skipped { .. }) {
+                continue;
+            }
+            let j = journal
+                .iter()
+                .find(|j| j.context == cell.context && j.concurrency == cell.concurrency)
+                .unwrap_or_else(|| panic!("cell {} × {} is not in the journal", cell.context, cell.concurrency));
+            assert_eq!(j.status, cell.status);
+            assert_eq!(j.measurements, cell.measurements);
+        }
+        for file in ["run.json", "report.md", "report.html", "measurements.csv", "journal.jsonl"] {
+            assert!(self.out.join(file).is_file(), "{file} missing; stderr: {}", self.stderr);
+        }
+    }
+
+    /// The cell's error kind and message; fails the test when it is not an error.
+    pub fn error_of(&self, context: u64) -> (String, String) {
+        match self.cell(context).status {
+            CellStatus::Error { error_kind, message, failed_requests, .. } => {
+                assert!(failed_requests >= 1);
+                (error_kind, message)
+            }
+            other => panic!("cell {context}: expected an error, got {other:?}; stderr: {}", self.stderr),
+        }
+    }
+
+    pub fn assert_no_panic(&self) {
+        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
+    }
+}
+
+/// Two cells: context 0 (short prompts, untouched by `Trouble::Fault` with
+/// a 600-byte threshold) and context 256 (long prompts), one stream each,
+/// 1 s windows, 256-token answers (longer than a window on the test profile).
+pub const TWO_CELLS: [&str; 10] = [
+    "--contexts", "0,256",
+    "--concurrency", "1",
+    "--prefill-contexts", "none",
+    "--duration", "1s",
+    "--max-tokens", "256",
+];
+
+/// The byte threshold that tells the 256-token row from the 0 row.
+pub const LONG_BODY: usize = 600;
+
+/// Runs `speedmatrix run --quiet --tokenizer bundled --url URL ARGS --out DIR/out`.
+pub fn run_against(url: &str, dir: &Path, args: &[&str]) -> Outcome {
+    let mut cmd = bin();
+    cmd.args(["run", "--quiet", "--tokenizer", "bundled", "--url", url]).args(args);
+    run_cmd(cmd, dir)
+}
+
+/// Runs a prepared command with `--out DIR/out`, capturing its output.
+pub fn run_cmd(mut cmd: Command, dir: &Path) -> Outcome {
+    let out = dir.join("out");
+    let start = Instant::now();
+    let output = cmd
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Outcome {
+        code: output.status.code(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        out,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// A profile file with the test profile's speed and the given changes.
+pub fn profile_with(dir: &Path, change: impl FnOnce(&mut Profile)) -> (Profile, PathBuf) {
+    let (mut p, path) = crate::support::test_profile(dir);
+    change(&mut p);
+    p.validate().unwrap();
+    std::fs::write(&path, serde_json::to_string_pretty(&p).unwrap()).unwrap();
+    (p, path)
+}
+
+async fn start_proxy(upstream: SocketAddr, trouble: Trouble) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new((trouble, AtomicUsize::new(0)));
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let state = Arc::clone(&state);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| forward(upstream, Arc::clone(&state), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+fn full(status: u16, content_type: &str, text: &'static str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .header("retry-after", "1")
+        .body(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed())
+        .unwrap()
+}
+
+async fn forward(
+    upstream: SocketAddr,
+    state: Arc<(Trouble, AtomicUsize)>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, hyper::Error> {
+    let (parts, body) = req.into_parts();
+    let mut body = body.collect().await?.to_bytes();
+    let generation = parts.uri.path().ends_with("completions");
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let decode = json["max_tokens"].as_u64().unwrap_or(0) > 1;
+    let mut fault = None;
+    if generation {
+        match &state.0 {
+            Trouble::None => {}
+            Trouble::Fault { spec, min_body, decode_only } => {
+                if body.len() > *min_body && (decode || !decode_only) {
+                    fault = Some(spec.clone());
+                }
+            }
+            Trouble::Strip(fields) => {
+                let mut json = json.clone();
+                for f in *fields {
+                    json.as_object_mut().unwrap().remove(*f);
+                }
+                body = Bytes::from(serde_json::to_vec(&json).unwrap());
+            }
+            Trouble::Html => {
+                return Ok(full(200, "text/html; charset=utf-8", "<!doctype html><html><body><h1>Please log in</h1></body></html>"));
+            }
+            Trouble::Throttle(n) => {
+                if decode && state.1.fetch_add(1, Ordering::SeqCst) < *n {
+                    let msg = r#"{"error":{"message":"rate limit exceeded","type":"RateLimitError","code":429}}"#;
+                    return Ok(full(429, "application/json", msg));
+                }
+            }
+        }
+    }
+    let stream = match tokio::net::TcpStream::connect(upstream).await {
+        Ok(s) => s,
+        Err(_) => return Ok(full(502, "text/plain", "upstream gone")),
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut builder = Request::builder().method(parts.method).uri(parts.uri);
+    for (k, v) in &parts.headers {
+        if k != "content-length" {
+            builder = builder.header(k, v);
+        }
+    }
+    if let Some(spec) = fault {
+        builder = builder.header("x-sim-fault", spec);
+    }
+    let resp = sender.send_request(builder.body(Full::new(body)).unwrap()).await?;
+    Ok(resp.map(|b| b.boxed()))
+}
