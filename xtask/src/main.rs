@@ -6,6 +6,7 @@
 
 mod bench;
 mod ci;
+mod screenshot;
 mod gen_tokenizer;
 mod util;
 mod vllm;
@@ -29,6 +30,8 @@ enum Command {
     /// Benchmark a server (default: the built-in simulator) with `speedmatrix run` (release
     /// build); the report lands in target/bench/<time>/. Extra arguments go to `speedmatrix run`.
     Bench(bench::Args),
+    /// Render a run.json to HTML and screenshot it with headless Chromium (a manual check).
+    Screenshot(screenshot::Args),
     /// Print the project's performance figures (runs every `harness = false` bench).
     Perf(PerfArgs),
     /// End to end against a real vLLM 0.32 (CPU build) serving the project's tiny model.
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Ci(args) => ci::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Perf(args) => perf(&args),
+        Command::Screenshot(args) => screenshot::run(&args),
         Command::GenTokenizer(args) => gen_tokenizer::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
     };

@@ -488,6 +488,31 @@ mod tests {
     }
 
     #[test]
+    fn odd_but_valid_shapes_are_read() {
+        let events: Vec<StreamEvent> = decode(
+            b"data: {\"choices\":null,\"error\":null,\"usage\":null}\n\n\
+              data: {\"choices\":[{\"delta\":null,\"text\":\"a\\nb\\u00e9\"},{\"text\":\"second\"}]}\n\n\
+              data: {\"choices\":[{\"delta\":{\"reasoning\":\"r1\",\"reasoning_content\":\"r2\"}}]}\n\n\
+              data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"r3\",\"reasoning\":\"r4\"}}]}\n\n",
+        )
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+        assert!(!events[0].has_choices && events[0].usage.is_none());
+        assert_eq!(events[1].content, "a\nb\u{e9}");
+        assert_eq!(events[2].reasoning_content, "r2");
+        assert_eq!(events[3].reasoning_content, "r3");
+    }
+
+    #[test]
+    fn non_object_chunks_are_protocol_errors() {
+        for body in [&b"data: [1,2]\n\n"[..], b"data: \"text\"\n\n", b"data: {} trailing\n\n"] {
+            let events = decode(body);
+            assert_eq!(events[0].as_ref().unwrap_err().kind(), crate::ErrorKind::Protocol);
+        }
+    }
+
+    #[test]
     fn bad_json_is_a_protocol_error() {
         let events = decode(b"data: {not json\n\n");
         assert_eq!(

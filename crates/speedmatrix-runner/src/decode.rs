@@ -12,7 +12,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::request::{Recorded, RequestShape, record_one};
-use crate::server::{Gauges, Server};
+use crate::server::{Drain, Gauges, Server};
 use crate::{Observer, RunError};
 
 /// Inputs of one decode cell.
@@ -122,7 +122,7 @@ pub(crate) async fn run_cell(
         return Err(RunError::Cancelled);
     }
     observer.step_phase(spec.label, "waiting for the server to drain");
-    if !server.drain(Duration::from_secs(60)).await {
+    if server.drain(Duration::from_secs(60)).await == Drain::Busy {
         notices.push(format!(
             "{}: the server still reported running requests 60 s after the window closed",
             spec.label

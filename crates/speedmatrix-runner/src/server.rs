@@ -14,6 +14,24 @@ pub(crate) const RUNNING: &str = "vllm:num_requests_running";
 /// vLLM's gauge of requests queued for admission.
 pub(crate) const WAITING: &str = "vllm:num_requests_waiting";
 
+/// Consecutive failed `/metrics` reads after which draining gives up.
+const DRAIN_UNANSWERED_LIMIT: u32 = 5;
+
+/// Longest wait for one liveness probe: a server that cannot list its models
+/// in this time is not serving.
+const ALIVE_PROBE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How waiting for the server to go idle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// Nothing running or waiting (or no gauges to tell).
+    Idle,
+    /// Still busy when the limit ran out.
+    Busy,
+    /// `/metrics` stopped answering.
+    Unreachable,
+}
+
 /// A connected server and what it said about itself.
 pub(crate) struct Server {
     pub(crate) client: Client,
@@ -89,7 +107,7 @@ impl Server {
     /// broken cell from a dead server).
     pub(crate) async fn is_alive(&self) -> bool {
         for _ in 0..3 {
-            if self.client.models().await.is_ok() {
+            if let Ok(Ok(_)) = tokio::time::timeout(ALIVE_PROBE_LIMIT, self.client.models()).await {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -99,22 +117,29 @@ impl Server {
 
     /// Waits until the server reports nothing running or waiting (bounded).
     /// Without gauges, waits a short fixed pause for aborts to land.
-    pub(crate) async fn drain(&self, limit: Duration) -> bool {
+    pub(crate) async fn drain(&self, limit: Duration) -> Drain {
         if !self.has_gauges() {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            return true;
+            return Drain::Idle;
         }
         let deadline = Instant::now() + limit;
+        let mut unanswered = 0;
         while Instant::now() < deadline {
-            if let Some(g) = self.gauges().await
-                && g.running == 0.0
-                && g.waiting == 0.0
-            {
-                return true;
+            match self.gauges().await {
+                Some(g) if g.running == 0.0 && g.waiting == 0.0 => return Drain::Idle,
+                Some(_) => unanswered = 0,
+                // A server that stopped answering has nothing to drain;
+                // waiting out the limit would only delay the verdict.
+                None => {
+                    unanswered += 1;
+                    if unanswered >= DRAIN_UNANSWERED_LIMIT {
+                        return Drain::Unreachable;
+                    }
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        false
+        Drain::Busy
     }
 
     /// Stops the embedded simulator, if any.

@@ -417,8 +417,11 @@ impl PromptBuilder {
         let prefix_ends = tok.content_token_ends(&prefix)?;
         source.prepend(tok, &prefix, &prefix_ends)?;
         let text = self.fitter(tok, extra, &source, n, prefix.len() + 1).fit()?;
-        let (whole, part) = (tok.encode(&text)?, tok.encode(&prefix)?);
-        let keep = k.saturating_sub(extra);
+        // Compare content tokens: a tokenizer may append special tokens
+        // (BERT's `[SEP]`) that the longer prompt has only at its end.
+        let content = &self.content_tokenizer;
+        let (whole, part) = (content.encode(&text)?, content.encode(&prefix)?);
+        let keep = k.saturating_sub(extra + tok.special_tokens_count());
         if whole.get(..keep) != part.get(..keep) {
             return Err(Error::PrefixNotStable {
                 k: k as u64,
