@@ -8,5 +8,7 @@
 mod faults;
 mod matrix;
 mod support;
+mod cli_input;
 mod reliability;
+mod security;
 mod stage;

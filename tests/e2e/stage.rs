@@ -38,6 +38,10 @@ pub enum Trouble {
     /// Answer the first `n` decode requests (more than one token) with
     /// 429 and `Retry-After: 1`.
     Throttle(usize),
+    /// Answer generation requests longer than `min_body` with 401 and an
+    /// error message that echoes the `Authorization` header and some HTML,
+    /// as a careless server might.
+    EchoAuth { min_body: usize },
 }
 
 /// The simulator (and proxy) running on a private runtime.
@@ -204,12 +208,12 @@ async fn start_proxy(upstream: SocketAddr, trouble: Trouble) -> SocketAddr {
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
-fn full(status: u16, content_type: &str, text: &'static str) -> Response<Body> {
+fn full(status: u16, content_type: &str, text: impl Into<Bytes>) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", content_type)
         .header("retry-after", "1")
-        .body(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed())
+        .body(Full::new(text.into()).map_err(|never| match never {}).boxed())
         .unwrap()
 }
 
@@ -242,6 +246,15 @@ async fn forward(
             Trouble::Html => {
                 return Ok(full(200, "text/html; charset=utf-8", "<!doctype html><html><body><h1>Please log in</h1></body></html>"));
             }
+            Trouble::EchoAuth { min_body } if body.len() > *min_body => {
+                let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+                let msg = serde_json::json!({"error": {
+                    "message": format!("invalid credentials {auth} <script>alert('err')</script>"),
+                    "type": "AuthenticationError", "code": 401,
+                }});
+                return Ok(full(401, "application/json", msg.to_string()));
+            }
+            Trouble::EchoAuth { .. } => {}
             Trouble::Throttle(n) => {
                 if decode && state.1.fetch_add(1, Ordering::SeqCst) < *n {
                     let msg = r#"{"error":{"message":"rate limit exceeded","type":"RateLimitError","code":429}}"#;

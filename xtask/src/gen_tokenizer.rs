@@ -34,8 +34,8 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let tok = Tokenizer::from_tokenizers(parsed, "trained");
     let path = util::project_root().join(ASSET);
     if args.check {
-        let committed =
-            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let committed = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         if committed != json {
             bail!("{ASSET} differs from what its recipe trains; run `cargo xtask gen-tokenizer`");
         }

@@ -6,6 +6,7 @@
 
 mod bench;
 mod ci;
+mod fuzz;
 mod screenshot;
 mod gen_tokenizer;
 mod util;
@@ -36,6 +37,9 @@ enum Command {
     Perf(PerfArgs),
     /// End to end against a real vLLM 0.32 (CPU build) serving the project's tiny model.
     VllmE2e(vllm::Args),
+    /// Fuzz the parsers of server and file input (SSE, stream chunks, Prometheus, config.json,
+    /// journal) for a fixed budget per target on stable Rust; prints executions and findings.
+    Fuzz(fuzz::Args),
     /// Train the bundled tokenizer from its recipe and write its asset (`--check`: compare only).
     GenTokenizer(gen_tokenizer::Args),
 }
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf(&args),
         Command::Screenshot(args) => screenshot::run(&args),
         Command::GenTokenizer(args) => gen_tokenizer::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
     };
     match result {

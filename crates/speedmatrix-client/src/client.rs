@@ -243,17 +243,26 @@ impl Client {
         &self,
         request: &CompletionRequest,
     ) -> Result<ResponseStream, Error> {
-        let mut request = request.clone();
-        request.generation.stream = true;
-        self.stream("/v1/completions", request.to_body()?).await
+        let body = if request.generation.stream {
+            request.to_body()?
+        } else {
+            let mut request = request.clone();
+            request.generation.stream = true;
+            request.to_body()?
+        };
+        self.stream("/v1/completions", body).await
     }
 
     /// `POST /v1/chat/completions` as a stream (`stream: true` is forced).
     pub async fn stream_chat(&self, request: &ChatRequest) -> Result<ResponseStream, Error> {
-        let mut request = request.clone();
-        request.generation.stream = true;
-        self.stream("/v1/chat/completions", request.to_body()?)
-            .await
+        let body = if request.generation.stream {
+            request.to_body()?
+        } else {
+            let mut request = request.clone();
+            request.generation.stream = true;
+            request.to_body()?
+        };
+        self.stream("/v1/chat/completions", body).await
     }
 
     /// Posts an already encoded JSON body to `path` and opens its event stream.
@@ -507,6 +516,13 @@ fn normalize_base(url: &str) -> Result<String, Error> {
     Ok(trimmed.to_owned())
 }
 
+/// `Retry-After` in its delay-seconds form; the HTTP-date form is rare from
+/// inference servers and is ignored.
+fn retry_after_of(response: &Response<Incoming>) -> Option<Duration> {
+    let text = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    text.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,11 +551,4 @@ mod tests {
             );
         }
     }
-}
-
-/// `Retry-After` in its delay-seconds form; the HTTP-date form is rare from
-/// inference servers and is ignored.
-fn retry_after_of(response: &Response<Incoming>) -> Option<Duration> {
-    let text = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
-    text.trim().parse::<u64>().ok().map(Duration::from_secs)
 }

@@ -245,7 +245,9 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
             match key.as_str() {
                 "choices" => map.next_value_seed(ChoicesSeed(self.event))?,
                 "usage" => {
-                    self.event.usage = map.next_value::<Option<RawUsage>>()?.map(RawUsage::into_usage);
+                    self.event.usage = map
+                        .next_value::<Option<RawUsage>>()?
+                        .map(RawUsage::into_usage);
                 }
                 "error" => *self.is_error |= map.next_value::<Option<IgnoredAny>>()?.is_some(),
                 "object" => {
@@ -311,7 +313,8 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
                 }
                 "delta" => map.next_value_seed(DeltaSeed(self.0))?,
                 "finish_reason" => {
-                    self.0.finish_reason = map.next_value::<Option<Text<'de>>>()?.map(Text::into_owned);
+                    self.0.finish_reason =
+                        map.next_value::<Option<Text<'de>>>()?.map(Text::into_owned);
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -506,9 +509,16 @@ mod tests {
 
     #[test]
     fn non_object_chunks_are_protocol_errors() {
-        for body in [&b"data: [1,2]\n\n"[..], b"data: \"text\"\n\n", b"data: {} trailing\n\n"] {
+        for body in [
+            &b"data: [1,2]\n\n"[..],
+            b"data: \"text\"\n\n",
+            b"data: {} trailing\n\n",
+        ] {
             let events = decode(body);
-            assert_eq!(events[0].as_ref().unwrap_err().kind(), crate::ErrorKind::Protocol);
+            assert_eq!(
+                events[0].as_ref().unwrap_err().kind(),
+                crate::ErrorKind::Protocol
+            );
         }
     }
 

@@ -242,6 +242,13 @@ fn body_with_extra<T: Serialize>(request: &T, generation: &Generation) -> Result
     let invalid = |err: serde_json::Error| Error::InvalidRequest {
         reason: format!("cannot encode the request as JSON: {err}"),
     };
+    let needs_edit =
+        !generation.extra.is_empty() || (!generation.stream && generation.stream_options.is_some());
+    if !needs_edit {
+        // The common case straight to bytes: a long prompt (or 100k token
+        // ids) is not worth a detour through `serde_json::Value`.
+        return serde_json::to_vec(request).map_err(invalid);
+    }
     let mut value = serde_json::to_value(request).map_err(invalid)?;
     if let Value::Object(map) = &mut value {
         if !generation.stream {
@@ -274,6 +281,18 @@ mod tests {
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["continuous_usage_stats"], true);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn non_streaming_body_drops_stream_options() {
+        let mut req = CompletionRequest::new("m", "p");
+        req.generation.stream = false;
+        let body: Value = serde_json::from_slice(&req.to_body().unwrap()).unwrap();
+        assert_eq!(body["stream"], false);
+        assert!(body.get("stream_options").is_none());
+        let plain: Value =
+            serde_json::from_slice(&CompletionRequest::new("m", "p").to_body().unwrap()).unwrap();
+        assert_eq!(plain["stream_options"]["include_usage"], true);
     }
 
     #[test]

@@ -41,7 +41,8 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 ///
 /// Call [`next`](Self::next) until it returns `Ok(None)` (the server sent
 /// `data: [DONE]`) or an error. Dropping it early closes the connection, which
-/// makes vLLM abort the request.
+/// makes vLLM abort the request. `next` is cancel-safe: when a `select!`
+/// drops it mid-wait, no event is lost.
 #[derive(Debug)]
 pub struct ResponseStream {
     body: Incoming,

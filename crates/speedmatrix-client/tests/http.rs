@@ -255,11 +255,17 @@ async fn http_errors_carry_status_and_server_message() {
                 "application/json",
                 r#"{"error":{"message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","param":null,"code":400}}"#,
             ),
-            _ => full(
-                500,
-                "application/json",
-                r#"{"object":"error","message":"engine dead","type":"InternalServerError","code":500}"#,
-            ),
+            _ => {
+                let mut response = full(
+                    503,
+                    "application/json",
+                    r#"{"object":"error","message":"engine overloaded","type":"ServiceUnavailable","code":503}"#,
+                );
+                response
+                    .headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("7"));
+                response
+            }
         }
     })
     .await;
@@ -269,8 +275,10 @@ async fn http_errors_carry_status_and_server_message() {
             status,
             message,
             url,
+            retry_after,
             ..
         } => {
+            assert_eq!(retry_after, None);
             assert_eq!(status, 400);
             assert!(message.contains("maximum context length"), "{message}");
             assert!(url.ends_with("/v1/completions"));
@@ -281,8 +289,9 @@ async fn http_errors_carry_status_and_server_message() {
         .stream_chat(&ChatRequest::new("m", vec![Message::user("q")]))
         .await
         .unwrap_err();
-    assert_eq!(err.status(), Some(500));
-    assert!(err.to_string().contains("engine dead"), "{err}");
+    assert_eq!(err.status(), Some(503));
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+    assert!(err.to_string().contains("engine overloaded"), "{err}");
 }
 
 #[tokio::test]
@@ -613,4 +622,33 @@ async fn missing_endpoints_are_none() {
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn full_accept_queue_hits_the_connect_timeout() {
+    // A listener that never accepts, with its tiny backlog filled: further
+    // SYNs are dropped, so connecting hangs until the client gives up.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_millis(100), connect).await {
+            Ok(Ok(stream)) => fillers.push(stream),
+            _ => break,
+        }
+    }
+    let timeouts = Timeouts::new(
+        Duration::from_millis(300),
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+    );
+    let err = client_with(&format!("http://{addr}"), timeouts)
+        .models()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimeoutConnect, "{err}");
+    drop(listener);
 }

@@ -147,7 +147,7 @@ pub fn read_journal<T: DeserializeOwned>(path: &Path) -> Result<JournalContents<
     })
 }
 
-fn read_records<T: DeserializeOwned, R: Read>(reader: R) -> std::io::Result<JournalContents<T>> {
+pub(crate) fn read_records<T: DeserializeOwned, R: Read>(reader: R) -> std::io::Result<JournalContents<T>> {
     let mut reader = BufReader::new(reader);
     let mut records = Vec::new();
     let mut offset: u64 = 0;

@@ -212,6 +212,56 @@ enum JournalRecord {
     Decode { cell: DecodeCell },
 }
 
+/// One step a journal holds, as [`journal_steps`] reads it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum JournalStep {
+    /// The line that names the run's settings.
+    Start,
+    /// A finished prefill point.
+    Prefill(PrefillRow),
+    /// A finished decode cell.
+    Decode(DecodeCell),
+}
+
+/// Reads a journal from bytes in memory the way `--resume` reads the file:
+/// the steps of its valid prefix and, if its end is damaged, where.
+/// Never fails on any bytes (the journal fuzz target checks exactly that).
+///
+/// ```
+/// let steps = speedmatrix_runner::journal_steps(b"{\"record\":\"start\"\n");
+/// assert!(steps.records.is_empty());
+/// assert_eq!(steps.corrupt_tail.unwrap().line, 1);
+/// ```
+pub fn journal_steps(bytes: &[u8]) -> JournalContents<JournalStep> {
+    let contents = match journal::read_records::<JournalRecord, _>(bytes) {
+        Ok(c) => c,
+        // Reading from memory cannot fail; keep the signature honest anyway.
+        Err(e) => JournalContents {
+            records: Vec::new(),
+            corrupt_tail: Some(CorruptTail {
+                line: 1,
+                offset: 0,
+                dropped_bytes: bytes.len() as u64,
+                reason: e.to_string(),
+                saved_to: None,
+            }),
+        },
+    };
+    JournalContents {
+        records: contents
+            .records
+            .into_iter()
+            .map(|r| match r {
+                JournalRecord::Start { .. } => JournalStep::Start,
+                JournalRecord::Prefill { row } => JournalStep::Prefill(row),
+                JournalRecord::Decode { cell } => JournalStep::Decode(cell),
+            })
+            .collect(),
+        corrupt_tail: contents.corrupt_tail,
+    }
+}
+
 /// The settings a journal must match to be resumed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct MatrixKey {
@@ -482,6 +532,7 @@ async fn run_on(
         max_tokens: config.matrix.max_tokens,
         ignore_eos: true,
         min_tokens: config.send_min_tokens,
+        secret: secret_of(config),
     };
     let nonce = run_nonce();
     let make_prompt = |n: Tokens, key: CacheKey| -> Result<speedmatrix_workload::Prompt, RunError> {
@@ -671,6 +722,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 max_tokens: Tokens::new(1),
                 ignore_eos: false,
                 min_tokens: false,
+                secret: secret_of(config),
             };
             let r = request::record_one(
                 &server.client,
@@ -699,6 +751,10 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
         }
     };
     ChatOverhead::from_probe(&config.tokenizer, count).map_err(RunError::Workload)
+}
+
+fn secret_of(config: &RunConfig) -> Option<Arc<str>> {
+    config.api_key.as_ref().map(|k| Arc::from(k.expose()))
 }
 
 fn describe_capacity(c: &CapacityPlan) -> String {

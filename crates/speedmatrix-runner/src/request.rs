@@ -20,6 +20,9 @@ pub(crate) struct RequestShape {
     pub(crate) max_tokens: Tokens,
     pub(crate) ignore_eos: bool,
     pub(crate) min_tokens: bool,
+    /// The API key, so that a server echoing it in an error message does not
+    /// carry it into the journal, the report or the logs.
+    pub(crate) secret: Option<Arc<str>>,
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -116,7 +119,7 @@ pub(crate) async fn record_one(
                     }
                 }
                 None => {
-                    let mut r = failed(at(sent), at(Instant::now()), &e);
+                    let mut r = failed(at(sent), at(Instant::now()), &e, shape.secret.as_deref());
                     r.retries = retries;
                     if let (Some((_, message)), true) = (&mut r.error, retries > 0) {
                         message.push_str(&format!(" (gave up after {retries} retries)"));
@@ -171,7 +174,7 @@ pub(crate) async fn record_one(
                 };
             }
             Err(e) => {
-                let mut r = failed(timeline.sent_at, at(Instant::now()), &e);
+                let mut r = failed(timeline.sent_at, at(Instant::now()), &e, shape.secret.as_deref());
                 r.timeline.chunks = std::mem::take(&mut timeline.chunks);
                 r.timeline.headers_at = timeline.headers_at;
                 r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
@@ -201,12 +204,21 @@ pub(crate) async fn record_one(
     }
 }
 
-fn failed(sent: Timestamp, ended: Timestamp, e: &speedmatrix_client::Error) -> Recorded {
+fn failed(sent: Timestamp, ended: Timestamp, e: &speedmatrix_client::Error, secret: Option<&str>) -> Recorded {
     let kind = e.kind().as_str().to_owned();
+    let message = redact(&e.to_string(), secret);
     Recorded {
         timeline: RequestTimeline::new(sent, ended, Outcome::Failed { kind: kind.clone() }),
         prompt_tokens_reported: None,
-        error: Some((kind, e.to_string())),
+        error: Some((kind, message)),
         retries: 0,
+    }
+}
+
+/// `text` with every occurrence of the secret replaced.
+pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
+        _ => text.to_owned(),
     }
 }

@@ -132,6 +132,7 @@ impl BlockPool {
     pub(crate) fn release(&mut self, blocks: &[BlockId]) {
         for &b in blocks.iter().rev() {
             let r = &mut self.ref_cnt[b as usize];
+            debug_assert!(*r > 0, "block {b} released more often than it was taken");
             *r = r.saturating_sub(1);
             if *r == 0 && !self.in_free[b as usize] {
                 self.push_tail(b);

@@ -118,7 +118,6 @@ pub(crate) struct SseStream {
 }
 
 impl SseStream {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         rx: mpsc::UnboundedReceiver<Output>,
         guard: AbortGuard,
@@ -215,7 +214,7 @@ impl SseStream {
                     }
                 }
                 Output::Done(reason, usage) => {
-                    self.flush_final(&mut buf, reason);
+                    self.flush(&mut buf, Some(reason));
                     if self.usage.include {
                         self.pending.push_back(self.meta.usage_chunk(usage.into()));
                     }
@@ -258,10 +257,6 @@ impl SseStream {
         let chunk = self.meta.chunk(buf, false, finish, self.running_usage());
         self.pending.push_back(chunk);
         buf.clear();
-    }
-
-    fn flush_final(&mut self, buf: &mut String, reason: FinishReason) {
-        self.flush(buf, Some(reason));
     }
 
     fn fault_at(&self, n: u32) -> bool {

@@ -51,6 +51,11 @@ pub struct Profile {
     /// Steps take no time at all: the engine produces tokens as fast as the process can.
     #[serde(default)]
     pub free_running: bool,
+    /// The tokenizer prompts are counted with: `bundled` (the default, the one speedmatrix uses
+    /// when not told otherwise), a `tokenizer.json` file, a model folder, or a Hugging Face id in
+    /// the local cache, as `speedmatrix_workload::Tokenizer::load` accepts.
+    #[serde(default)]
+    pub tokenizer: Option<String>,
     /// Faults applied to every request, in the `x-sim-fault` header grammar (see [`crate::Fault`]);
     /// a request's own header replaces them.
     #[serde(default)]
@@ -333,6 +338,7 @@ fn rtx3090() -> Profile {
         },
         time_scale: 1.0,
         free_running: false,
+        tokenizer: None,
         faults: None,
     }
 }
@@ -358,6 +364,7 @@ fn tiny() -> Profile {
         },
         time_scale: 1.0,
         free_running: false,
+        tokenizer: None,
         faults: None,
     }
 }

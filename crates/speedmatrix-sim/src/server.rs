@@ -54,7 +54,10 @@ impl SimServer {
     pub async fn start(profile: Profile, addr: SocketAddr) -> Result<RunningSim, SimError> {
         profile.validate()?;
         let fault = Fault::parse(profile.faults.as_deref().unwrap_or(""))?;
-        let text = TextModel::bundled()?;
+        let source = profile.tokenizer.clone();
+        let text = tokio::task::spawn_blocking(move || TextModel::for_source(source.as_deref()))
+            .await
+            .map_err(|e| SimError::Tokenizer(format!("tokenizer loading failed: {e}")))??;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| SimError::Bind { addr, source })?;

@@ -57,6 +57,19 @@ pub(crate) struct TextModel {
 }
 
 impl TextModel {
+    /// The model over the tokenizer a profile names (`None` or `bundled`: the bundled one).
+    pub(crate) fn for_source(source: Option<&str>) -> Result<Arc<TextModel>, SimError> {
+        match source {
+            None | Some(speedmatrix_workload::BUNDLED_NAME) => TextModel::bundled(),
+            Some(source) => {
+                let tok = Tokenizer::load(source).map_err(|e| {
+                    SimError::Tokenizer(format!("cannot load tokenizer `{source}`: {e}"))
+                })?;
+                TextModel::new(tok).map(Arc::new)
+            }
+        }
+    }
+
     /// The model over the bundled tokenizer, built once per process.
     pub(crate) fn bundled() -> Result<Arc<TextModel>, SimError> {
         static MODEL: OnceLock<Result<Arc<TextModel>, String>> = OnceLock::new();
@@ -147,8 +160,27 @@ fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, SimError> {
 }
 
 /// Tokens that decode to a space and a short lowercase word and encode back to themselves, so
-/// that any sequence of them decodes to non-empty text that re-tokenizes to the same ids.
+/// that any sequence of them decodes to non-empty text that re-tokenizes to the same ids. A
+/// tokenizer with too few such tokens (SentencePiece spells the space `▁` and strips it when a
+/// token is decoded alone) gets its `▁word` tokens without the round-trip guarantee.
 fn output_words(content: &Tokenizer) -> Result<(Arc<[u32]>, TokenTexts), SimError> {
+    let strict = pick_words(content, true);
+    let (ids, texts) = if strict.0.len() >= 16 {
+        strict
+    } else {
+        pick_words(content, false)
+    };
+    if ids.is_empty() {
+        return Err(SimError::Tokenizer(
+            "the tokenizer has no token that is a space and a lowercase word; the simulator needs some \
+             to write with"
+                .to_owned(),
+        ));
+    }
+    Ok((Arc::from(ids), texts))
+}
+
+fn pick_words(content: &Tokenizer, round_trip: bool) -> (Vec<u32>, TokenTexts) {
     let mut ids = Vec::new();
     let mut texts = HashMap::new();
     let vocab = u32::try_from(content.vocab_size()).unwrap_or(u32::MAX);
@@ -156,25 +188,30 @@ fn output_words(content: &Tokenizer) -> Result<(Arc<[u32]>, TokenTexts), SimErro
         if ids.len() == OUTPUT_WORDS {
             break;
         }
-        let Ok(text) = content.decode(&[id]) else {
+        let Ok(decoded) = content.decode(&[id]) else {
             continue;
         };
-        let word = text.strip_prefix(' ').unwrap_or("");
+        let text = if decoded.starts_with(' ') {
+            decoded
+        } else if !round_trip
+            && content
+                .id_to_token(id)
+                .is_some_and(|t| t.starts_with('\u{2581}'))
+        {
+            format!(" {decoded}")
+        } else {
+            continue;
+        };
+        let word = &text[1..];
         if !(4..=12).contains(&word.len()) || !word.bytes().all(|b| b.is_ascii_lowercase()) {
             continue;
         }
-        if content.encode(&text).ok().as_deref() == Some(&[id][..]) {
+        if !round_trip || content.encode(&text).ok().as_deref() == Some(&[id][..]) {
             ids.push(id);
             texts.insert(id, Arc::from(text));
         }
     }
-    if ids.is_empty() {
-        return Err(SimError::Tokenizer(
-            "the tokenizer has no token that is a space and a lowercase word; the simulator needs some to write with"
-                .to_owned(),
-        ));
-    }
-    Ok((Arc::from(ids), texts))
+    (ids, texts)
 }
 
 #[cfg(test)]
@@ -223,6 +260,30 @@ mod tests {
         let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
         assert_eq!(content.encode(&text).unwrap(), seq);
         assert!(seq.iter().all(|&id| !m.token_text(id).is_empty()));
+    }
+
+    #[test]
+    fn a_profile_can_name_another_tokenizer_file() {
+        let json = Tokenizer::bundled()
+            .unwrap()
+            .inner()
+            .to_string(false)
+            .unwrap();
+        let path =
+            std::env::temp_dir().join(format!("speedmatrix-sim-tok-{}.json", std::process::id()));
+        std::fs::write(&path, json).unwrap();
+        let m = TextModel::for_source(path.to_str()).unwrap();
+        // The file has no BOS post-processor config of its own, so only content tokens count.
+        let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+        assert!(
+            m.prompt_ids("hello there")
+                .unwrap()
+                .ends_with(&content.encode("hello there").unwrap())
+        );
+        assert!(!m.output_ids().is_empty());
+        std::fs::remove_file(&path).unwrap();
+        let err = TextModel::for_source(Some("/no/such/tokenizer.json")).unwrap_err();
+        assert!(matches!(err, SimError::Tokenizer(_)), "{err}");
     }
 
     #[test]

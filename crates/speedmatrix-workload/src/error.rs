@@ -72,7 +72,7 @@ pub enum Error {
     },
     /// Fewer tokens were asked than the request's fixed part already holds.
     #[error(
-        "a prompt of {n} tokens is impossible with {tokenizer}: {what} already takes {min} tokens"
+        "a prompt of {n} tokens is impossible with {tokenizer}: it needs at least {min} for {what}"
     )]
     TooShort {
         /// Tokens asked.

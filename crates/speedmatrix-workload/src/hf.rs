@@ -143,7 +143,9 @@ impl HfCache {
     /// `tokenizer.json`.
     pub fn snapshot(&self, id: &str) -> Result<PathBuf, Error> {
         let (name, revision) = id.split_once('@').unwrap_or((id, "main"));
-        let model_dir = self.root.join(format!("models--{}", name.replace('/', "--")));
+        let model_dir = self
+            .root
+            .join(format!("models--{}", name.replace('/', "--")));
         let not_cached = |missing: String| Error::NotCached {
             id: name.to_owned(),
             looked_in: model_dir.clone(),
@@ -184,8 +186,8 @@ mod tests {
         assert_eq!(cfg.add_bos_token, Some(true));
         assert_eq!(cfg.chat_template.as_deref(), Some("D"));
 
-        let cfg = TokenizerConfig::from_json(r#"{"bos_token": null, "chat_template": "X"}"#)
-            .unwrap();
+        let cfg =
+            TokenizerConfig::from_json(r#"{"bos_token": null, "chat_template": "X"}"#).unwrap();
         assert_eq!(cfg.bos_token, None);
         assert_eq!(cfg.chat_template.as_deref(), Some("X"));
         assert!(TokenizerConfig::from_json("[1]").is_err());
@@ -196,7 +198,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sm-hf-missing-{}", std::process::id()));
         let err = HfCache::new(&dir).snapshot("org/model").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("org/model") && msg.contains("models--org--model"), "{msg}");
+        assert!(
+            msg.contains("org/model") && msg.contains("models--org--model"),
+            "{msg}"
+        );
         assert!(msg.contains("huggingface-cli download") && msg.contains("does not download"));
     }
 }

@@ -43,6 +43,8 @@ mod prompt;
 mod text;
 mod tokenizer;
 mod train;
+// Word lists read best as dense paragraphs, not one word per line.
+#[rustfmt::skip]
 mod words;
 
 pub use error::Error;

@@ -76,7 +76,8 @@ impl fmt::Display for Api {
 /// let a = CacheKey::unique(3, 0, 0);
 /// assert_ne!(a.marker(1), CacheKey::unique(3, 1, 0).marker(1));
 /// assert_ne!(a.marker(1), a.warm_up().marker(1));
-/// assert_eq!(CacheKey::shared(3).marker(1), "[run 1.3]");
+/// assert_eq!(CacheKey::shared(3).marker(0), "[run 3 0]");
+/// assert_eq!(CacheKey::unique(3, 1, 0).marker(0), "[run 1.0 3 0]");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CacheKey {
@@ -130,6 +131,9 @@ impl CacheKey {
 
     /// The text a prompt with this key and `seed` starts with.
     ///
+    /// The fields that tell streams apart come first, and the seed is
+    /// scrambled (by a bijection) so that runs with nearby seeds differ in
+    /// its first digits: prompts part within the first 16-token KV block.
     /// For [`CacheMode::SharedPrefix`] this is the shared part's marker; the
     /// unique part has its own (see [`CacheKey::suffix_marker`]).
     pub fn marker(&self, seed: u64) -> String {
@@ -137,14 +141,15 @@ impl CacheKey {
             Phase::Measured => "run",
             Phase::WarmUp => "warmup",
         };
+        let (cell, run) = (self.cell, mix64(seed));
         match self.mode {
             CacheMode::Unique => format!(
-                "[{tag} {seed:x}.{:x}.{:x}.{:x}]",
-                self.cell, self.stream, self.request
+                "[{tag} {:x}.{:x} {cell:x} {run:x}]",
+                self.stream, self.request
             ),
-            CacheMode::Shared => format!("[{tag} {seed:x}.{:x}]", self.cell),
+            CacheMode::Shared => format!("[{tag} {cell:x} {run:x}]"),
             CacheMode::SharedPrefix { prefix } => {
-                format!("[{tag} {seed:x}.{:x}/{}]", self.cell, prefix.get())
+                format!("[{tag} {cell:x}/{} {run:x}]", prefix.get())
             }
         }
     }
@@ -222,7 +227,7 @@ impl ChatOverhead {
 /// Text comes from a pool of generated prose, encoded once per size class.
 /// A prompt is a seeded marker and first sentence (encoded on their own),
 /// then a slice of the pool whose tokens are already known, then a cut: the
-/// last [`WINDOW`] tokens are re-encoded and the cut moved until the count is
+/// last 64 tokens are re-encoded and the cut moved until the count is
 /// exact (bounded; a typed error otherwise). Only those pieces are encoded,
 /// so a 16K prompt costs a millisecond instead of a whole-text encode.
 ///
@@ -242,7 +247,7 @@ impl ChatOverhead {
 /// let p = builder.prompt(Tokens::new(1_000), 42, &CacheKey::unique(0, 0, 0))?;
 /// assert_eq!(tok.encode_count(&p.text)?, 1_000);
 /// assert_eq!(p.expected_tokens, Tokens::new(1_000));
-/// assert!(p.text.starts_with("[run 2a.0.0.0]"));
+/// assert!(p.text.starts_with(&CacheKey::unique(0, 0, 0).marker(42)));
 /// # Ok::<(), speedmatrix_workload::Error>(())
 /// ```
 #[derive(Debug)]
@@ -265,7 +270,7 @@ const SPREAD_TOKENS: usize = 8_192;
 const SLACK_TOKENS: usize = 512;
 /// Pool text is encoded in pieces of about this many bytes.
 const CHUNK_BYTES: usize = 64 << 10;
-const POOL_SEED: u64 = 0x9E11_70_7E47;
+const POOL_SEED: u64 = 0x009E_1170_7E47;
 
 impl PromptBuilder {
     /// A builder counting with `tokenizer`.
@@ -416,7 +421,9 @@ impl PromptBuilder {
         let mut source = self.source(key.suffix_marker(), key.body_seed(seed, false), n - k)?;
         let prefix_ends = tok.content_token_ends(&prefix)?;
         source.prepend(tok, &prefix, &prefix_ends)?;
-        let text = self.fitter(tok, extra, &source, n, prefix.len() + 1).fit()?;
+        let text = self
+            .fitter(tok, extra, &source, n, prefix.len() + 1)
+            .fit()?;
         // Compare content tokens: a tokenizer may append special tokens
         // (BERT's `[SEP]`) that the longer prompt has only at its end.
         let content = &self.content_tokenizer;
@@ -509,7 +516,10 @@ impl PromptBuilder {
         if let Some(pool) = pools.get(&class) {
             return Ok(Arc::clone(pool));
         }
-        let pool = Arc::new(Pool::build(&self.content_tokenizer, class + SPREAD_TOKENS + SLACK_TOKENS)?);
+        let pool = Arc::new(Pool::build(
+            &self.content_tokenizer,
+            class + SPREAD_TOKENS + SLACK_TOKENS,
+        )?);
         pools.insert(class, Arc::clone(&pool));
         Ok(pool)
     }
@@ -559,7 +569,9 @@ impl Pool {
         let spread_end = pool.ends.get(SPREAD_TOKENS).map_or(usize::MAX, |&e| e);
         let spread = pool.sentence_starts.partition_point(|&s| s < spread_end);
         // Every start needs a next one (the end of its first sentence).
-        pool.spread_starts = spread.min(pool.sentence_starts.len().saturating_sub(1)).max(1);
+        pool.spread_starts = spread
+            .min(pool.sentence_starts.len().saturating_sub(1))
+            .max(1);
         Ok(pool)
     }
 
@@ -628,7 +640,12 @@ struct Source {
 }
 
 impl Source {
-    fn prepend(&mut self, tok: &Tokenizer, prefix: &str, prefix_ends: &[usize]) -> Result<(), Error> {
+    fn prepend(
+        &mut self,
+        tok: &Tokenizer,
+        prefix: &str,
+        prefix_ends: &[usize],
+    ) -> Result<(), Error> {
         let shift = prefix.len();
         self.text.insert_str(0, prefix);
         let mut ends = prefix_ends.to_vec();
@@ -752,7 +769,10 @@ impl Fitter<'_> {
                 .into_iter()
                 .flatten()
             {
-                if cut > text.len() || !text.is_char_boundary(cut) || !self.cut_allowed(cut, counting) {
+                if cut > text.len()
+                    || !text.is_char_boundary(cut)
+                    || !self.cut_allowed(cut, counting)
+                {
                     continue;
                 }
                 if self.count(counting, cut)? == self.target {

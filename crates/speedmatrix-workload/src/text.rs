@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use crate::words::{
-    ADJECTIVES, ADVERBS, CONJUNCTIONS, DETERMINERS, MONTHS, NOUNS, PLACE_SUFFIXES, PREPOSITIONS,
-    PRONOUNS, SPEECH_VERBS, SYLLABLES, UNITS, VERBS,
+    ADJECTIVES, ADVERBS, CONJUNCTIONS, DETERMINERS, MONTHS, NOUNS, PLACE_SUFFIXES,
+    PLURAL_DETERMINERS, PREPOSITIONS, PRONOUNS, SPEECH_VERBS, SYLLABLES, UNITS, VERBS,
 };
 
 /// SplitMix64: small, fast, and its output is fixed by this code alone.
@@ -132,7 +132,7 @@ impl TextGenerator {
                 self.clause(out);
                 out.push_str(" (");
                 self.number_with_unit(out);
-                out.push_str(")");
+                out.push(')');
                 out.push_str(if self.rng.chance(20) { "!" } else { "." });
             }
             _ => {
@@ -175,8 +175,11 @@ impl TextGenerator {
 
     fn noun_phrase(&mut self, out: &mut String) {
         let plural = self.rng.chance(25);
-        if !plural || self.rng.chance(50) {
+        if !plural {
             out.push_str(self.rng.pick(DETERMINERS));
+            out.push(' ');
+        } else if self.rng.chance(50) {
+            out.push_str(self.rng.pick(PLURAL_DETERMINERS));
             out.push(' ');
         }
         if self.rng.chance(45) {
@@ -252,7 +255,11 @@ impl TextGenerator {
     }
 
     fn question(&mut self, out: &mut String) {
-        out.push_str(if self.rng.chance(50) { "why did " } else { "did " });
+        out.push_str(if self.rng.chance(50) {
+            "why did "
+        } else {
+            "did "
+        });
         self.noun_phrase(out);
         out.push(' ');
         out.push_str(self.rng.pick(VERBS));
@@ -390,9 +397,17 @@ mod tests {
         let words: Vec<&str> = text.split_whitespace().collect();
         let distinct: std::collections::HashSet<&str> = words.iter().copied().collect();
         // Real prose of this length has well over a thousand distinct words.
-        assert!(distinct.len() > 1_500, "only {} distinct words", distinct.len());
+        assert!(
+            distinct.len() > 1_500,
+            "only {} distinct words",
+            distinct.len()
+        );
         let most_common = words.iter().filter(|w| **w == "the").count();
-        assert!(most_common * 10 < words.len(), "`the` is {most_common} of {}", words.len());
+        assert!(
+            most_common * 10 < words.len(),
+            "`the` is {most_common} of {}",
+            words.len()
+        );
         assert!(text.chars().any(|c| c.is_ascii_digit()));
         assert!(text.contains("\n\n") && text.contains('"') && text.contains('?'));
     }

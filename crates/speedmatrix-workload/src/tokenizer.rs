@@ -4,8 +4,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::hf::{HfCache, TokenizerConfig};
 use crate::Error;
+use crate::hf::{HfCache, TokenizerConfig};
 
 /// The bundled tokenizer, made by `cargo xtask gen-tokenizer` (see
 /// [`BpeRecipe::BUNDLED`](crate::BpeRecipe::BUNDLED)).
@@ -60,9 +60,10 @@ impl Tokenizer {
     /// `<|im_start|>` and `<|im_end|>`; its [`config`](Self::config) holds a
     /// ChatML template.
     pub fn bundled() -> Result<Self, Error> {
-        let inner = tokenizers::Tokenizer::from_bytes(BUNDLED_JSON).map_err(|e| Error::Bundled {
-            message: e.to_string(),
-        })?;
+        let inner =
+            tokenizers::Tokenizer::from_bytes(BUNDLED_JSON).map_err(|e| Error::Bundled {
+                message: e.to_string(),
+            })?;
         let config = TokenizerConfig {
             chat_template: Some(crate::train::BUNDLED_CHAT_TEMPLATE.to_owned()),
             bos_token: Some("<|bos|>".to_owned()),
@@ -142,7 +143,10 @@ impl Tokenizer {
     pub fn with_config(mut self, config: TokenizerConfig) -> Self {
         self.forced_bos = None;
         if config.add_bos_token == Some(true)
-            && let Some(bos) = config.bos_token.as_deref().and_then(|t| self.token_to_id(t))
+            && let Some(bos) = config
+                .bos_token
+                .as_deref()
+                .and_then(|t| self.token_to_id(t))
             && !self.post_processor_adds(bos)
         {
             self.forced_bos = Some(bos);
@@ -243,7 +247,10 @@ impl Tokenizer {
 
     /// Content tokens of `text`, without special tokens.
     pub(crate) fn content_count(&self, text: &str) -> Result<usize, Error> {
-        let enc = self.inner.encode_fast(text, false).map_err(|e| self.error(e))?;
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| self.error(e))?;
         Ok(enc.len())
     }
 

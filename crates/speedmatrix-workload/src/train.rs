@@ -12,8 +12,13 @@ use tokenizers::{
 use crate::{Error, TextGenerator};
 
 /// Special tokens of the bundled tokenizer, in id order (ids 0 to 4).
-pub(crate) const BUNDLED_SPECIAL_TOKENS: [&str; 5] =
-    ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"];
+pub(crate) const BUNDLED_SPECIAL_TOKENS: [&str; 5] = [
+    "<|bos|>",
+    "<|eos|>",
+    "<|pad|>",
+    "<|im_start|>",
+    "<|im_end|>",
+];
 
 /// ChatML, the chat format of the bundled tokenizer.
 pub(crate) const BUNDLED_CHAT_TEMPLATE: &str = "{% for message in messages %}\
@@ -40,7 +45,7 @@ impl BpeRecipe {
     pub const BUNDLED: BpeRecipe = BpeRecipe {
         vocab_size: 16_384,
         corpus_bytes: 8 << 20,
-        seed: 0x5EED_0F_70CE,
+        seed: 0x005E_ED0F_70CE,
     };
 
     /// Trains the tokenizer and returns its `tokenizer.json` text (compact JSON).

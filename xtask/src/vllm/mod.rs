@@ -46,9 +46,15 @@ pub(crate) struct Args {
     /// Leave the EngineCore unpinned (to measure what pinning changes).
     #[arg(long)]
     no_pin: bool,
+    /// The core the EngineCore and its threads are pinned to (vLLM binds its worker to core 0).
+    #[arg(long, default_value_t = 0, conflicts_with = "no_pin")]
+    pin_core: u32,
     /// Skip the 1- and 8-stream timing measurement.
     #[arg(long)]
     no_timing: bool,
+    /// Time 1 and 8 streams with the EngineCore unpinned, on core 0 and on core 1, twice over.
+    #[arg(long, conflicts_with = "no_timing")]
+    compare_pinning: bool,
     /// Keep the server up after the checks until Enter is pressed on stdin.
     #[arg(long)]
     keep_running: bool,
@@ -95,8 +101,12 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     })?;
     eprintln!("vllm-e2e: server ready {ready:.1?} after start");
     if !args.no_pin {
-        let pid = stage("pin EngineCore", || server.pin_engine_core())?;
-        eprintln!("vllm-e2e: EngineCore pid {pid} pinned to core 0");
+        let cpus = args.pin_core.to_string();
+        let pid = stage("pin EngineCore", || server.pin_engine_core(&cpus))?;
+        eprintln!(
+            "vllm-e2e: EngineCore pid {pid} pinned to core {}",
+            args.pin_core
+        );
     }
     let result = run_against(&server, args, &venv, &model_dir, &out);
     if args.keep_running && result.is_ok() {
@@ -133,14 +143,7 @@ fn run_against(
     cap.fact("install", install::RECIPE);
     cap.fact("torch, Python", install::versions(venv)?);
     cap.fact("server", format!("`{}`", server::describe(server.config())));
-    cap.fact(
-        "EngineCore",
-        if args.no_pin {
-            "left unpinned"
-        } else {
-            "pinned with all its threads to core 0 (`taskset -a -pc 0 PID`)"
-        },
-    );
+    cap.fact("EngineCore", pinning(args));
     let ctx = checks::Context {
         server,
         venv,
@@ -158,13 +161,30 @@ fn run_against(
     }
     if args.capture_fixtures {
         let dest = project_root().join("tests/fixtures/vllm-0.32-cpu");
-        stage("write fixtures", || cap.publish(&dest, model_dir, args))?;
+        stage("write fixtures", || cap.publish(&dest, model_dir))?;
         eprintln!("vllm-e2e: fixtures written to {}", dest.display());
     }
-    if !args.no_timing {
-        stage("timing", || timing::report(server, !args.no_pin))?;
+    if args.compare_pinning {
+        stage("pinning comparison", || timing::compare_pinning(server))?;
+        if !args.no_pin {
+            server.pin_engine_core(&args.pin_core.to_string())?;
+        }
+    } else if !args.no_timing {
+        stage("timing", || timing::report(server, &pinning(args)))?;
     }
     Ok(())
+}
+
+/// How the EngineCore was placed, for reports.
+fn pinning(args: &Args) -> String {
+    if args.no_pin {
+        "EngineCore unpinned".to_owned()
+    } else {
+        let core = args.pin_core;
+        format!(
+            "EngineCore pinned with all its threads to core {core} (`taskset -a -pc {core} PID`)"
+        )
+    }
 }
 
 /// Runs one stage, printing its name and how long it took.

@@ -165,23 +165,24 @@ impl Server {
         }
     }
 
-    /// Pins the EngineCore process and all its threads to core 0; returns its PID.
+    /// Pins the EngineCore process and all its threads to `cpus` (a taskset list such as `0`
+    /// or `0-1`); returns its PID.
     ///
     /// On two cores the engine core busy-polls and starves the HTTP server, so tokens reach
     /// clients in one burst at the end; with the engine on one core they stream.
-    pub(crate) fn pin_engine_core(&self) -> anyhow::Result<u32> {
+    pub(crate) fn pin_engine_core(&self, cpus: &str) -> anyhow::Result<u32> {
         let root = self.pid().context("the server is not running")?;
         let pid = descendants(root)
             .into_iter()
             .find(|&p| cmdline(p).contains("EngineCore"))
             .context("no EngineCore process among the server's children")?;
         let status = Command::new("taskset")
-            .args(["-a", "-pc", "0", &pid.to_string()])
+            .args(["-a", "-pc", cpus, &pid.to_string()])
             .stdout(Stdio::null())
             .status()
             .context("could not run taskset (util-linux)")?;
         if !status.success() {
-            bail!("taskset -a -pc 0 {pid} failed with {status}");
+            bail!("taskset -a -pc {cpus} {pid} failed with {status}");
         }
         Ok(pid)
     }

@@ -16,18 +16,29 @@ use super::server::{SERVED_MODEL, Server};
 const TOKENS: u64 = 128;
 
 /// Measures and prints the figures for 1 and 8 streams.
-pub(crate) fn report(server: &Server, pinned: bool) -> anyhow::Result<()> {
+pub(crate) fn report(server: &Server, setup: &str) -> anyhow::Result<()> {
     for streams in [1, 8] {
         let figures = measure(server.url(), streams)?;
         eprintln!(
-            "vllm-e2e: timing ({}, {streams} stream{}): {figures}",
-            if pinned {
-                "EngineCore pinned"
-            } else {
-                "unpinned"
-            },
+            "vllm-e2e: timing ({setup}; {streams} stream{}): {figures}",
             if streams == 1 { "" } else { "s" }
         );
+    }
+    Ok(())
+}
+
+/// Times every EngineCore placement on two cores in turn, twice, so that they share the load
+/// the machine has at the time.
+pub(crate) fn compare_pinning(server: &Server) -> anyhow::Result<()> {
+    for round in 1..=2 {
+        for (cpus, setup) in [
+            ("0-1", "EngineCore unpinned"),
+            ("0", "EngineCore on core 0"),
+            ("1", "EngineCore on core 1"),
+        ] {
+            server.pin_engine_core(cpus)?;
+            report(server, &format!("round {round}, {setup}"))?;
+        }
     }
     Ok(())
 }

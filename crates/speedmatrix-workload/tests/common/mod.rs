@@ -50,7 +50,10 @@ pub fn wordpiece() -> Tokenizer {
             })
             .collect();
         tok.train(&mut trainer, corpus.into_iter()).unwrap();
-        let (cls, sep) = (tok.token_to_id("[CLS]").unwrap(), tok.token_to_id("[SEP]").unwrap());
+        let (cls, sep) = (
+            tok.token_to_id("[CLS]").unwrap(),
+            tok.token_to_id("[SEP]").unwrap(),
+        );
         tok.with_post_processor(Some(BertProcessing::new(
             ("[SEP]".into(), sep),
             ("[CLS]".into(), cls),

@@ -235,6 +235,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             on_signal.cancel();
         }
     });
+    let key = config.api_key.clone();
     let outcome = speedmatrix_runner::run(config, journal, &progress, cancel).await;
     progress.finish();
     if outcome.is_err() && created {
@@ -242,7 +243,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         // refuses a folder that holds anything).
         let _ = std::fs::remove_dir(&dir);
     }
-    let outcome = outcome.map_err(into_cli_error)?;
+    let outcome = outcome.map_err(|e| into_cli_error(e, key.as_ref()))?;
     write_outputs(&dir, &outcome)?;
     Ok(summarize(&dir, &outcome))
 }
@@ -443,19 +444,27 @@ fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool, bool)> {
 }
 
 async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
-    let plan = speedmatrix_runner::dry_run(&config).await.map_err(into_cli_error)?;
+    let plan = speedmatrix_runner::dry_run(&config)
+        .await
+        .map_err(|e| into_cli_error(e, config.api_key.as_ref()))?;
     println!("{}", speedmatrix_runner::describe_plan(&plan, &config.matrix));
     Ok(ExitCode::SUCCESS)
 }
 
-fn into_cli_error(e: RunError) -> anyhow::Error {
+/// The runner's error for the user; a server that echoes the API key in an
+/// error body does not get it printed.
+fn into_cli_error(e: RunError, key: Option<&speedmatrix_client::ApiKey>) -> anyhow::Error {
+    let redact = |text: String| match key.map(|k| k.expose()) {
+        Some(k) if !k.is_empty() => text.replace(k, "[redacted]"),
+        _ => text,
+    };
     match e {
         RunError::InvalidConfig(_)
         | RunError::ModelNotFound { .. }
         | RunError::NoModel { .. }
         | RunError::ResumeMismatch { .. }
-        | RunError::NotAJournal { .. } => UsageError(e.to_string()).into(),
-        RunError::Server { url, source } => UsageError(server_error_line(&url, &source)).into(),
+        | RunError::NotAJournal { .. } => UsageError(redact(e.to_string())).into(),
+        RunError::Server { url, source } => UsageError(redact(server_error_line(&url, &source))).into(),
         other => anyhow::Error::new(other),
     }
 }

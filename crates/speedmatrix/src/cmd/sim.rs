@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use speedmatrix_sim::{Profile, RTX3090_QWEN35_4B_FP8, SimError, SimServer};
+use speedmatrix_units::group_thousands;
 
 use crate::cmd::UsageError;
 
@@ -27,6 +28,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FACTOR")]
     time_scale: Option<f64>,
 
+    /// Count prompt tokens with this tokenizer (`bundled`, a tokenizer.json, a model folder or a
+    /// cached Hugging Face id) instead of the profile's.
+    #[arg(long, value_name = "SOURCE")]
+    tokenizer: Option<String>,
+
     /// Print the profile as JSON and exit: a starting point for your own profile file.
     #[arg(long)]
     print_profile: bool,
@@ -39,19 +45,32 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         profile.time_scale = scale;
         profile.validate().map_err(usage)?;
     }
+    if let Some(tokenizer) = args.tokenizer {
+        profile.tokenizer = Some(tokenizer);
+    }
     if args.print_profile {
         println!("{}", serde_json::to_string_pretty(&profile)?);
         return Ok(ExitCode::SUCCESS);
     }
     let addr = SocketAddr::new(args.host, args.port);
+    let custom_tokenizer = profile.tokenizer.is_some();
     let sim = SimServer::start(profile, addr).await.map_err(|e| match e {
         SimError::InvalidProfile { .. } | SimError::BadFault { .. } => usage(e),
+        SimError::Tokenizer(_) if custom_tokenizer => usage(e),
         other => anyhow::Error::new(other),
     })?;
     let p = sim.profile();
     println!(
         "speedmatrix sim: profile `{}`, model `{}`, max_model_len {}",
         p.name, p.served_model_name, p.max_model_len
+    );
+    println!(
+        "KV cache: {} blocks × {} tokens = {} tokens; max_num_seqs {}; prefix caching {}",
+        group_thousands(p.num_gpu_blocks.into()),
+        p.block_size,
+        group_thousands(u64::from(p.num_gpu_blocks) * u64::from(p.block_size)),
+        p.max_num_seqs,
+        if p.enable_prefix_caching { "on" } else { "off" }
     );
     println!(
         "listening on {}  (OpenAI API under {}/v1; Ctrl-C stops)",
