@@ -30,7 +30,7 @@ enum Command {
     /// Everything CI checks: rustfmt, clippy with -D warnings, all tests, docs.
     Ci(ci::Args),
     /// Benchmark a server (default: the built-in simulator) with `speedmatrix run` (release
-    /// build); the report lands in target/bench/<time>/. Extra arguments go to `speedmatrix run`.
+    /// build); the report lands in `target/bench/<time>/`. Extra arguments go to `speedmatrix run`.
     Bench(bench::Args),
     /// Render a run.json to HTML and screenshot it with headless Chromium (a manual check).
     Screenshot(screenshot::Args),

@@ -119,7 +119,7 @@ pub(crate) struct Args {
     #[arg(long)]
     max_num_seqs: Option<u32>,
 
-    /// Output directory; default speedmatrix-runs/<UTC time>.
+    /// Output directory; default `speedmatrix-runs/<UTC time>`.
     #[arg(long, short, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Write into --out even if it already holds files.
