@@ -5,6 +5,7 @@
 //! profile, so the numbers in the report can be checked against ground truth.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr, missing_docs, unreachable_pub)]
 
+mod engines;
 mod faults;
 mod matrix;
 mod support;

@@ -162,3 +162,27 @@ fn insecure_is_named_in_the_report() {
     assert!(md.contains("--insecure"), "report.md does not say verification was off");
     assert!(o.report().notes.iter().any(|n| n.contains("--insecure")));
 }
+
+#[test]
+fn https_certificates_are_verified_by_default_and_insecure_opts_out() {
+    let dir = temp_dir("tls");
+    let (profile, _) = test_profile(&dir);
+    let stage = Stage::new(profile, Trouble::None);
+    let port = crate::stage::start_tls(&stage, &stage.url);
+    let url = format!("https://127.0.0.1:{port}");
+
+    // The test certificate is self-signed: the run must refuse it.
+    let o = run_against(&url, &dir, &TWO_CELLS);
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.to_lowercase().contains("certificate"), "the reason is not named: {}", o.stderr);
+    assert!(!o.out.exists());
+
+    // --insecure connects, measures, and says so in the report.
+    let o = run_against(&url, &temp_dir("tls-insecure"), &[&TWO_CELLS[..], &["--insecure"]].concat());
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(o.report().decode.iter().all(|c| c.status.is_valid()));
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    assert!(md.contains("--insecure"));
+}

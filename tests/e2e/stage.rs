@@ -281,3 +281,43 @@ async fn forward(
     let resp = sender.send_request(builder.body(Full::new(body)).unwrap()).await?;
     Ok(resp.map(|b| b.boxed()))
 }
+
+/// A TLS terminator with the self-signed test certificate
+/// (tests/fixtures/tls) in front of `upstream`; returns its port.
+pub fn start_tls(stage: &Stage, upstream: &str) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tls");
+    let certs = CertificateDer::pem_file_iter(fixtures.join("cert.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(fixtures.join("key.pem")).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    stage.rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let acceptor = acceptor.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    // A client that refuses the certificate ends the handshake here.
+                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        port
+    })
+}

@@ -194,6 +194,8 @@ const CONFIG_SEEDS: &[&str] = &[
     r#"{"architectures": ["X"], "text_config": {"hidden_size": 2560, "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 256, "layer_types": ["linear_attention", "full_attention"]}}"#,
     r#"{"hidden_size": 64, "num_hidden_layers": 12, "num_attention_heads": 4, "sliding_window": 1024, "sliding_window_pattern": 6, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}"#,
     r#"{"hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4, "hybrid_override_pattern": "M-M*-M", "ssm_state_size": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64}"#,
+    // At the config reader's limits: products of these must not overflow.
+    r#"{"hidden_size": 131072, "num_hidden_layers": 2048, "num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 8192, "intermediate_size": 1048576, "vocab_size": 4194304, "num_experts": 2048, "moe_intermediate_size": 65536, "num_experts_per_tok": 1024, "torch_dtype": "float32"}"#,
 ];
 
 fn targets() -> Vec<Target> {

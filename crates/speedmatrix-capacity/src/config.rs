@@ -256,9 +256,14 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Largest integer a config field may hold (2^24, above every real model's
+/// dimensions and context lengths); larger values are treated as unusable so
+/// that no product of them can overflow (found by `cargo xtask fuzz`).
+const MAX_CONFIG_INT: u64 = 1 << 24;
+
 /// Integers also arrive as floats (`4.0`) or strings in hand-edited configs.
 fn as_u64(v: &Value) -> Option<u64> {
-    match v {
+    let n = match v {
         Value::Number(n) => n.as_u64().or_else(|| {
             n.as_f64()
                 .filter(|f| *f >= 0.0 && f.fract() == 0.0)
@@ -266,7 +271,8 @@ fn as_u64(v: &Value) -> Option<u64> {
         }),
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
-    }
+    };
+    n.filter(|n| *n <= MAX_CONFIG_INT)
 }
 
 impl ModelConfig {
@@ -373,7 +379,7 @@ fn parse(f: &Fields<'_>, outer: &Map<String, Value>) -> Result<ModelConfig, Capa
         });
     }
     let (quantization, declares_fp8_kv) = quantization(outer, f);
-    Ok(ModelConfig {
+    let model = ModelConfig {
         architecture: outer
             .get("architectures")
             .and_then(Value::as_array)
@@ -413,7 +419,79 @@ fn parse(f: &Fields<'_>, outer: &Map<String, Value>) -> Result<ModelConfig, Capa
             .unwrap_or(0),
         vision: vision_shape(outer),
         separate_mlp_layers: f.str(&["hybrid_override_pattern"]).is_some(),
-    })
+    };
+    check_envelope(&model)?;
+    Ok(model)
+}
+
+/// Rejects dimensions far beyond any real model (every limit is at least 8×
+/// the largest published value), so that no product the predictors form
+/// can overflow: `cargo xtask fuzz` found configs that made them panic.
+fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
+    let mut checks: Vec<(&'static str, u64, u32)> = vec![
+        ("hidden_size", m.hidden_size, 17),
+        ("num_attention_heads", m.num_attention_heads, 10),
+        ("num_key_value_heads", m.num_kv_heads, 10),
+        ("head_dim", m.head_dim, 13),
+        ("head_dim (values)", m.head_dim_v, 13),
+        ("num_hidden_layers", m.layers.len() as u64, 11),
+        ("vocab_size", m.vocab_size, 22),
+        ("intermediate_size", m.intermediate_size, 20),
+        ("mtp_num_hidden_layers", m.mtp_layers, 8),
+    ];
+    if let Some(x) = &m.mla {
+        checks.extend([
+            ("kv_lora_rank", x.kv_lora_rank, 13),
+            ("qk_rope_head_dim", x.qk_rope_head_dim, 13),
+            ("qk_nope_head_dim", x.qk_nope_head_dim, 13),
+            ("v_head_dim", x.v_head_dim, 13),
+            ("q_lora_rank", x.q_lora_rank, 13),
+        ]);
+    }
+    if let Some(x) = &m.gdn {
+        checks.extend([
+            ("linear_num_key_heads", x.num_key_heads, 10),
+            ("linear_num_value_heads", x.num_value_heads, 10),
+            ("linear_key_head_dim", x.key_head_dim, 13),
+            ("linear_value_head_dim", x.value_head_dim, 13),
+            ("linear_conv_kernel_dim", x.conv_kernel, 8),
+        ]);
+    }
+    if let Some(x) = &m.mamba {
+        checks.extend([
+            ("mamba_num_heads", x.num_heads, 10),
+            ("mamba_head_dim", x.head_dim, 13),
+            ("ssm_state_size", x.state_size, 13),
+            ("n_groups", x.n_groups, 10),
+            ("conv_kernel", x.conv_kernel, 8),
+            ("mamba d_inner", x.d_inner, 20),
+        ]);
+    }
+    if let Some(x) = &m.moe {
+        checks.extend([
+            ("num_experts", x.num_experts, 11),
+            ("moe_intermediate_size", x.expert_intermediate, 16),
+            ("shared_expert_intermediate_size", x.shared_intermediate, 16),
+            ("first_k_dense_replace", x.first_dense_layers, 11),
+            ("num_experts_per_tok", x.experts_per_token, 10),
+        ]);
+    }
+    if let Some(x) = &m.vision {
+        checks.extend([
+            ("vision depth", x.depth, 11),
+            ("vision hidden_size", x.hidden_size, 17),
+            ("vision intermediate_size", x.intermediate_size, 20),
+            ("vision out_hidden_size", x.out_hidden_size, 17),
+        ]);
+    }
+    match checks.into_iter().find(|(_, v, bits)| *v > 1u64 << bits) {
+        Some((field, value, _)) => Err(CapacityError::BadField {
+            field,
+            value: value.to_string(),
+            why: "far larger than any real model's; check the file",
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Layer kinds from, in order of preference: `layer_types`, `hybrid_override_pattern`,

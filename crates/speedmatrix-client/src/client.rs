@@ -161,6 +161,30 @@ impl ClientConfig {
     }
 }
 
+/// A whole answer as it came: see [`Client::get_raw`] and [`Client::post_json_raw`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RawResponse {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The `content-type` header (empty when absent).
+    pub content_type: String,
+    /// The body, exactly as received (after transfer decoding), at most 32 MiB.
+    pub body: Bytes,
+}
+
+impl RawResponse {
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The body as text, invalid UTF-8 replaced.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
 type Transport = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// OpenAI-compatible HTTP client. Cheap to clone; clones share the pool.
@@ -304,6 +328,38 @@ impl Client {
             self.inner.max_event_bytes,
             RequestTimings::new(sent_at, headers_at),
         ))
+    }
+
+    /// `GET path`, kept verbatim whatever the status (for tools that record
+    /// exchanges as fixtures). Fails only when no answer arrives.
+    pub async fn get_raw(&self, path: &str) -> Result<RawResponse, Error> {
+        self.exchange(Method::GET, path, None).await
+    }
+
+    /// `POST path` with a JSON body, the answer kept verbatim whatever its
+    /// status (an event stream is read to its end). Fails only when no whole
+    /// answer arrives.
+    pub async fn post_json_raw(&self, path: &str, body: Vec<u8>) -> Result<RawResponse, Error> {
+        self.exchange(Method::POST, path, Some(body)).await
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<RawResponse, Error> {
+        let url = self.url(path);
+        let request = self.request(method, &url, "*/*", body)?;
+        let response = self.send(request, &url).await?;
+        let status = response.status().as_u16();
+        let content_type = content_type_of(&response);
+        let body = self.read_limited(response, &url, PROBE_BODY_LIMIT).await?;
+        Ok(RawResponse {
+            status,
+            content_type,
+            body,
+        })
     }
 
     /// GETs or POSTs `path` and returns the body; `None` when the server has no such endpoint.

@@ -58,7 +58,9 @@
 //!
 //! # Probing
 //!
-//! [`Client::probe`] asks `GET /v1/models`, `/version` and `/metrics` at once;
+//! [`Client::probe`] asks `GET /v1/models`, `/version`, `/metrics`, and the
+//! capacity endpoints of llama.cpp (`/props`, [`LlamaCppProps`]) and SGLang
+//! (`/get_server_info`, [`SglangServerInfo`]) at once;
 //! [`Client::tokenize`] calls vLLM's `/tokenize`. Endpoints a server lacks
 //! come back as `None`. [`ServerMetrics`] parses Prometheus text and reads
 //! vLLM's KV cache settings ([`CacheConfig`]).
@@ -73,10 +75,12 @@ mod sse;
 mod stream;
 mod tls;
 
-pub use client::{ApiKey, Client, ClientConfig, Timeouts};
+pub use client::{ApiKey, Client, ClientConfig, RawResponse, Timeouts};
 pub use error::{Error, ErrorKind};
 pub use event::{StreamDecoder, StreamEvent, Usage};
-pub use probe::{ModelInfo, ServerInfo, TokenizeRequest, Tokenized};
+pub use probe::{
+    LlamaCppProps, ModelInfo, ServerInfo, SglangServerInfo, TokenizeRequest, Tokenized,
+};
 pub use prometheus::{CacheConfig, MetricType, Sample, ServerMetrics};
 pub use request::{ChatRequest, CompletionRequest, Generation, Message, Prompt, StreamOptions};
 pub use sse::{DEFAULT_MAX_EVENT_BYTES, OwnedSseEvent, SseDecoder, SseEvent};

@@ -99,6 +99,10 @@ pub struct ServerInfo {
     pub version: Option<String>,
     /// `GET /metrics`.
     pub metrics: Option<ServerMetrics>,
+    /// llama.cpp's `GET /props`.
+    pub llamacpp_props: Option<LlamaCppProps>,
+    /// SGLang's `GET /get_server_info`.
+    pub sglang: Option<SglangServerInfo>,
     /// Optional endpoints that answered but could not be used, one line each.
     pub warnings: Vec<String>,
 }
@@ -107,6 +111,64 @@ impl ServerInfo {
     /// vLLM's KV cache settings, when `/metrics` exports them.
     pub fn cache_config(&self) -> Option<CacheConfig> {
         self.metrics.as_ref()?.cache_config()
+    }
+}
+
+/// What llama.cpp's `GET /props` says about its KV cache.
+///
+/// `/props` reports the context window of one slot
+/// (`default_generation_settings.n_ctx`) and the number of slots
+/// (`total_slots`, the server's `--parallel`); whether the slots share one
+/// cache (`--kv-unified`) is reported only by servers that add `kv_unified`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LlamaCppProps {
+    /// KV cells one request may use (`default_generation_settings.n_ctx`).
+    pub slot_n_ctx: Tokens,
+    /// Requests served at once (`total_slots`).
+    pub total_slots: u32,
+    /// `kv_unified`, when the server reports it.
+    pub kv_unified: Option<bool>,
+}
+
+/// What SGLang's `GET /get_server_info` says about its KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SglangServerInfo {
+    /// Tokens the KV pool holds (`max_total_num_tokens`).
+    pub max_total_num_tokens: Tokens,
+    /// The scheduler's cap on running requests (`max_running_requests`), when set.
+    pub max_running_requests: Option<u32>,
+}
+
+impl LlamaCppProps {
+    /// Reads the fields from a `/props` answer; `None` when they are missing.
+    pub fn from_json(props: &serde_json::Value) -> Option<LlamaCppProps> {
+        let slot_n_ctx = props.pointer("/default_generation_settings/n_ctx")?.as_u64()?;
+        let total_slots = u32::try_from(props.get("total_slots")?.as_u64()?).ok()?;
+        Some(LlamaCppProps {
+            slot_n_ctx: Tokens::new(slot_n_ctx),
+            total_slots,
+            kv_unified: props.get("kv_unified").and_then(serde_json::Value::as_bool),
+        })
+    }
+}
+
+impl SglangServerInfo {
+    /// Reads the fields from a `/get_server_info` answer; `None` when
+    /// `max_total_num_tokens` is missing. Older servers put the scheduler's
+    /// figures at the top level, newer ones under `internal_states[0]`.
+    pub fn from_json(info: &serde_json::Value) -> Option<SglangServerInfo> {
+        let field = |name: &str| {
+            info.get(name)
+                .and_then(serde_json::Value::as_u64)
+                .or_else(|| info.pointer(&format!("/internal_states/0/{name}"))?.as_u64())
+        };
+        Some(SglangServerInfo {
+            max_total_num_tokens: Tokens::new(field("max_total_num_tokens")?),
+            max_running_requests: field("max_running_requests")
+                .and_then(|n| u32::try_from(n).ok()),
+        })
     }
 }
 
@@ -152,6 +214,34 @@ impl Client {
         Ok(Some(ServerMetrics::parse(&String::from_utf8_lossy(&body))))
     }
 
+    /// `GET path` as JSON; `None` when the server has no such endpoint.
+    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, Error> {
+        let Some(body) = self.fetch_optional(Method::GET, path, None).await? else {
+            return Ok(None);
+        };
+        decode(&body, &format!("the {path} answer")).map(Some)
+    }
+
+    /// llama.cpp's `GET /props`; `None` when the server has no such endpoint
+    /// or its answer lacks the KV fields.
+    pub async fn llamacpp_props(&self) -> Result<Option<LlamaCppProps>, Error> {
+        Ok(self
+            .get_json("/props")
+            .await?
+            .as_ref()
+            .and_then(LlamaCppProps::from_json))
+    }
+
+    /// SGLang's `GET /get_server_info`; `None` when the server has no such
+    /// endpoint or its answer lacks `max_total_num_tokens`.
+    pub async fn sglang_server_info(&self) -> Result<Option<SglangServerInfo>, Error> {
+        Ok(self
+            .get_json("/get_server_info")
+            .await?
+            .as_ref()
+            .and_then(SglangServerInfo::from_json))
+    }
+
     /// vLLM's `POST /tokenize`.
     pub async fn tokenize(&self, request: &TokenizeRequest) -> Result<Option<Tokenized>, Error> {
         let body = serde_json::to_vec(request).map_err(|err| Error::InvalidRequest {
@@ -166,21 +256,31 @@ impl Client {
         decode::<Tokenized>(&answer, "the /tokenize answer").map(Some)
     }
 
-    /// Asks models, version and metrics at once.
+    /// Asks models, version, metrics and the engines' capacity endpoints
+    /// (`/props`, `/get_server_info`) at once.
     ///
     /// Fails only if the server cannot be reached or `/v1/models` fails;
     /// problems with the optional endpoints land in [`ServerInfo::warnings`].
     pub async fn probe(&self) -> Result<ServerInfo, Error> {
-        let (models, version, metrics) =
-            tokio::join!(self.models(), self.version(), self.metrics());
+        let (models, version, metrics, props, sglang) = tokio::join!(
+            self.models(),
+            self.version(),
+            self.metrics(),
+            self.llamacpp_props(),
+            self.sglang_server_info()
+        );
         let mut warnings = Vec::new();
         let version = optional(&mut warnings, "/version", version);
         let metrics = optional(&mut warnings, "/metrics", metrics);
+        let llamacpp_props = optional(&mut warnings, "/props", props);
+        let sglang = optional(&mut warnings, "/get_server_info", sglang);
         Ok(ServerInfo {
             base_url: self.base_url().to_owned(),
             models: models?,
             version,
             metrics,
+            llamacpp_props,
+            sglang,
             warnings,
         })
     }
@@ -198,5 +298,40 @@ fn optional<T>(
             warnings.push(format!("{what}: {err}"));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn llamacpp_props_read_slot_window_and_slots() {
+        let props = json!({
+            "default_generation_settings": {"n_ctx": 32768, "params": {}},
+            "total_slots": 8,
+            "model_path": "m.gguf"
+        });
+        let p = LlamaCppProps::from_json(&props).unwrap();
+        assert_eq!(p.slot_n_ctx, Tokens::new(32_768));
+        assert_eq!(p.total_slots, 8);
+        assert_eq!(p.kv_unified, None);
+        assert!(LlamaCppProps::from_json(&json!({"total_slots": 8})).is_none());
+        let negative = json!({"default_generation_settings": {"n_ctx": -1}, "total_slots": 1});
+        assert!(LlamaCppProps::from_json(&negative).is_none());
+    }
+
+    #[test]
+    fn sglang_info_reads_top_level_or_internal_states() {
+        let flat = json!({"max_total_num_tokens": 123456, "max_running_requests": 64});
+        let nested = json!({"internal_states": [{"max_total_num_tokens": 123456}]});
+        let a = SglangServerInfo::from_json(&flat).unwrap();
+        assert_eq!(a.max_total_num_tokens, Tokens::new(123_456));
+        assert_eq!(a.max_running_requests, Some(64));
+        let b = SglangServerInfo::from_json(&nested).unwrap();
+        assert_eq!(b.max_total_num_tokens, Tokens::new(123_456));
+        assert_eq!(b.max_running_requests, None);
+        assert!(SglangServerInfo::from_json(&json!({"version": "0.5"})).is_none());
     }
 }

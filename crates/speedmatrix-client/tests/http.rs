@@ -652,3 +652,44 @@ async fn full_accept_queue_hits_the_connect_timeout() {
     assert_eq!(err.kind(), ErrorKind::TimeoutConnect, "{err}");
     drop(listener);
 }
+
+#[tokio::test]
+async fn raw_exchanges_keep_status_and_bytes() {
+    let server = serve(|req: Request<Incoming>| async move {
+        match req.uri().path() {
+            "/props" => full(
+                200,
+                "application/json",
+                r#"{"default_generation_settings":{"n_ctx":4096},"total_slots":4}"#,
+            ),
+            "/get_server_info" => full(200, "application/json", r#"{"max_total_num_tokens":9000}"#),
+            "/v1/completions" => {
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                full(400, "application/json", body)
+            }
+            _ => full(404, "application/json", r#"{"detail":"Not Found"}"#),
+        }
+    })
+    .await;
+    let c = client(&server.url);
+    let missing = c.get_raw("/nowhere").await.unwrap();
+    assert_eq!(missing.status, 404);
+    assert!(!missing.is_success());
+    assert_eq!(missing.text(), r#"{"detail":"Not Found"}"#);
+    let echoed = c
+        .post_json_raw("/v1/completions", br#"{"prompt":"x"}"#.to_vec())
+        .await
+        .unwrap();
+    assert_eq!((echoed.status, echoed.content_type.as_str()), (400, "application/json"));
+    assert_eq!(&echoed.body[..], br#"{"prompt":"x"}"#);
+
+    let props = c.llamacpp_props().await.unwrap().unwrap();
+    assert_eq!((props.slot_n_ctx, props.total_slots), (Tokens::new(4_096), 4));
+    let sglang = c.sglang_server_info().await.unwrap().unwrap();
+    assert_eq!(sglang.max_total_num_tokens, Tokens::new(9_000));
+    let info = c.probe().await.unwrap();
+    assert_eq!(info.models, None);
+    assert_eq!(info.llamacpp_props, Some(props));
+    assert_eq!(info.sglang, Some(sglang));
+    assert!(info.warnings.is_empty(), "{:?}", info.warnings);
+}

@@ -4,7 +4,7 @@ use crate::model::{CellStatus, DecodeCell, PrefillRow, Report, TokenCountSource}
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 23] = [
+pub const CSV_COLUMNS: [&str; 25] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -28,6 +28,8 @@ pub const CSV_COLUMNS: [&str; 23] = [
     "queueing_detected",
     "prompt_token_mismatches",
     "token_count_source",
+    "server_generation_tokens",
+    "server_tokens_per_s",
 ];
 
 /// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
@@ -44,7 +46,7 @@ pub fn to_csv(report: &Report) -> String {
     out
 }
 
-fn prefill_fields(row: &PrefillRow) -> [String; 23] {
+fn prefill_fields(row: &PrefillRow) -> [String; 25] {
     let completed = row.status.is_valid().then_some(u64::from(row.repeats));
     [
         "prefill".to_owned(),
@@ -70,10 +72,12 @@ fn prefill_fields(row: &PrefillRow) -> [String; 23] {
         String::new(),
         String::new(),
         String::new(),
+        String::new(),
+        String::new(),
     ]
 }
 
-fn decode_fields(cell: &DecodeCell) -> [String; 23] {
+fn decode_fields(cell: &DecodeCell) -> [String; 25] {
     let m = cell.measurements.as_ref();
     let f = |get: fn(&crate::model::DecodeMeasurements) -> f64| num(m.map(get));
     [
@@ -102,6 +106,8 @@ fn decode_fields(cell: &DecodeCell) -> [String; 23] {
         int(m.map(|m| m.prompt_token_mismatches)),
         m.map(|m| source_name(m.token_count_source).to_owned())
             .unwrap_or_default(),
+        int(m.and_then(|m| m.server_counter).map(|c| c.generation_tokens.get())),
+        num(m.and_then(|m| m.server_counter).map(|c| c.tokens_per_s())),
     ]
 }
 

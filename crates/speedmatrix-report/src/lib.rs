@@ -37,6 +37,7 @@
 //!     prompt_token_mismatches: 0,
 //!     token_count_source: TokenCountSource::UsagePerChunk,
 //!     finish_reasons: Default::default(),
+//!     server_counter: None,
 //! };
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
@@ -95,5 +96,6 @@ pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
     Api, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, Gpu, Hardware, KvCapacity,
-    Percentiles, PrefillRow, Report, RunSettings, SCHEMA_VERSION, TokenCountSource, Tool,
+    Percentiles, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCountSource,
+    Tool,
 };

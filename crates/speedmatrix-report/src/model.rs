@@ -374,4 +374,33 @@ pub struct DecodeMeasurements {
     /// How requests ended: finish reason → count (`length`, `stop`, `abort`).
     #[serde(default)]
     pub finish_reasons: BTreeMap<String, u64>,
+    /// The server's own count of output tokens over the window, for cross-checking
+    /// `total_tokens_per_s`: the increase of vLLM's `vllm:generation_tokens_total`
+    /// (summed over label sets) between a scrape at the window's start and one at
+    /// its end. Absent when the server exports no such counter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_counter: Option<ServerCounter>,
+}
+
+/// The increase of a server-side token counter between two scrapes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerCounter {
+    /// Output tokens the server counted between the two scrapes.
+    #[schemars(with = "u64")]
+    pub generation_tokens: Tokens,
+    /// Time between the two scrapes' answers, seconds (≈ `measured_s`; scraping
+    /// never lengthens the window).
+    pub between_scrapes_s: f64,
+}
+
+impl ServerCounter {
+    /// The server's output rate over the scrapes' interval, tokens per second.
+    pub fn tokens_per_s(&self) -> f64 {
+        if self.between_scrapes_s > 0.0 {
+            self.generation_tokens.get() as f64 / self.between_scrapes_s
+        } else {
+            0.0
+        }
+    }
 }

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use speedmatrix_metrics::{GaugeSample, Outcome, Timestamp, Window, window_metrics};
-use speedmatrix_report::{CellStatus, DecodeMeasurements, Percentiles};
+use speedmatrix_report::{CellStatus, DecodeMeasurements, Percentiles, ServerCounter};
 use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::request::{Recorded, RequestShape, record_one};
-use crate::server::{Drain, Gauges, Server};
+use crate::server::{CounterReading, Drain, Gauges, Server, read_generation_counter};
 use crate::{Observer, RunError};
 
 /// Inputs of one decode cell.
@@ -104,12 +104,23 @@ pub(crate) async fn run_cell(
 
     let window_start = Instant::now();
     let mut gauges = Vec::new();
+    let mut counter = None;
     if !matches!(ready, Readiness::StreamsDied) {
         observer.step_phase(spec.label, "measuring");
+        // The counter scrapes run beside the window, never inside its timing.
+        let opening = server
+            .has_generation_counter()
+            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
         gauges = measure_window(server, window_start, spec.duration, cancel).await;
+        let closing = opening
+            .is_some()
+            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
         // Streams stay open a moment past the window's end so that each
         // stream's token curve is known up to the edge (see docs/metrics.md).
         tokio::time::sleep(WINDOW_EDGE_GRACE).await;
+        if let (Some(open), Some(close)) = (opening, closing) {
+            counter = counter_increase(open.await.ok().flatten(), close.await.ok().flatten());
+        }
     }
     stop.cancel();
     let mut recorded: Vec<Recorded> = Vec::new();
@@ -128,7 +139,11 @@ pub(crate) async fn run_cell(
             spec.label
         ));
     }
-    Ok(summarize(&spec, epoch, window_start, &recorded, &gauges, queueing, notices))
+    let mut outcome = summarize(&spec, epoch, window_start, &recorded, &gauges, queueing, notices);
+    if let Some(m) = outcome.measurements.as_mut() {
+        m.server_counter = counter;
+    }
+    Ok(outcome)
 }
 
 async fn warm_up(
@@ -377,6 +392,7 @@ fn summarize(
         prompt_token_mismatches: mismatches,
         token_count_source: crate::convert::token_source(m.token_source),
         finish_reasons,
+        server_counter: None,
     };
     DecodeOutcome {
         status: CellStatus::Valid,
@@ -384,6 +400,23 @@ fn summarize(
         notices,
         server_suspect: false,
     }
+}
+
+/// The counter's increase between two readings; `None` when either is
+/// missing or the counter went backwards (a server restart).
+fn counter_increase(
+    open: Option<CounterReading>,
+    close: Option<CounterReading>,
+) -> Option<ServerCounter> {
+    let (open, close) = (open?, close?);
+    let tokens = close.tokens - open.tokens;
+    if !(tokens >= 0.0) || close.at <= open.at {
+        return None;
+    }
+    Some(ServerCounter {
+        generation_tokens: Tokens::new(tokens.round() as u64),
+        between_scrapes_s: (close.at - open.at).as_secs_f64(),
+    })
 }
 
 fn error_outcome(
@@ -402,5 +435,34 @@ fn error_outcome(
         measurements: None,
         notices,
         server_suspect: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(at: Instant, tokens: f64) -> Option<CounterReading> {
+        Some(CounterReading { at, tokens })
+    }
+
+    #[test]
+    fn counter_increase_is_the_difference_over_the_interval() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(2_500);
+        let c = counter_increase(reading(t0, 1_000.0), reading(t1, 1_750.0)).unwrap();
+        assert_eq!(c.generation_tokens, Tokens::new(750));
+        assert!((c.between_scrapes_s - 2.5).abs() < 1e-9);
+        assert!((c.tokens_per_s() - 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn counter_resets_and_missing_readings_give_nothing() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(counter_increase(reading(t0, 500.0), reading(t1, 10.0)).is_none());
+        assert!(counter_increase(None, reading(t1, 10.0)).is_none());
+        assert!(counter_increase(reading(t0, 1.0), None).is_none());
+        assert!(counter_increase(reading(t1, 1.0), reading(t0, 2.0)).is_none());
     }
 }

@@ -14,6 +14,28 @@
 //! The runner never prints: it reports progress to an [`Observer`] and stops
 //! when its cancellation token fires, returning the partial result.
 //!
+//! # When the server misbehaves
+//!
+//! - Nothing is written before the server has been probed and the plan
+//!   checked: a wrong URL, an unknown model or a matrix of which nothing can
+//!   run (every cell too long for `max_model_len` or over capacity) is a
+//!   [`RunError`] and leaves no journal behind.
+//! - HTTP 429 and 503 on a request's first response are transient by
+//!   definition: the request is sent again after the server's `Retry-After`
+//!   (capped at 30 s; 1, 2, 4 s without one), at most 3 times, and the cell
+//!   notes how often. Every other failure (other statuses, resets, idle or
+//!   header timeouts, malformed chunks, over-long SSE lines, a non-SSE
+//!   answer) fails the cell at once: it is recorded as
+//!   [`CellStatus::Error`] with the client's stable error kind and message
+//!   (the API key redacted), and the run goes on to the next cell.
+//! - After a failed step the runner asks `/v1/models` whether the server is
+//!   still there; if not, the run stops ([`StopReason::ServerGone`]), the
+//!   running cell is left out of the journal so `--resume` measures it again,
+//!   and the partial result is returned.
+//! - A server that ends streams early although `ignore_eos` was set shows in
+//!   the cell's `finish_reasons` and a note; one that sends no usage has its
+//!   tokens counted one per chunk, and the cell's `token_count_source` says so.
+//!
 //! ```no_run
 //! use speedmatrix_runner::{run, JournalOptions, Preset, RunConfig, Silent, Target};
 //! use speedmatrix_runner::{Api, CapacityHints, PromptSharing, RunLabels};
@@ -58,7 +80,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use speedmatrix_capacity::{MeasuredCapacity, ServerLimits};
+use speedmatrix_capacity::{KvPool, MeasuredCapacity, ServerLimits};
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, Engine, KvCapacity, PrefillRow, Report, RunSettings,
     SCHEMA_VERSION, Tool,
@@ -697,11 +719,40 @@ fn record(journal: &mut Option<Journal>, r: &JournalRecord) -> Result<(), RunErr
     }
 }
 
+/// The server's own account of its KV cache, from whichever engine's
+/// endpoint answered: vLLM's `/metrics` `cache_config_info`, llama.cpp's
+/// `/props`, SGLang's `/get_server_info`.
 fn measured_capacity(server: &Server) -> Option<MeasuredCapacity> {
-    let cc = server.info.cache_config()?;
-    Some(MeasuredCapacity::Vllm {
-        num_gpu_blocks: cc.num_gpu_blocks?,
-        block_size: cc.block_size?,
+    let info = &server.info;
+    if let Some(cc) = info.cache_config()
+        && let (Some(num_gpu_blocks), Some(block_size)) = (cc.num_gpu_blocks, cc.block_size)
+    {
+        return Some(MeasuredCapacity::Vllm {
+            num_gpu_blocks,
+            block_size,
+        });
+    }
+    if let Some(props) = info.llamacpp_props {
+        // `/props` gives one slot's window. With `--kv-unified` (llama-server's
+        // default when it picks the slot count) the slots share that window, so
+        // it is the whole pool; a split cache reports `kv_unified: false` only
+        // on servers that say so, otherwise sharing is the cautious reading.
+        let unified = props.kv_unified.unwrap_or(true);
+        let n_ctx = if unified {
+            props.slot_n_ctx.get()
+        } else {
+            props.slot_n_ctx.get() * u64::from(props.total_slots)
+        };
+        return Some(MeasuredCapacity::LlamaCpp {
+            n_ctx,
+            n_parallel: props.total_slots,
+            unified,
+        });
+    }
+    let sglang = info.sglang?;
+    Some(MeasuredCapacity::Sglang {
+        max_total_num_tokens: sglang.max_total_num_tokens.get(),
+        max_running_requests: sglang.max_running_requests,
     })
 }
 
@@ -757,12 +808,22 @@ fn secret_of(config: &RunConfig) -> Option<Arc<str>> {
     config.api_key.as_ref().map(|k| Arc::from(k.expose()))
 }
 
+/// The endpoint a measured pool of this kind was read from.
+fn measured_source(pool: Option<&KvPool>) -> &'static str {
+    match pool {
+        Some(KvPool::Slots(_)) => "llama.cpp /props (n_ctx, total_slots)",
+        Some(KvPool::Tokens(_)) => "SGLang /get_server_info (max_total_num_tokens)",
+        _ => "/metrics vllm:cache_config_info (num_gpu_blocks × block_size)",
+    }
+}
+
 fn describe_capacity(c: &CapacityPlan) -> String {
     let tokens = |t: Option<Tokens>| t.map_or("unknown".into(), |t| speedmatrix_units::group_thousands(t.get()));
     match c.source {
         CapacitySourceKind::Measured => format!(
-            "KV capacity {} tokens, read from the server's /metrics (vllm:cache_config_info){}",
+            "KV capacity {} tokens, read from the server's {}{}",
             tokens(c.pool_tokens),
+            measured_source(c.pool.as_ref()),
             c.predicted_tokens
                 .map(|p| format!("; the offline prediction was {} tokens", tokens(Some(p))))
                 .unwrap_or_default()
@@ -863,7 +924,7 @@ fn build_report(
     let capacity = Capacity {
         measured: c.measured_tokens.map(|t| KvCapacity {
             kv_cache_tokens: t,
-            source: "server /metrics vllm:cache_config_info (num_gpu_blocks × block_size)".into(),
+            source: format!("server {}", measured_source(c.pool.as_ref())),
         }),
         predicted: c
             .predicted_tokens

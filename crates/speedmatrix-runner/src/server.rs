@@ -13,6 +13,8 @@ use crate::RunError;
 pub(crate) const RUNNING: &str = "vllm:num_requests_running";
 /// vLLM's gauge of requests queued for admission.
 pub(crate) const WAITING: &str = "vllm:num_requests_waiting";
+/// vLLM's counter of output tokens generated (one series per engine and model).
+pub(crate) const GENERATED: &str = "vllm:generation_tokens_total";
 
 /// Consecutive failed `/metrics` reads after which draining gives up.
 const DRAIN_UNANSWERED_LIMIT: u32 = 5;
@@ -103,6 +105,14 @@ impl Server {
         })
     }
 
+    /// Whether the server exports vLLM's output-token counter.
+    pub(crate) fn has_generation_counter(&self) -> bool {
+        self.info
+            .metrics
+            .as_ref()
+            .is_some_and(|m| m.sum(GENERATED).is_some())
+    }
+
     /// Whether the server still answers at all (used after failures to tell a
     /// broken cell from a dead server).
     pub(crate) async fn is_alive(&self) -> bool {
@@ -148,6 +158,25 @@ impl Server {
             sim.shutdown().await;
         }
     }
+}
+
+/// One reading of [`GENERATED`] (summed over its label sets), taken at the
+/// midpoint between sending the scrape and its answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CounterReading {
+    pub(crate) at: Instant,
+    pub(crate) tokens: f64,
+}
+
+/// Reads [`GENERATED`] now; `None` when `/metrics` is missing, fails or lacks it.
+pub(crate) async fn read_generation_counter(client: Client) -> Option<CounterReading> {
+    let sent = Instant::now();
+    let metrics = client.metrics().await.ok()??;
+    let answered = Instant::now();
+    Some(CounterReading {
+        at: sent + (answered - sent) / 2,
+        tokens: metrics.sum(GENERATED)?,
+    })
 }
 
 fn choose_model(

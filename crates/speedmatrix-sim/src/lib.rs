@@ -51,6 +51,10 @@
 //! - `POST /tokenize` with `prompt` or `messages` → `{"count", "max_model_len", "tokens"}`.
 //! - `GET /metrics`: vLLM's Prometheus names (`vllm:num_requests_running`,
 //!   `vllm:kv_cache_usage_perc`, `vllm:prefix_cache_hits_total`, `vllm:cache_config_info`, …).
+//! - With [`Profile::capacity_api`] set to `llamacpp` or `sglang`, `/metrics` drops
+//!   `vllm:cache_config_info` and the capacity is told in that engine's shape instead:
+//!   `GET /props` (`default_generation_settings.n_ctx`, `total_slots`) or
+//!   `GET /get_server_info` (`max_total_num_tokens`, `max_running_requests`).
 //! - Errors as vLLM 0.32 sends them (`{"error": {"message", "type", "param", "code"}}`): a prompt
 //!   over `max_model_len` is a 400; a prompt that fits with too large a `max_tokens` is served and
 //!   stops at `max_model_len`; an unknown model is a 404; malformed JSON is a 400.
@@ -77,7 +81,7 @@ mod text;
 
 pub use error::SimError;
 pub use fault::Fault;
-pub use profile::{CostModel, FREE_RUNNING, Profile, RTX3090_QWEN35_4B_FP8, TINY};
+pub use profile::{CapacityApi, CostModel, FREE_RUNNING, Profile, RTX3090_QWEN35_4B_FP8, TINY};
 pub use server::{RunningSim, SimServer, VERSION};
 
 #[cfg(test)]

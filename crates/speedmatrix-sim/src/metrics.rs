@@ -80,6 +80,9 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
             value as f64
         );
     }
+    if profile.capacity_api != crate::CapacityApi::Vllm {
+        return out;
+    }
     let _ = writeln!(
         out,
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig"

@@ -60,6 +60,27 @@ pub struct Profile {
     /// a request's own header replaces them.
     #[serde(default)]
     pub faults: Option<String>,
+    /// Which engine's endpoint reports the KV capacity (default: vLLM's `/metrics`).
+    #[serde(default)]
+    pub capacity_api: CapacityApi,
+}
+
+/// The endpoint through which the simulator tells its KV capacity, in the shape of one engine.
+///
+/// The pool itself does not change: `num_gpu_blocks − 1` usable blocks of `block_size` tokens
+/// and `max_num_seqs` requests at most, reported as that engine reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapacityApi {
+    /// vLLM: `vllm:cache_config_info` on `/metrics`.
+    #[default]
+    Vllm,
+    /// llama.cpp: `GET /props` with the slot window (`default_generation_settings.n_ctx`, the
+    /// usable tokens) and `total_slots` (`max_num_seqs`), like `llama-server --kv-unified`.
+    Llamacpp,
+    /// SGLang: `GET /get_server_info` with `max_total_num_tokens` (the usable tokens) and
+    /// `max_running_requests` (`max_num_seqs`).
+    Sglang,
 }
 
 fn one() -> f64 {
@@ -296,6 +317,11 @@ impl Profile {
         u64::from(self.num_gpu_blocks).saturating_sub(1)
     }
 
+    /// Tokens the pool holds for requests: every block but vLLM's reserved null block.
+    pub fn usable_kv_tokens(&self) -> u64 {
+        u64::from(self.num_gpu_blocks.saturating_sub(1)) * u64::from(self.block_size)
+    }
+
     /// The KV cache size in tokens as vLLM ≥ 0.20.1 reports it (`kv_cache_size_tokens`): the
     /// number of `max_model_len` requests that fit, times `max_model_len`.
     pub fn kv_cache_size_tokens(&self) -> u64 {
@@ -340,6 +366,7 @@ fn rtx3090() -> Profile {
         free_running: false,
         tokenizer: None,
         faults: None,
+        capacity_api: CapacityApi::Vllm,
     }
 }
 
@@ -366,6 +393,7 @@ fn tiny() -> Profile {
         free_running: false,
         tokenizer: None,
         faults: None,
+        capacity_api: CapacityApi::Vllm,
     }
 }
 

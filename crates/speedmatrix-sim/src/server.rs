@@ -22,7 +22,7 @@ use crate::driver::{EngineHandle, Output};
 use crate::engine::NewRequest;
 use crate::fault::{FAULT_HEADER, Fault};
 use crate::text::{Message, TextModel};
-use crate::{Profile, SimError, metrics};
+use crate::{CapacityApi, Profile, SimError, metrics};
 
 /// What `GET /version` reports: vLLM's version, marked as the simulator.
 pub const VERSION: &str = "0.32.0-speedmatrix-sim";
@@ -219,6 +219,12 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             generate(state, req, Api::Chat, header_fault).await
         }
         (&Method::POST, "/tokenize") => tokenize(state, req).await,
+        (&Method::GET, "/props") if state.profile.capacity_api == CapacityApi::Llamacpp => {
+            json_reply(StatusCode::OK, api::json_bytes(&llamacpp_props(&state.profile)))
+        }
+        (&Method::GET, "/get_server_info") if state.profile.capacity_api == CapacityApi::Sglang => {
+            json_reply(StatusCode::OK, api::json_bytes(&sglang_server_info(&state.profile)))
+        }
         (
             _,
             "/health"
@@ -237,6 +243,33 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             api::json_bytes(&json!({ "detail": "Not Found" })),
         ),
     }
+}
+
+/// llama.cpp's `/props` in the shape `llama-server --kv-unified` answers: one slot may use the
+/// whole pool, which all slots share.
+fn llamacpp_props(profile: &Profile) -> serde_json::Value {
+    json!({
+        "default_generation_settings": {
+            "n_ctx": profile.usable_kv_tokens(),
+            "params": { "n_predict": -1 },
+        },
+        "total_slots": profile.max_num_seqs,
+        "model_alias": profile.served_model_name,
+        "model_path": format!("/models/{}.gguf", profile.served_model_name),
+        "build_info": VERSION,
+    })
+}
+
+/// SGLang's `/get_server_info`: the server arguments with the scheduler's figures.
+fn sglang_server_info(profile: &Profile) -> serde_json::Value {
+    json!({
+        "model_path": profile.served_model_name,
+        "context_length": profile.max_model_len,
+        "max_running_requests": profile.max_num_seqs,
+        "max_total_num_tokens": profile.usable_kv_tokens(),
+        "page_size": 1,
+        "version": VERSION,
+    })
 }
 
 /// Applies `slow-headers`, then answers `status` if the fault asks for one.

@@ -84,6 +84,14 @@ pub enum Error {
         /// The tokenizer's name.
         tokenizer: String,
     },
+    /// More tokens were asked than a prompt may hold.
+    #[error("a prompt of {n} tokens is too long: at most {max} are supported")]
+    TooLong {
+        /// Tokens asked.
+        n: u64,
+        /// The most supported.
+        max: u64,
+    },
     /// The bounded repair could not hit the exact count.
     #[error(
         "could not build a prompt of exactly {n} tokens with {tokenizer}: after {attempts} repairs \

@@ -49,7 +49,9 @@ mod words;
 
 pub use error::Error;
 pub use hf::{HfCache, TokenizerConfig};
-pub use prompt::{Api, CacheKey, CacheMode, ChatOverhead, Phase, Prompt, PromptBuilder};
+pub use prompt::{
+    Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Phase, Prompt, PromptBuilder,
+};
 pub use text::TextGenerator;
 pub use tokenizer::{BUNDLED_NAME, Tokenizer};
-pub use train::BpeRecipe;
+pub use train::{BpeRecipe, render_chatml};

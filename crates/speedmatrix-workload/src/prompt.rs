@@ -273,6 +273,11 @@ const SPREAD_TOKENS: usize = 8_192;
 const SLACK_TOKENS: usize = 512;
 /// Pool text is encoded in pieces of about this many bytes.
 const CHUNK_BYTES: usize = 64 << 10;
+/// Content tokens below which a prompt may start without its marker.
+const SHORT_TOKENS: usize = 16;
+/// The longest prompt built: 16M tokens (about 80 MB of text), far beyond
+/// any model's context.
+pub const MAX_PROMPT_TOKENS: u64 = 1 << 24;
 const POOL_SEED: u64 = 0x009E_1170_7E47;
 
 impl PromptBuilder {
@@ -383,6 +388,12 @@ impl PromptBuilder {
         seed: u64,
         key: &CacheKey,
     ) -> Result<String, Error> {
+        if n.get() > MAX_PROMPT_TOKENS {
+            return Err(Error::TooLong {
+                n: n.get(),
+                max: MAX_PROMPT_TOKENS,
+            });
+        }
         let n = usize_of(n);
         let min = extra + tok.special_tokens_count();
         if n < min {
@@ -390,8 +401,18 @@ impl PromptBuilder {
         }
         match key.mode {
             CacheMode::Unique | CacheMode::Shared => {
-                let source = self.source(key.marker(seed), key.body_seed(seed, false), n)?;
-                self.fitter(tok, extra, &source, n, 0).fit()
+                let body_seed = key.body_seed(seed, false);
+                let source = self.source(key.marker(seed), body_seed, n)?;
+                match self.fitter(tok, extra, &source, n, 0).fit() {
+                    // A prompt this short cannot hold the marker anyway, and
+                    // with some tokenizers no cut of the marker has exactly
+                    // n tokens: start with prose instead.
+                    Err(Error::Inexact { .. }) if n - min < SHORT_TOKENS => {
+                        let prose = self.source(String::new(), body_seed, n)?;
+                        self.fitter(tok, extra, &prose, n, 0).fit()
+                    }
+                    result => result,
+                }
             }
             CacheMode::SharedPrefix { prefix } => {
                 self.shared_prefix_text(tok, extra, n, usize_of(prefix), seed, key)
@@ -494,7 +515,7 @@ impl PromptBuilder {
         let head = (text.len(), ends.len());
         let pool_split_here = first_token > 0 && pool.ends[first_token - 1] == head_end;
         let last_token = (first_token + n + SLACK_TOKENS).min(pool.ends.len());
-        let end = pool.ends[last_token - 1];
+        let end = pool.ends[last_token - 1].max(head_end);
         let base = text.len();
         text.push_str(&pool.text[head_end..end]);
         // Tokens from `first_token` on end after `head_end`.
@@ -560,9 +581,12 @@ impl Pool {
             chunk_starts: Vec::new(),
         };
         while pool.ends.len() < tokens {
-            let missing = tokens - pool.ends.len();
+            let (had, missing) = (pool.ends.len(), tokens - pool.ends.len());
             let chunks = pool.grow(&mut generator, missing * 6);
             pool.encode_chunks(tok, &chunks)?;
+            if pool.ends.len() == had {
+                return Err(tok.error("it turned 64 KiB of text into no tokens"));
+            }
         }
         if !pool.chunks_join_cleanly(tok)? {
             // Tokens merge across a paragraph break with this tokenizer:
@@ -791,7 +815,7 @@ impl Fitter<'_> {
             Counting::Window { anchor, .. } => cut > anchor,
             Counting::Full => true,
         };
-        above_anchor && cut >= self.min_cut
+        above_anchor && cut >= self.min_cut && self.source.text.is_char_boundary(cut)
     }
 
     fn count(&mut self, counting: Counting, cut: usize) -> Result<usize, Error> {

@@ -25,6 +25,31 @@ pub(crate) const BUNDLED_CHAT_TEMPLATE: &str = "{% for message in messages %}\
 {{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}\
 {% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// Renders chat messages (`(role, content)`) in ChatML, the bundled
+/// tokenizer's chat format, ending with the assistant's turn: what a server
+/// using the bundled tokenizer counts (without BOS) for a chat request.
+///
+/// ```
+/// use speedmatrix_workload::render_chatml;
+///
+/// assert_eq!(
+///     render_chatml([("user", "Hi")]),
+///     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+/// );
+/// ```
+pub fn render_chatml<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::new();
+    for (role, content) in messages {
+        out.push_str("<|im_start|>");
+        out.push_str(role);
+        out.push('\n');
+        out.push_str(content);
+        out.push_str("<|im_end|>\n");
+    }
+    out.push_str("<|im_start|>assistant\n");
+    out
+}
+
 /// How to train a byte-level BPE tokenizer on generated text, reproducibly.
 ///
 /// Same recipe, same bytes: the corpus comes from [`TextGenerator`], and the

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bundled_builder, wordpiece_builder};
+use common::{bundled_builder, unigram_builder, wordpiece_builder};
 use proptest::prelude::*;
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{CacheKey, CacheMode, Error, Phase, PromptBuilder};
@@ -20,15 +20,15 @@ fn sizes() -> impl Strategy<Value = u64> {
     ]
 }
 
-fn builders() -> [&'static PromptBuilder; 2] {
-    [bundled_builder(), wordpiece_builder()]
+fn builders() -> [&'static PromptBuilder; 3] {
+    [bundled_builder(), wordpiece_builder(), unigram_builder()]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     #[test]
-    fn prompts_have_exactly_n_tokens(n in sizes(), seed in any::<u64>(), which in 0..2_usize,
+    fn prompts_have_exactly_n_tokens(n in sizes(), seed in any::<u64>(), which in 0..3_usize,
                                      stream in 0..512_u64) {
         let builder = builders()[which];
         let tok = builder.tokenizer();
@@ -211,6 +211,14 @@ fn the_fewest_tokens_are_the_special_ones() {
 }
 
 #[test]
+fn absurd_lengths_are_refused() {
+    let err = bundled_builder()
+        .prompt(Tokens::new(u64::MAX), 0, &CacheKey::unique(0, 0, 0))
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLong { .. }), "{err}");
+}
+
+#[test]
 fn full_check_gives_the_same_prompts() {
     let tok = bundled_builder().tokenizer().clone();
     let checked = PromptBuilder::new(tok).with_full_check(true);
@@ -233,7 +241,11 @@ fn unique_prompts_part_within_the_first_kv_block() {
                 let key = CacheKey::unique(u64::MAX, stream, 1_000_000);
                 let p = builder.prompt(Tokens::new(64), seed, &key).unwrap();
                 let ids = tok.encode(&p.text).unwrap();
-                assert!(firsts.insert(ids[..16].to_vec()), "{} {seed} {stream}", tok.name());
+                assert!(
+                    firsts.insert(ids[..16].to_vec()),
+                    "{} {seed} {stream}",
+                    tok.name()
+                );
             }
         }
     }

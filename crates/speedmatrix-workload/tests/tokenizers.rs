@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{
-    BpeRecipe, CacheKey, ChatOverhead, Error, HfCache, PromptBuilder, Tokenizer,
+    BpeRecipe, CacheKey, ChatOverhead, Error, HfCache, PromptBuilder, Tokenizer, render_chatml,
 };
 
 const ASSET: &str = include_str!("../assets/bundled-tokenizer.json");
@@ -157,7 +157,7 @@ fn a_broken_tokenizer_file_is_a_typed_error() {
 
 /// A server applying ChatML to one user message, counting without BOS.
 fn chatml_server_count(tok: &Tokenizer, content: &str) -> u64 {
-    let rendered = format!("<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n");
+    let rendered = render_chatml([("user", content)]);
     tok.clone()
         .with_add_special_tokens(false)
         .encode_count(&rendered)

@@ -6,11 +6,11 @@ use std::process::Command;
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 
+use speedmatrix_client::ServerMetrics;
+
 use super::capture::Capture;
-use super::http::{self, Stream};
 use super::install::Venv;
-use super::model::{KvShape, expected_kv_tokens};
-use super::prom;
+use super::net::{self, Net, Sse};
 use super::server::{SERVED_MODEL, Server};
 
 /// What the checks run against.
@@ -18,6 +18,8 @@ use super::server::{SERVED_MODEL, Server};
 pub(crate) struct Context<'a> {
     /// The live server.
     pub(crate) server: &'a Server,
+    /// A client of it.
+    pub(crate) net: &'a Net,
     /// The environment with vLLM (its `tokenizers` counts tokens independently of the server).
     pub(crate) venv: &'a Venv,
     /// The served model's folder.
@@ -50,7 +52,7 @@ pub(crate) fn run_all(ctx: &Context<'_>, cap: &mut Capture) -> Vec<String> {
         }
     };
     record("server identity (/version, /v1/models)", run.identity());
-    record("KV capacity: /metrics = log = arithmetic", run.capacity());
+    record("KV capacity: /metrics = log = predictor", run.capacity());
     record("prompt tokens: tokenizer = /tokenize", run.tokenize());
     record(
         "streamed completion with continuous usage",
@@ -76,37 +78,26 @@ struct Run<'a, 'c> {
 }
 
 impl Run<'_, '_> {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.ctx.server.url())
-    }
-
     fn max_model_len(&self) -> u64 {
         self.ctx.server.config().max_model_len
     }
 
-    fn get_ok(&self, path: &str) -> anyhow::Result<http::Response> {
-        let resp = http::get(&self.url(path))?;
-        ensure!(
-            resp.status == 200,
-            "GET {path} answered {}: {}",
-            resp.status,
-            resp.text()
-        );
-        Ok(resp)
+    fn get_ok(&self, path: &str) -> anyhow::Result<speedmatrix_client::RawResponse> {
+        self.ctx.net.get_ok(path)
     }
 
     fn identity(&mut self) -> anyhow::Result<()> {
         let version = self.get_ok("/version")?;
         self.cap
             .save("version.json", "`GET /version`", &version.body)?;
-        let v = version.json()?;
+        let v = net::json(&version)?;
         let got = v.get("version").and_then(Value::as_str).unwrap_or_default();
         self.cap.fact("vLLM (`/version`)", got);
         ensure!(got.starts_with(super::VLLM_VERSION), "/version says {got}");
         let models = self.get_ok("/v1/models")?;
         self.cap
             .save("models.json", "`GET /v1/models`", &models.body)?;
-        let m = models.json()?;
+        let m = net::json(&models)?;
         let entry = m.pointer("/data/0").context("/v1/models lists no model")?;
         ensure!(
             entry["id"] == SERVED_MODEL,
@@ -125,57 +116,54 @@ impl Run<'_, '_> {
             "`GET /metrics` after startup, before any request",
             &metrics.body,
         )?;
-        let samples = prom::samples(&metrics.text());
-        self.generation_before = prom::total(&samples, "vllm:generation_tokens_total");
+        self.generation_before = generated_total(&ServerMetrics::parse(&metrics.text()))?;
         Ok(())
     }
 
     fn capacity(&mut self) -> anyhow::Result<()> {
-        let text = self.get_ok("/metrics")?.text();
-        let samples = prom::samples(&text);
-        let info = prom::first(&samples, "vllm:cache_config_info")
+        let metrics = self.ctx.net.metrics()?;
+        let cc = metrics
+            .cache_config()
             .context("/metrics has no vllm:cache_config_info")?;
         eprintln!(
             "vllm-e2e: vllm:cache_config_info labels: {}",
-            info.labels.keys().cloned().collect::<Vec<_>>().join(", ")
+            cc.labels.keys().cloned().collect::<Vec<_>>().join(", ")
         );
-        let label = |name: &str| -> anyhow::Result<u64> {
-            info.labels
-                .get(name)
-                .with_context(|| format!("vllm:cache_config_info has no {name} label"))?
-                .parse()
-                .with_context(|| format!("vllm:cache_config_info {name} is not an integer"))
-        };
-        let (metric_tokens, block_size, blocks) = (
-            label("kv_cache_size_tokens")?,
-            label("block_size")?,
-            label("num_gpu_blocks")?,
-        );
+        let metric_tokens: u64 = cc
+            .labels
+            .get("kv_cache_size_tokens")
+            .context("vllm:cache_config_info has no kv_cache_size_tokens label")?
+            .parse()
+            .context("vllm:cache_config_info kv_cache_size_tokens is not an integer")?;
+        let block_size = cc.block_size.context("no block_size label")?;
+        let blocks = cc.num_gpu_blocks.context("no num_gpu_blocks label")?;
         let log = self.ctx.server.log();
-        let logged = prom::logged_number(&log, "KV cache size:")
+        let logged = logged_number(&log, "KV cache size:")
             .context("the server log has no `KV cache size: N tokens` line")?;
-        let config = read_json(&self.ctx.model_dir.join("config.json"))?;
-        let shape = KvShape::from_config(&config)?;
-        let kv_bytes = self.ctx.kv_cache_gib << 30;
-        let (want_blocks, want_tokens) =
-            expected_kv_tokens(kv_bytes, shape, block_size, self.max_model_len());
+        let predicted = super::model::predict_capacity(
+            self.ctx.model_dir,
+            self.ctx.kv_cache_gib,
+            self.max_model_len(),
+        )?;
         eprintln!(
             "vllm-e2e: capacity: metrics {metric_tokens} tokens ({blocks} blocks of {block_size}), \
-             log {logged}, arithmetic {want_tokens} ({want_blocks} blocks, {} B/token)",
-            shape.bytes_per_token()
+             log {logged}, predictor {} ({} blocks of {}, {} B per block)",
+            predicted.kv_cache_size_tokens,
+            predicted.num_blocks,
+            predicted.layout.block_size,
+            predicted.layout.bytes_per_block
         );
         self.cap.fact(
             "KV cache",
             format!(
                 "VLLM_CPU_KVCACHE_SPACE={} GiB → {metric_tokens} tokens, {blocks} blocks of \
-                 {block_size} tokens, {} B/token",
+                 {block_size} tokens",
                 self.ctx.kv_cache_gib,
-                shape.bytes_per_token()
             ),
         );
         self.cap
             .fact("--max-model-len", self.max_model_len().to_string());
-        let lines = prom::notable_log_lines(&log).join("\n") + "\n";
+        let lines = notable_log_lines(&log).join("\n") + "\n";
         self.cap.save(
             "startup_log_lines.txt",
             "server log lines about versions, KV-cache sizing and limits",
@@ -186,19 +174,22 @@ impl Run<'_, '_> {
             "metrics say {metric_tokens} tokens, the log {logged}"
         );
         ensure!(
-            blocks == want_blocks,
-            "metrics say {blocks} blocks, arithmetic {want_blocks}"
+            (blocks, block_size) == (predicted.num_blocks, predicted.layout.block_size),
+            "metrics say {blocks} blocks of {block_size}, the predictor {} of {}",
+            predicted.num_blocks,
+            predicted.layout.block_size
         );
         ensure!(
-            metric_tokens == want_tokens,
-            "metrics say {metric_tokens} tokens, arithmetic {want_tokens}"
+            metric_tokens == predicted.kv_cache_size_tokens,
+            "metrics say {metric_tokens} tokens, the predictor {}",
+            predicted.kv_cache_size_tokens
         );
         Ok(())
     }
 
     fn tokenize(&mut self) -> anyhow::Result<()> {
         let request = json!({"model": SERVED_MODEL, "prompt": PROMPT});
-        let resp = http::post_json(&self.url("/tokenize"), &request)?;
+        let resp = self.ctx.net.post_json("/tokenize", &request)?;
         self.cap.save_json(
             "tokenize_prompt.request.json",
             "`POST /tokenize` body (prompt)",
@@ -206,7 +197,7 @@ impl Run<'_, '_> {
         )?;
         self.cap
             .save("tokenize_prompt.response.json", "its response", &resp.body)?;
-        let server_count = count_field(&resp.json()?)?;
+        let server_count = count_field(&net::json(&resp)?)?;
         let local = self.local_count(PROMPT)?;
         ensure!(
             server_count == local,
@@ -216,7 +207,7 @@ impl Run<'_, '_> {
         let messages = chat_messages();
         let request =
             json!({"model": SERVED_MODEL, "messages": messages, "add_generation_prompt": true});
-        let resp = http::post_json(&self.url("/tokenize"), &request)?;
+        let resp = self.ctx.net.post_json("/tokenize", &request)?;
         self.cap.save_json(
             "tokenize_chat.request.json",
             "`POST /tokenize` body (chat messages)",
@@ -224,7 +215,7 @@ impl Run<'_, '_> {
         )?;
         self.cap
             .save("tokenize_chat.response.json", "its response", &resp.body)?;
-        let server_count = count_field(&resp.json()?)?;
+        let server_count = count_field(&net::json(&resp)?)?;
         let local = self.local_count(&chatml(&messages))?;
         ensure!(
             server_count == local,
@@ -243,15 +234,15 @@ impl Run<'_, '_> {
             "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
         });
-        let stream = http::post_stream(&self.url("/v1/completions"), &request)?;
+        let stream = self.ctx.net.post_sse("/v1/completions", &request)?;
         self.cap.save_json(
             "completions_stream.request.json",
             "`POST /v1/completions` body, streamed with continuous usage",
             &request,
         )?;
         self.cap
-            .save("completions_stream.sse", "its raw SSE bytes", &stream.raw)?;
-        let summary = summarize(&stream, "text")?;
+            .save("completions_stream.sse", "its raw SSE bytes", &stream.raw.body)?;
+        let summary = summarize(&stream)?;
         self.generated += summary.completion_tokens;
         eprintln!(
             "vllm-e2e: completion: {} content chunks for {} tokens, {} without text",
@@ -297,15 +288,15 @@ impl Run<'_, '_> {
             "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
         });
-        let stream = http::post_stream(&self.url("/v1/chat/completions"), &request)?;
+        let stream = self.ctx.net.post_sse("/v1/chat/completions", &request)?;
         self.cap.save_json(
             "chat_stream.request.json",
             "`POST /v1/chat/completions` body, streamed with continuous usage",
             &request,
         )?;
         self.cap
-            .save("chat_stream.sse", "its raw SSE bytes", &stream.raw)?;
-        let summary = summarize(&stream, "content")?;
+            .save("chat_stream.sse", "its raw SSE bytes", &stream.raw.body)?;
+        let summary = summarize(&stream)?;
         self.generated += summary.completion_tokens;
         ensure!(
             summary.completion_tokens == max_tokens,
@@ -333,7 +324,7 @@ impl Run<'_, '_> {
             "prompt": token_ids(len),
             "max_tokens": 1,
         });
-        let resp = http::post_json(&self.url("/v1/completions"), &request)?;
+        let resp = self.ctx.net.post_json("/v1/completions", &request)?;
         self.cap.save(
             "error_over_length.json",
             &format!(
@@ -348,7 +339,7 @@ impl Run<'_, '_> {
             resp.status,
             resp.text()
         );
-        let body = resp.json()?;
+        let body = net::json(&resp)?;
         ensure!(
             body.get("error").is_some(),
             "the 400 body has no `error`: {body}"
@@ -366,14 +357,14 @@ impl Run<'_, '_> {
             "temperature": 0,
             "ignore_eos": true,
         });
-        let resp = http::post_json(&self.url("/v1/completions"), &request)?;
+        let resp = self.ctx.net.post_json("/v1/completions", &request)?;
         ensure!(
             resp.status == 200,
             "answered {}: {}",
             resp.status,
             resp.text()
         );
-        let body = resp.json()?;
+        let body = net::json(&resp)?;
         let got = body
             .pointer("/usage/completion_tokens")
             .and_then(Value::as_u64);
@@ -409,14 +400,16 @@ impl Run<'_, '_> {
             "`GET /metrics` after the requests above",
             &metrics.body,
         )?;
-        let text = metrics.text();
-        let names: Vec<String> = prom::declared(&text)
-            .into_iter()
-            .filter(|(n, _)| n.starts_with("vllm:"))
-            .map(|(n, kind)| format!("{n} ({kind})"))
+        let parsed = ServerMetrics::parse(&metrics.text());
+        let mut names: Vec<String> = parsed
+            .samples()
+            .iter()
+            .filter(|s| s.name.starts_with("vllm:"))
+            .map(|s| s.name.clone())
             .collect();
+        names.dedup();
         eprintln!("vllm-e2e: vLLM metrics: {}", names.join(", "));
-        let after = prom::total(&prom::samples(&text), "vllm:generation_tokens_total");
+        let after = generated_total(&parsed)?;
         let counted = after - self.generation_before;
         ensure!(
             (counted - self.generated as f64).abs() < 0.5,
@@ -461,35 +454,27 @@ struct StreamSummary {
     finish_reason: String,
 }
 
-/// Reads chunks and the final usage; `text_field` is `text` (completions) or `content` (chat).
-fn summarize(stream: &Stream, text_field: &str) -> anyhow::Result<StreamSummary> {
-    ensure!(stream.status == 200, "answered {}", stream.status);
-    ensure!(
-        stream.events.last().is_some_and(|e| e.data == "[DONE]"),
-        "the stream does not end with [DONE]"
-    );
+/// Reads chunks and the final usage.
+fn summarize(stream: &Sse) -> anyhow::Result<StreamSummary> {
+    ensure!(stream.done, "the stream does not end with [DONE]");
     let mut s = StreamSummary::default();
-    for event in stream.json_events()? {
-        if event.get("usage").is_none_or(Value::is_null) {
-            s.chunks_without_usage += 1;
-        }
-        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
-            s.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0);
-            s.completion_tokens = usage["completion_tokens"].as_u64().unwrap_or(0);
-        }
-        for choice in event["choices"].as_array().into_iter().flatten() {
-            let text = choice
-                .get(text_field)
-                .or_else(|| choice.pointer(&format!("/delta/{text_field}")))
-                .and_then(Value::as_str);
-            match text {
-                Some("") => s.empty_chunks += 1,
-                Some(_) => s.content_chunks += 1,
-                None => {}
+    for event in &stream.events {
+        match event.usage {
+            Some(usage) => {
+                s.prompt_tokens = usage.prompt_tokens.get();
+                s.completion_tokens = usage.completion_tokens.get();
             }
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                s.finish_reason = reason.to_owned();
+            None => s.chunks_without_usage += 1,
+        }
+        if event.has_choices {
+            if event.has_text() {
+                s.content_chunks += 1;
+            } else if event.finish_reason.is_none() {
+                s.empty_chunks += 1;
             }
+        }
+        if let Some(reason) = &event.finish_reason {
+            s.finish_reason.clone_from(reason);
         }
     }
     Ok(s)
@@ -524,27 +509,71 @@ fn count_field(v: &Value) -> anyhow::Result<u64> {
         .with_context(|| format!("/tokenize answer has no count: {v}"))
 }
 
-fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
+/// `vllm:generation_tokens_total` summed over its label sets.
+pub(crate) fn generated_total(metrics: &ServerMetrics) -> anyhow::Result<f64> {
+    metrics
+        .sum("vllm:generation_tokens_total")
+        .context("/metrics has no vllm:generation_tokens_total")
+}
+
+/// The number in a log line `… <prefix> 524,288 tokens` (thousands separators allowed).
+pub(crate) fn logged_number(log: &str, prefix: &str) -> Option<u64> {
+    log.lines().rev().find_map(|line| {
+        let after = &line[line.find(prefix)? + prefix.len()..];
+        let digits: String = after
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',')
+            .filter(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
+
+/// Log lines that say how vLLM sized the KV cache, versions and limits, for the fixtures.
+fn notable_log_lines(log: &str) -> Vec<&str> {
+    const MARKERS: &[&str] = &[
+        "  version ",
+        "non-default args",
+        "Initializing a V1 LLM engine",
+        "Resolved architecture",
+        "Using max model len",
+        "core ids=",
+        "reserved_cpus",
+        "Reducing Torch threads",
+        "KV cache",
+        "Maximum concurrency",
+        "Application startup complete",
+    ];
+    log.lines()
+        .filter(|l| MARKERS.iter().any(|m| l.contains(m)))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use speedmatrix_client::{RawResponse, StreamDecoder};
 
-    fn stream(events: &[&str]) -> Stream {
-        Stream {
-            status: 200,
-            raw: Vec::new(),
-            events: events
-                .iter()
-                .map(|d| http::Event {
-                    at: Duration::ZERO,
-                    data: (*d).to_owned(),
-                })
-                .collect(),
+    fn stream(events: &[&str]) -> Sse {
+        let mut raw = String::new();
+        for e in events {
+            raw.push_str(&format!("data: {e}\n\n"));
+        }
+        let mut decoder = StreamDecoder::new();
+        decoder.feed(raw.as_bytes(), std::time::Instant::now());
+        let mut out = Vec::new();
+        while let Some(e) = decoder.next_event() {
+            out.push(e.unwrap());
+        }
+        Sse {
+            raw: RawResponse {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                body: raw.clone().into(),
+            },
+            events: out,
+            done: decoder.is_done(),
         }
     }
 
@@ -552,13 +581,14 @@ mod tests {
     fn summaries_take_the_last_usage_and_finish_reason() {
         let s = stream(&[
             r#"{"choices":[{"text":"a","finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
-            r#"{"choices":[{"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
+            r#"{"choices":[{"text":"","finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+            r#"{"choices":[{"text":"b","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
             "[DONE]",
         ]);
-        let sum = summarize(&s, "text").unwrap();
+        let sum = summarize(&s).unwrap();
         assert_eq!((sum.prompt_tokens, sum.completion_tokens), (5, 2));
-        assert_eq!((sum.content_chunks, sum.empty_chunks), (1, 1));
+        assert_eq!((sum.content_chunks, sum.empty_chunks), (2, 1));
         assert_eq!(sum.finish_reason, "length");
         assert_eq!(sum.chunks_without_usage, 0);
     }
@@ -570,7 +600,7 @@ mod tests {
             r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":"length"}]}"#,
             "[DONE]",
         ]);
-        let sum = summarize(&s, "content").unwrap();
+        let sum = summarize(&s).unwrap();
         assert_eq!((sum.content_chunks, sum.empty_chunks), (1, 1));
         assert_eq!(sum.chunks_without_usage, 2);
     }
@@ -578,7 +608,7 @@ mod tests {
     #[test]
     fn a_stream_without_done_fails() {
         let s = stream(&[r#"{"choices":[]}"#]);
-        assert!(summarize(&s, "text").is_err());
+        assert!(summarize(&s).is_err());
     }
 
     #[test]
@@ -588,5 +618,12 @@ mod tests {
             text,
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    #[test]
+    fn logged_numbers_drop_separators() {
+        let log = "INFO 11-30 07:50:01 [kv_cache_utils.py:1] CPU KV cache size: 524,288 tokens\n";
+        assert_eq!(logged_number(log, "KV cache size:"), Some(524_288));
+        assert_eq!(logged_number(log, "no such thing"), None);
     }
 }

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use speedmatrix_capacity::{
+    EngineFlags, Gpu, ModelConfig, Prediction, VllmDevice, VllmFlags, VllmPrediction, predict,
+};
+use speedmatrix_units::ByteSize;
 
 use super::install::Venv;
 use crate::util::run as sh;
@@ -32,121 +35,55 @@ pub(crate) fn ensure(cache: &Path, venv: &Venv) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// What the KV cache of a full-attention model needs per token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KvShape {
-    /// Decoder layers, each with its own K and V.
-    pub(crate) layers: u64,
-    /// Key/value heads per layer.
-    pub(crate) kv_heads: u64,
-    /// Elements per head.
-    pub(crate) head_dim: u64,
-    /// Bytes per element of the KV cache (2 for bf16).
-    pub(crate) dtype_bytes: u64,
-}
-
-impl KvShape {
-    /// Reads the shape from a Hugging Face `config.json`.
-    pub(crate) fn from_config(config: &Value) -> anyhow::Result<Self> {
-        let field = |name: &str| {
-            config
-                .get(name)
-                .and_then(Value::as_u64)
-                .with_context(|| format!("config.json has no integer `{name}`"))
-        };
-        let head_dim = match field("head_dim") {
-            Ok(d) => d,
-            Err(_) => field("hidden_size")? / field("num_attention_heads")?.max(1),
-        };
-        let dtype = config
-            .get("torch_dtype")
-            .or_else(|| config.get("dtype"))
-            .and_then(Value::as_str)
-            .unwrap_or("bfloat16");
-        let dtype_bytes = match dtype {
-            "bfloat16" | "float16" => 2,
-            "float32" => 4,
-            other => bail!("config.json dtype `{other}` is not one this check knows"),
-        };
-        Ok(Self {
-            layers: field("num_hidden_layers")?,
-            kv_heads: field("num_key_value_heads")?,
-            head_dim,
-            dtype_bytes,
-        })
-    }
-
-    /// Bytes of K and V for one token across all layers.
-    pub(crate) fn bytes_per_token(self) -> u64 {
-        self.layers * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
-    }
-}
-
-/// The tokens vLLM 0.32 reports as its KV-cache size for a single-group full-attention model.
-///
-/// vLLM splits the pool into blocks of `block_size` tokens and reports
-/// `int(num_blocks / blocks_per_request × max_model_len)`, blocks per request being
-/// `ceil(max_model_len / block_size)`.
-pub(crate) fn expected_kv_tokens(
-    kv_bytes: u64,
-    shape: KvShape,
-    block_size: u64,
+/// What `speedmatrix-capacity` predicts vLLM's CPU backend makes of `model_dir`'s config with
+/// `VLLM_CPU_KVCACHE_SPACE=kv_cache_gib` and `--max-model-len max_model_len`.
+pub(crate) fn predict_capacity(
+    model_dir: &Path,
+    kv_cache_gib: u64,
     max_model_len: u64,
-) -> (u64, u64) {
-    let per_block = shape.bytes_per_token() * block_size;
-    let num_blocks = kv_bytes.checked_div(per_block).unwrap_or(0);
-    let blocks_per_request = max_model_len.div_ceil(block_size.max(1)).max(1);
-    let tokens = num_blocks * max_model_len / blocks_per_request;
-    (num_blocks, tokens)
+) -> anyhow::Result<VllmPrediction> {
+    let path = model_dir.join("config.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let model = ModelConfig::from_json(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let flags = VllmFlags {
+        max_model_len: Some(max_model_len),
+        device: VllmDevice::Cpu {
+            kvcache_space: ByteSize::gib(kv_cache_gib),
+        },
+        ..VllmFlags::default()
+    };
+    // The CPU backend sizes the cache from VLLM_CPU_KVCACHE_SPACE alone; the
+    // device size only has to hold it.
+    let host = Gpu::custom_gib((kv_cache_gib * 4) as f64);
+    match predict(&model, &host, &EngineFlags::Vllm(flags))? {
+        Prediction::Vllm(p) => Ok(p),
+        other => bail!("the predictor answered for another engine: {other:?}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tiny() -> KvShape {
-        KvShape {
-            layers: 4,
-            kv_heads: 2,
-            head_dim: 64,
-            dtype_bytes: 2,
-        }
-    }
-
     #[test]
-    fn the_tiny_model_needs_2048_bytes_per_token() {
-        let config = serde_json::json!({
-            "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64,
-            "hidden_size": 256, "num_attention_heads": 4, "torch_dtype": "bfloat16"
-        });
-        let shape = KvShape::from_config(&config).unwrap();
-        assert_eq!(shape, tiny());
-        assert_eq!(shape.bytes_per_token(), 2048);
-    }
-
-    #[test]
-    fn head_dim_defaults_to_hidden_over_heads() {
-        let config = serde_json::json!({
-            "num_hidden_layers": 2, "num_key_value_heads": 1,
-            "hidden_size": 512, "num_attention_heads": 8, "dtype": "float32"
-        });
-        let shape = KvShape::from_config(&config).unwrap();
-        assert_eq!((shape.head_dim, shape.dtype_bytes), (64, 4));
-    }
-
-    #[test]
-    fn one_gib_holds_524288_tokens_whatever_the_context_length() {
-        for len in [8192, 16_384, 32_768, 65_536] {
-            assert_eq!(
-                expected_kv_tokens(1 << 30, tiny(), 128, len),
-                (4096, 524_288)
-            );
-        }
-    }
-
-    #[test]
-    fn a_length_off_the_block_grid_loses_the_partial_block() {
-        // 4096 blocks, 2 blocks per 200-token request: 2048 requests of 200 tokens.
-        assert_eq!(expected_kv_tokens(1 << 30, tiny(), 128, 200).1, 409_600);
+    fn the_tiny_model_holds_524288_tokens_in_one_gib() {
+        let dir = std::env::temp_dir().join(format!("xtask-tiny-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 64, "torch_dtype": "bfloat16",
+                "intermediate_size": 512, "vocab_size": 2048,
+                "max_position_embeddings": 65536}"#,
+        )
+        .unwrap();
+        let p = predict_capacity(&dir, 1, 32_768).unwrap();
+        // 4 layers × 2 KV heads × 64 × (K+V) × 2 B = 2,048 B per token.
+        assert_eq!(p.layout.block_size, 128);
+        assert_eq!(p.num_blocks, 4_096);
+        assert_eq!(p.kv_cache_size_tokens, 524_288);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::http;
+use super::net::Net;
 
 /// How the server is started.
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ impl Server {
     /// Polls `/health` until it answers 200; returns the time since the start was requested.
     pub(crate) fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        let health = format!("{}/health", self.url);
+        let net = Net::new(&self.url)?;
         loop {
             if let Some(child) = self.child.as_mut()
                 && let Some(status) = child.try_wait().context("polling the server process")?
@@ -152,7 +152,7 @@ impl Server {
                     tail(&self.log(), 30)
                 );
             }
-            if http::get(&health).is_ok_and(|r| r.status == 200) {
+            if net.get("/health").is_ok_and(|r| r.status == 200) {
                 return Ok(started.elapsed());
             }
             if started.elapsed() > timeout {

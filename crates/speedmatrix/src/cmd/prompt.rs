@@ -48,7 +48,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1)]
     count: u64,
 
-    /// One JSON object per line: {"tokens", "api", "seed", "index", "text"}.
+    /// One JSON object per line: {"tokens", "api", "seed", "index", "tokenizer", "text"}.
     /// Without it the texts are printed one after another, each followed by a
     /// newline.
     #[arg(long)]
@@ -146,7 +146,8 @@ fn usage_or_failure(err: WorkloadError) -> anyhow::Error {
         | WorkloadError::NotCached { .. }
         | WorkloadError::Read { .. }
         | WorkloadError::Parse { .. }
-        | WorkloadError::TooShort { .. } => UsageError(err.to_string()).into(),
+        | WorkloadError::TooShort { .. }
+        | WorkloadError::TooLong { .. } => UsageError(err.to_string()).into(),
         other => other.into(),
     }
 }

@@ -166,8 +166,11 @@ Examples:
   speedmatrix run --url http://127.0.0.1:8000 --tokenizer Qwen/Qwen3.5-4B --preset seed
   speedmatrix run --resume speedmatrix-runs/2026-11-30T07-00-00Z
 
-Exit codes: 0 every planned step ran; 1 the run stopped early (Ctrl-C, server gone) and the
-partial report was written; 2 bad input.";
+Exit codes: 0 every planned step ran (failed cells are marked Error in the report); 1 the run
+stopped early (Ctrl-C, server gone) and the partial report was written, or every step failed;
+2 bad input (nothing is written).
+
+Requests answered 429 or 503 are retried up to 3 times after the server's Retry-After.";
 
 /// A prefill context, or `none`.
 #[derive(Debug, Clone, Copy)]
