@@ -8,6 +8,7 @@
 mod engines;
 mod faults;
 mod matrix;
+mod prompts;
 mod support;
 mod cli_input;
 mod reliability;
