@@ -13,24 +13,43 @@ use crate::support::{bin, temp_dir, test_profile};
 fn assert_refused(o: &Outcome, needle: &str) {
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     assert_eq!(o.code, Some(2), "stderr: {}", o.stderr);
-    let errors: Vec<&str> = o.stderr.lines().filter(|l| l.starts_with("error")).collect();
+    let errors: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error"))
+        .collect();
     assert_eq!(errors.len(), 1, "one error line expected: {}", o.stderr);
     // Our own errors are one line; clap's add only its `--help` hint and usage.
     let other = o
         .stderr
         .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("error") && !l.contains("--help") && !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with("error")
+                && !l.contains("--help")
+                && !l.starts_with("Usage:")
+        })
         .count();
     assert_eq!(other, 0, "stray lines: {}", o.stderr);
-    assert!(errors[0].contains(needle), "`{needle}` not named: {}", errors[0]);
+    assert!(
+        errors[0].contains(needle),
+        "`{needle}` not named: {}",
+        errors[0]
+    );
     assert!(o.stdout.is_empty(), "stdout: {}", o.stdout);
-    assert!(!o.out.exists(), "a refused run left {} behind", o.out.display());
+    assert!(
+        !o.out.exists(),
+        "a refused run left {} behind",
+        o.out.display()
+    );
 }
 
 fn run_sim(dir: &Path, args: &[&str]) -> Outcome {
     let (_, profile) = test_profile(dir);
     let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--sim-profile"]).arg(profile).args(args);
+    cmd.args(["run", "--quiet", "--sim-profile"])
+        .arg(profile)
+        .args(args);
     run_cmd(cmd, dir)
 }
 
@@ -40,7 +59,11 @@ fn invalid_urls_are_refused_before_anything_is_sent() {
     for url in ["notaurl", "ftp://127.0.0.1:8000", "http://[::1"] {
         let o = run_against(url, &dir, &["--prefill-contexts", "none"]);
         assert_refused(&o, "--url");
-        assert!(o.stderr.contains("http://"), "no example of a good URL: {}", o.stderr);
+        assert!(
+            o.stderr.contains("http://"),
+            "no example of a good URL: {}",
+            o.stderr
+        );
     }
 }
 
@@ -51,7 +74,11 @@ fn a_model_the_server_does_not_serve_is_refused_with_the_served_names() {
     let stage = Stage::new(profile.clone(), Trouble::None);
     let o = run_against(&stage.url, &dir, &["--model", "nope"]);
     assert_refused(&o, "`nope`");
-    assert!(o.stderr.contains(&profile.served_model_name) && o.stderr.contains("--model"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(&profile.served_model_name) && o.stderr.contains("--model"),
+        "{}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -82,7 +109,11 @@ fn a_model_config_that_is_not_a_model_config_is_refused() {
     for path in [&not_json, &not_model, &missing] {
         let o = run_sim(&dir, &["--model-config", path.to_str().unwrap()]);
         assert_refused(&o, "--model-config");
-        assert!(o.stderr.contains("config.json"), "what to pass is not said: {}", o.stderr);
+        assert!(
+            o.stderr.contains("config.json"),
+            "what to pass is not said: {}",
+            o.stderr
+        );
     }
 }
 
@@ -92,17 +123,31 @@ fn zero_concurrency_and_zero_duration_are_refused() {
     assert_refused(&run_sim(&dir, &["--concurrency", "0"]), "--concurrency");
     assert_refused(&run_sim(&dir, &["--duration", "0s"]), "--duration");
     assert_refused(&run_sim(&dir, &["--max-tokens", "0"]), "--max-tokens");
-    assert_refused(&run_sim(&dir, &["--prefill-repeats", "0"]), "--prefill-repeats");
+    assert_refused(
+        &run_sim(&dir, &["--prefill-repeats", "0"]),
+        "--prefill-repeats",
+    );
 }
 
 #[test]
 fn cells_longer_than_max_model_len_are_skipped_and_a_matrix_of_only_those_is_refused() {
     // The test profile's max_model_len is 2,048 tokens.
     let dir = temp_dir("too-long");
-    let o = run_sim(&dir, &[
-        "--contexts", "0,4k", "--concurrency", "1", "--prefill-contexts", "none",
-        "--duration", "1s", "--max-tokens", "256",
-    ]);
+    let o = run_sim(
+        &dir,
+        &[
+            "--contexts",
+            "0,4k",
+            "--concurrency",
+            "1",
+            "--prefill-contexts",
+            "none",
+            "--duration",
+            "1s",
+            "--max-tokens",
+            "256",
+        ],
+    );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let report = crate::support::read_report(&o.out);
     assert!(report.decode[0].status.is_valid());
@@ -112,9 +157,23 @@ fn cells_longer_than_max_model_len_are_skipped_and_a_matrix_of_only_those_is_ref
     }
 
     let dir = temp_dir("nothing-runs");
-    let o = run_sim(&dir, &["--contexts", "4k", "--prefill-contexts", "8k", "--max-tokens", "256"]);
+    let o = run_sim(
+        &dir,
+        &[
+            "--contexts",
+            "4k",
+            "--prefill-contexts",
+            "8k",
+            "--max-tokens",
+            "256",
+        ],
+    );
     assert_refused(&o, "nothing can run");
-    assert!(o.stderr.contains("max_model_len") && o.stderr.contains("--max-tokens"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("max_model_len") && o.stderr.contains("--max-tokens"),
+        "{}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -124,12 +183,18 @@ fn an_unwritable_out_is_refused() {
     std::fs::write(&file, "x").unwrap();
     let mut cmd = bin();
     let (_, profile) = test_profile(&dir);
-    cmd.args(["run", "--quiet", "--sim-profile"]).arg(&profile).arg("--out").arg(file.join("sub"));
+    cmd.args(["run", "--quiet", "--sim-profile"])
+        .arg(&profile)
+        .arg("--out")
+        .arg(file.join("sub"));
     let output = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("output directory") && stderr.contains("--out"), "{stderr}");
+    assert!(
+        stderr.contains("output directory") && stderr.contains("--out"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
 
@@ -142,14 +207,29 @@ fn an_existing_out_with_files_is_not_overwritten_without_force_or_resume() {
     let o = run_sim(&dir, &["--prefill-contexts", "none"]);
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
-    assert!(o.stderr.contains("--force") && o.stderr.contains("--resume"), "{}", o.stderr);
-    let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        o.stderr.contains("--force") && o.stderr.contains("--resume"),
+        "{}",
+        o.stderr
+    );
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, ["precious.txt"]);
 }
 
 const ONE_CELL: [&str; 10] = [
-    "--contexts", "0", "--concurrency", "1,2", "--prefill-contexts", "none",
-    "--duration", "1s", "--max-tokens", "256",
+    "--contexts",
+    "0",
+    "--concurrency",
+    "1,2",
+    "--prefill-contexts",
+    "none",
+    "--duration",
+    "1s",
+    "--max-tokens",
+    "256",
 ];
 
 #[test]
@@ -163,7 +243,12 @@ fn a_corrupt_journal_on_resume_keeps_the_valid_prefix_and_reports_the_tail() {
     let text = std::fs::read_to_string(&journal).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "start + two cells");
-    let damaged = format!("{}\n{}\n{}\u{0}\u{1}garbage", lines[0], lines[1], &lines[2][..lines[2].len() / 2]);
+    let damaged = format!(
+        "{}\n{}\n{}\u{0}\u{1}garbage",
+        lines[0],
+        lines[1],
+        &lines[2][..lines[2].len() / 2]
+    );
     std::fs::write(&journal, &damaged).unwrap();
 
     let (_, profile) = test_profile(&dir);
@@ -179,7 +264,11 @@ fn a_corrupt_journal_on_resume_keeps_the_valid_prefix_and_reports_the_tail() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let note: Vec<&str> = stderr.lines().filter(|l| l.contains("damaged")).collect();
     assert_eq!(note.len(), 1, "{stderr}");
-    assert!(note[0].contains("line 3") && note[0].contains("saved to"), "{}", note[0]);
+    assert!(
+        note[0].contains("line 3") && note[0].contains("saved to"),
+        "{}",
+        note[0]
+    );
     // The bytes cut off are kept next to the journal.
     let saved = std::fs::read(first.out.join("journal.jsonl.damaged-tail")).unwrap();
     assert!(damaged.as_bytes().ends_with(&saved));
@@ -209,14 +298,24 @@ fn a_file_that_is_not_a_journal_is_refused_on_resume_and_left_alone() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("not a speedmatrix journal") && stderr.contains("--out"), "{stderr}");
-    assert_eq!(std::fs::read_to_string(&journal).unwrap(), "<html>not a journal</html>\n");
+    assert!(
+        stderr.contains("not a speedmatrix journal") && stderr.contains("--out"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap(),
+        "<html>not a journal</html>\n"
+    );
     assert!(!out.join("run.json").exists());
 
     // --resume of a folder without a journal says so too.
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let output = bin().args(["run", "--quiet", "--resume"]).arg(&empty).output().unwrap();
+    let output = bin()
+        .args(["run", "--quiet", "--resume"])
+        .arg(&empty)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no journal.jsonl"));
 }

@@ -48,20 +48,37 @@ fn token_pool_fits(profile: &Profile, n: u64, context: speedmatrix_units::Tokens
 
 fn check_token_pool_rule(name: &str, api: CapacityApi, source: &str) {
     let (profile, report) = run(name, api, "0,512,1k", "1,2,8");
-    let measured = report.capacity.as_ref().and_then(|c| c.measured.as_ref()).expect("capacity was not measured");
+    let measured = report
+        .capacity
+        .as_ref()
+        .and_then(|c| c.measured.as_ref())
+        .expect("capacity was not measured");
     assert_eq!(measured.kv_cache_tokens.get(), profile.usable_kv_tokens());
-    assert!(measured.source.contains(source), "{name}: source {:?}", measured.source);
+    assert!(
+        measured.source.contains(source),
+        "{name}: source {:?}",
+        measured.source
+    );
     let mut over = 0;
     for cell in &report.decode {
         let n = u64::from(cell.concurrency.get());
         let fits = token_pool_fits(&profile, n, cell.context);
         match &cell.status {
             CellStatus::OverCapacity { .. } => {
-                assert!(!fits, "{name}: {} × {n} planned over capacity but fits", cell.context);
+                assert!(
+                    !fits,
+                    "{name}: {} × {n} planned over capacity but fits",
+                    cell.context
+                );
                 over += 1;
             }
-            CellStatus::Valid => assert!(fits, "{name}: {} × {n} ran but does not fit", cell.context),
-            other => panic!("{name}: {} × {n}: unexpected status {other:?}", cell.context),
+            CellStatus::Valid => {
+                assert!(fits, "{name}: {} × {n} ran but does not fit", cell.context)
+            }
+            other => panic!(
+                "{name}: {} × {n}: unexpected status {other:?}",
+                cell.context
+            ),
         }
     }
     // 8 streams exceed the slots in every row; 2 × (1K + 256) exceeds the pool.
@@ -81,8 +98,16 @@ fn sglang_capacity_comes_from_get_server_info() {
 #[test]
 fn vllm_windows_carry_the_servers_own_token_count() {
     let (profile, report) = run("engines-vllm", CapacityApi::Vllm, "0,512", "1,2");
-    let measured = report.capacity.as_ref().and_then(|c| c.measured.as_ref()).expect("capacity was not measured");
-    assert!(measured.source.contains("cache_config_info"), "{:?}", measured.source);
+    let measured = report
+        .capacity
+        .as_ref()
+        .and_then(|c| c.measured.as_ref())
+        .expect("capacity was not measured");
+    assert!(
+        measured.source.contains("cache_config_info"),
+        "{:?}",
+        measured.source
+    );
     assert_eq!(
         measured.kv_cache_tokens.get(),
         u64::from(profile.num_gpu_blocks) * u64::from(profile.block_size)
@@ -92,7 +117,11 @@ fn vllm_windows_carry_the_servers_own_token_count() {
         let counter = m.server_counter.expect("no server counter over the window");
         // The two scrapes frame the window, so both clocks see the same tokens
         // up to one scrape's latency at each edge.
-        assert!((counter.between_scrapes_s - m.measured_s).abs() < 0.5, "{counter:?} vs {} s", m.measured_s);
+        assert!(
+            (counter.between_scrapes_s - m.measured_s).abs() < 0.5,
+            "{counter:?} vs {} s",
+            m.measured_s
+        );
         let ratio = counter.tokens_per_s() / m.total_tokens_per_s;
         assert!(
             (0.8..=1.25).contains(&ratio),

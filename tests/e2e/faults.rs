@@ -6,13 +6,19 @@ use std::time::Duration;
 
 use speedmatrix_report::CellStatus;
 
-use crate::support::{SimProcess, bin, decode_records, read_report, temp_dir, test_profile, wait_for};
+use crate::support::{
+    SimProcess, bin, decode_records, read_report, temp_dir, test_profile, wait_for,
+};
 
 const CELLS: [&str; 8] = [
-    "--contexts", "0,256",
-    "--concurrency", "1,2,4",
-    "--prefill-contexts", "none",
-    "--max-tokens", "512",
+    "--contexts",
+    "0,256",
+    "--concurrency",
+    "1,2,4",
+    "--prefill-contexts",
+    "none",
+    "--max-tokens",
+    "512",
 ];
 
 #[test]
@@ -22,28 +28,58 @@ fn a_dead_server_loses_no_finished_cell_and_resume_completes_the_run() {
     let out = dir.join("out");
     let mut sim = SimProcess::start(&profile);
     let run = bin()
-        .args(["run", "--quiet", "--tokenizer", "bundled", "--duration", "1s", "--url", &sim.url])
+        .args([
+            "run",
+            "--quiet",
+            "--tokenizer",
+            "bundled",
+            "--duration",
+            "1s",
+            "--url",
+            &sim.url,
+        ])
         .args(CELLS)
         .arg("--out")
         .arg(&out)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for(Duration::from_secs(60), "two finished cells", || decode_records(&out) >= 2);
+    wait_for(Duration::from_secs(60), "two finished cells", || {
+        decode_records(&out) >= 2
+    });
     sim.kill();
     let output = run.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(1), "a run cut short must exit 1");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("stopped early"), "unclear message: {stderr}");
-    assert!(stderr.contains("--resume"), "no hint how to continue: {stderr}");
+    assert!(
+        stderr.contains("stopped early"),
+        "unclear message: {stderr}"
+    );
+    assert!(
+        stderr.contains("--resume"),
+        "no hint how to continue: {stderr}"
+    );
     let partial = read_report(&out);
-    let finished = partial.decode.iter().filter(|c| c.status.is_valid()).count();
+    let finished = partial
+        .decode
+        .iter()
+        .filter(|c| c.status.is_valid())
+        .count();
     assert!(finished >= 2, "finished cells lost: {finished}");
     assert!(decode_records(&out) >= finished);
 
     let sim = SimProcess::start(&profile);
     let status = bin()
-        .args(["run", "--quiet", "--tokenizer", "bundled", "--duration", "1s", "--url", &sim.url])
+        .args([
+            "run",
+            "--quiet",
+            "--tokenizer",
+            "bundled",
+            "--duration",
+            "1s",
+            "--url",
+            &sim.url,
+        ])
         .args(CELLS)
         .arg("--resume")
         .arg(&out)
@@ -52,7 +88,11 @@ fn a_dead_server_loses_no_finished_cell_and_resume_completes_the_run() {
     assert!(status.success());
     let full = read_report(&out);
     assert_eq!(full.decode.len(), 6);
-    assert!(full.decode.iter().all(|c| c.status.is_valid()), "{:?}", full.decode);
+    assert!(
+        full.decode.iter().all(|c| c.status.is_valid()),
+        "{:?}",
+        full.decode
+    );
     // The cells measured before the crash were kept, not measured again.
     for before in partial.decode.iter().filter(|c| c.status.is_valid()) {
         let after = full
@@ -77,7 +117,9 @@ fn ctrl_c_leaves_a_valid_partial_report() {
         .arg(&out)
         .spawn()
         .unwrap();
-    wait_for(Duration::from_secs(60), "a finished cell", || decode_records(&out) >= 1);
+    wait_for(Duration::from_secs(60), "a finished cell", || {
+        decode_records(&out) >= 1
+    });
     let kill = std::process::Command::new("kill")
         .args(["-INT", &run.id().to_string()])
         .status()
@@ -88,8 +130,17 @@ fn ctrl_c_leaves_a_valid_partial_report() {
     let report = read_report(&out);
     report.validate().unwrap();
     assert!(report.decode.iter().any(|c| c.status.is_valid()));
-    assert!(report.decode.iter().any(|c| matches!(c.status, CellStatus::Skipped { .. })));
-    assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("interrupted"));
+    assert!(
+        report
+            .decode
+            .iter()
+            .any(|c| matches!(c.status, CellStatus::Skipped { .. }))
+    );
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("interrupted")
+    );
 }
 
 #[test]
@@ -102,7 +153,14 @@ fn a_cell_whose_requests_fail_is_an_error_and_the_others_are_valid() {
     let proxy = rt.block_on(proxy::start(sim.url.clone(), 600));
     let out = dir.join("out");
     let status = bin()
-        .args(["run", "--quiet", "--tokenizer", "bundled", "--duration", "1s"])
+        .args([
+            "run",
+            "--quiet",
+            "--tokenizer",
+            "bundled",
+            "--duration",
+            "1s",
+        ])
         .args(["--url", &format!("http://{proxy}")])
         .args(CELLS)
         .arg("--out")
@@ -115,7 +173,11 @@ fn a_cell_whose_requests_fail_is_an_error_and_the_others_are_valid() {
         match cell.context.get() {
             0 => assert!(cell.status.is_valid(), "{:?}", cell.status),
             _ => match &cell.status {
-                CellStatus::Error { error_kind, message, .. } => {
+                CellStatus::Error {
+                    error_kind,
+                    message,
+                    ..
+                } => {
                     assert_eq!(error_kind, "http_status");
                     assert!(message.contains("500"), "{message}");
                 }
@@ -139,10 +201,14 @@ mod proxy {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| forward(upstream.clone(), req, max_body));
+                    let svc = hyper::service::service_fn(move |req| {
+                        forward(upstream.clone(), req, max_body)
+                    });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
@@ -156,7 +222,8 @@ mod proxy {
         upstream: String,
         req: Request<hyper::body::Incoming>,
         max_body: usize,
-    ) -> Result<Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, hyper::Error> {
+    ) -> Result<Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, hyper::Error>
+    {
         let (parts, body) = req.into_parts();
         let body = body.collect().await?.to_bytes();
         if parts.uri.path().contains("completions") && body.len() > max_body {
@@ -164,19 +231,26 @@ mod proxy {
             let resp = Response::builder()
                 .status(500)
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(msg)).map_err(|never| match never {}).boxed())
+                .body(
+                    Full::new(Bytes::from(msg))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                )
                 .unwrap();
             return Ok(resp);
         }
         let host = upstream.trim_start_matches("http://").to_owned();
         let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
         let mut builder = Request::builder().method(parts.method).uri(parts.uri);
         for (k, v) in &parts.headers {
             builder = builder.header(k, v);
         }
-        let resp = sender.send_request(builder.body(Full::new(body)).unwrap()).await?;
+        let resp = sender
+            .send_request(builder.body(Full::new(body)).unwrap())
+            .await?;
         Ok(resp.map(|b| b.boxed()))
     }
 }

@@ -3,14 +3,20 @@
 //! Every test drives the built binary as a user would (flags in, files and
 //! exit code out) against a simulator whose true speed is known from its
 //! profile, so the numbers in the report can be checked against ground truth.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr, missing_docs, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    missing_docs,
+    unreachable_pub
+)]
 
+mod cli_input;
 mod engines;
 mod faults;
 mod matrix;
 mod prompts;
-mod support;
-mod cli_input;
 mod reliability;
 mod security;
 mod stage;
+mod support;

@@ -18,11 +18,16 @@ fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
         .args(["run", "--quiet", "--sim-profile"])
         .arg(&profile_path)
         .args([
-            "--contexts", "0,256,1k",
-            "--concurrency", "1,8,64",
-            "--prefill-contexts", "512,1k",
-            "--duration", "2s",
-            "--max-tokens", "512",
+            "--contexts",
+            "0,256,1k",
+            "--concurrency",
+            "1,8,64",
+            "--prefill-contexts",
+            "512,1k",
+            "--duration",
+            "2s",
+            "--max-tokens",
+            "512",
             "--out",
         ])
         .arg(&out)
@@ -30,7 +35,13 @@ fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
         .unwrap();
     assert!(status.success(), "run failed: {status}");
 
-    for file in ["run.json", "report.md", "report.html", "measurements.csv", "journal.jsonl"] {
+    for file in [
+        "run.json",
+        "report.md",
+        "report.html",
+        "measurements.csv",
+        "journal.jsonl",
+    ] {
         assert!(out.join(file).is_file(), "{file} missing");
     }
     let report = read_report(&out);
@@ -40,8 +51,17 @@ fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
     assert_eq!(journal_lines(&out).len(), 1 + 2 + 9);
 
     for row in &report.prefill {
-        assert!(row.status.is_valid(), "prefill {}: {:?}", row.context, row.status);
-        assert_eq!(row.prompt_tokens_reported, Some(row.context), "server counted other prompt tokens");
+        assert!(
+            row.status.is_valid(),
+            "prefill {}: {:?}",
+            row.context,
+            row.status
+        );
+        assert_eq!(
+            row.prompt_tokens_reported,
+            Some(row.context),
+            "server counted other prompt tokens"
+        );
     }
     let mut valid = 0;
     for cell in &report.decode {
@@ -49,7 +69,11 @@ fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
         let len = prompt_len(cell.context).get() + MAX_TOKENS;
         let fits = profile.fits(n, len);
         match &cell.status {
-            CellStatus::OverCapacity { .. } => assert!(!fits, "{} × {n} planned over capacity but fits", cell.context),
+            CellStatus::OverCapacity { .. } => assert!(
+                !fits,
+                "{} × {n} planned over capacity but fits",
+                cell.context
+            ),
             CellStatus::Valid => {
                 assert!(fits, "{} × {n} ran but does not fit", cell.context);
                 valid += 1;
@@ -69,7 +93,12 @@ fn a_matrix_matches_the_simulators_capacity_and_cost_model() {
         }
     }
     assert!(valid >= 6, "only {valid} valid cells");
-    assert!(report.decode.iter().any(|c| matches!(c.status, CellStatus::OverCapacity { .. })));
+    assert!(
+        report
+            .decode
+            .iter()
+            .any(|c| matches!(c.status, CellStatus::OverCapacity { .. }))
+    );
 }
 
 /// Steady-state output rate of N streams by the simulator's cost model: one
@@ -80,7 +109,11 @@ fn model_rate(profile: &speedmatrix_sim::Profile, n: u64, prompt: Tokens, out: T
     let per_stream = out.get() as f64 / n as f64;
     let generated_mid = (per_stream / 2.0).min(MAX_TOKENS as f64);
     let context_per_stream = prompt.get() + generated_mid as u64;
-    let step = profile.cost.decode_step(n, context_per_stream).as_secs_f64() / profile.time_scale;
+    let step = profile
+        .cost
+        .decode_step(n, context_per_stream)
+        .as_secs_f64()
+        / profile.time_scale;
     n as f64 / step
 }
 
@@ -93,11 +126,16 @@ fn chat_prompts_carry_the_exact_token_count_the_server_reports() {
         .args(["run", "--quiet", "--api", "chat", "--sim-profile"])
         .arg(&profile_path)
         .args([
-            "--contexts", "300",
-            "--concurrency", "2",
-            "--prefill-contexts", "777",
-            "--duration", "1s",
-            "--max-tokens", "256",
+            "--contexts",
+            "300",
+            "--concurrency",
+            "2",
+            "--prefill-contexts",
+            "777",
+            "--duration",
+            "1s",
+            "--max-tokens",
+            "256",
             "--out",
         ])
         .arg(&out)
@@ -105,8 +143,14 @@ fn chat_prompts_carry_the_exact_token_count_the_server_reports() {
         .unwrap();
     assert!(status.success());
     let report = read_report(&out);
-    assert_eq!(report.prefill[0].prompt_tokens_reported, Some(Tokens::new(777)));
+    assert_eq!(
+        report.prefill[0].prompt_tokens_reported,
+        Some(Tokens::new(777))
+    );
     let cell = &report.decode[0];
     assert!(cell.status.is_valid(), "{:?}", cell.status);
-    assert_eq!(cell.measurements.as_ref().unwrap().prompt_token_mismatches, 0);
+    assert_eq!(
+        cell.measurements.as_ref().unwrap().prompt_token_mismatches,
+        0
+    );
 }

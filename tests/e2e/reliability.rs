@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use speedmatrix_report::{CellStatus, TokenCountSource};
 
-use crate::stage::{LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd};
+use crate::stage::{
+    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd,
+};
 use crate::support::{SimProcess, bin, decode_records, temp_dir, test_profile, wait_for};
 
 /// Generous upper bound for a two-cell run with 1 s windows, failures included.
@@ -21,7 +23,11 @@ const RUN_LIMIT: Duration = Duration::from_secs(30);
 fn faulty_long_row(name: &str, spec: &str, decode_only: bool, extra: &[&str]) -> Outcome {
     let dir = temp_dir(name);
     let (profile, _) = test_profile(&dir);
-    let trouble = Trouble::Fault { spec: spec.into(), min_body: LONG_BODY, decode_only };
+    let trouble = Trouble::Fault {
+        spec: spec.into(),
+        min_body: LONG_BODY,
+        decode_only,
+    };
     let stage = Stage::new(profile, trouble);
     let mut args = TWO_CELLS.to_vec();
     args.extend_from_slice(extra);
@@ -33,7 +39,12 @@ fn faulty_long_row(name: &str, spec: &str, decode_only: bool, extra: &[&str]) ->
 /// The run completes (exit 0), the short row is measured, the long row is an
 /// error of `kind`, and both are in the journal.
 fn assert_long_row_fails(o: &Outcome, kind: &str) -> String {
-    assert_eq!(o.code, Some(0), "a run with a failing cell still completes; stderr: {}", o.stderr);
+    assert_eq!(
+        o.code,
+        Some(0),
+        "a run with a failing cell still completes; stderr: {}",
+        o.stderr
+    );
     assert!(o.cell(0).status.is_valid(), "{:?}", o.cell(0).status);
     let (got, message) = o.error_of(256);
     assert_eq!(got, kind, "{message}");
@@ -42,7 +53,10 @@ fn assert_long_row_fails(o: &Outcome, kind: &str) -> String {
     assert_eq!(o.journal_cells().len(), 2);
     assert!(o.stderr.contains("1 errors"), "{}", o.stderr);
     assert!(o.elapsed < RUN_LIMIT, "took {:?}", o.elapsed);
-    eprintln!("[figures] {kind}: gave up and finished the run in {:.1} s", o.elapsed.as_secs_f64());
+    eprintln!(
+        "[figures] {kind}: gave up and finished the run in {:.1} s",
+        o.elapsed.as_secs_f64()
+    );
     message
 }
 
@@ -62,7 +76,12 @@ fn a_stall_longer_than_the_idle_timeout_fails_the_cell_after_the_timeout() {
 
 #[test]
 fn slow_headers_past_the_timeout_fail_and_below_it_only_raise_ttft() {
-    let o = faulty_long_row("slow-headers", "slow-headers=30s", false, &["--idle-timeout", "1s"]);
+    let o = faulty_long_row(
+        "slow-headers",
+        "slow-headers=30s",
+        false,
+        &["--idle-timeout", "1s"],
+    );
     let message = assert_long_row_fails(&o, "timeout_headers");
     assert!(message.contains("no response headers"), "{message}");
 
@@ -71,28 +90,48 @@ fn slow_headers_past_the_timeout_fail_and_below_it_only_raise_ttft() {
     let cell = o.cell(256);
     assert!(cell.status.is_valid(), "{:?}", cell.status);
     let ttft = cell.measurements.unwrap().ttft_ms.p50;
-    assert!(ttft >= 400.0, "the 400 ms header delay is part of TTFT, got {ttft} ms");
+    assert!(
+        ttft >= 400.0,
+        "the 400 ms header delay is part of TTFT, got {ttft} ms"
+    );
 }
 
 #[test]
 fn http_400_404_and_500_fail_their_cell_with_the_status_and_the_servers_message() {
     for status in [400, 404, 500] {
-        let o = faulty_long_row(&format!("http-{status}"), &format!("status={status}"), false, &[]);
+        let o = faulty_long_row(
+            &format!("http-{status}"),
+            &format!("status={status}"),
+            false,
+            &[],
+        );
         let message = assert_long_row_fails(&o, "http_status");
         assert!(message.contains(&format!("HTTP {status}")), "{message}");
-        assert!(!message.contains("retries"), "{status} must not be retried: {message}");
+        assert!(
+            !message.contains("retries"),
+            "{status} must not be retried: {message}"
+        );
     }
 }
 
 #[test]
 fn persistent_429_and_503_are_retried_a_bounded_number_of_times_then_fail_the_cell() {
     for status in [429, 503] {
-        let o = faulty_long_row(&format!("http-{status}"), &format!("status={status}; retry-after=1"), false, &[]);
+        let o = faulty_long_row(
+            &format!("http-{status}"),
+            &format!("status={status}; retry-after=1"),
+            false,
+            &[],
+        );
         let message = assert_long_row_fails(&o, "http_status");
         assert!(message.contains(&format!("HTTP {status}")), "{message}");
         assert!(message.contains("gave up after 3 retries"), "{message}");
         // Three waits of the server's Retry-After (1 s) before giving up.
-        assert!(o.elapsed >= Duration::from_secs(3), "Retry-After not honoured: {:?}", o.elapsed);
+        assert!(
+            o.elapsed >= Duration::from_secs(3),
+            "Retry-After not honoured: {:?}",
+            o.elapsed
+        );
     }
 }
 
@@ -105,9 +144,16 @@ fn a_transient_429_with_retry_after_is_retried_and_the_cell_is_measured() {
     o.assert_no_panic();
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let report = o.report();
-    assert!(report.decode.iter().all(|c| c.status.is_valid()), "{:?}", report.decode);
     assert!(
-        report.notes.iter().any(|n| n.contains("429/503") && n.contains("Retry-After")),
+        report.decode.iter().all(|c| c.status.is_valid()),
+        "{:?}",
+        report.decode
+    );
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("429/503") && n.contains("Retry-After")),
         "the retries are not reported: {:?}",
         report.notes
     );
@@ -139,11 +185,18 @@ fn an_html_page_instead_of_an_event_stream_is_a_content_type_error() {
     // Every generation request gets the page: nothing is measured, so the
     // complete run still exits 1 and says why.
     assert_eq!(o.code, Some(1), "{}", o.stderr);
-    assert!(o.stderr.contains("every step that ran failed"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("every step that ran failed"),
+        "{}",
+        o.stderr
+    );
     for context in [0, 256] {
         let (kind, message) = o.error_of(context);
         assert_eq!(kind, "content_type");
-        assert!(message.contains("text/html") && message.contains("Please log in"), "{message}");
+        assert!(
+            message.contains("text/html") && message.contains("Please log in"),
+            "{message}"
+        );
     }
     o.assert_nothing_lost();
 }
@@ -158,10 +211,16 @@ fn a_server_that_ignores_ignore_eos_is_reported_by_finish_reason() {
     o.assert_no_panic();
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let m = o.cell(0).measurements.unwrap();
-    assert!(m.finish_reasons.get("stop").copied().unwrap_or(0) >= 1, "{:?}", m.finish_reasons);
+    assert!(
+        m.finish_reasons.get("stop").copied().unwrap_or(0) >= 1,
+        "{:?}",
+        m.finish_reasons
+    );
     let notes = o.report().notes;
     assert!(
-        notes.iter().any(|n| n.contains("finish_reason \"stop\"") && n.contains("--min-tokens")),
+        notes
+            .iter()
+            .any(|n| n.contains("finish_reason \"stop\"") && n.contains("--min-tokens")),
         "{notes:?}"
     );
     o.assert_nothing_lost();
@@ -181,7 +240,10 @@ fn a_server_that_sends_no_usage_falls_back_to_counting_chunks_and_says_so() {
         assert!(m.output_tokens.get() > 0);
     }
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
-    assert!(md.contains(TokenCountSource::ChunkCount.describe()), "report.md does not name the token source");
+    assert!(
+        md.contains(TokenCountSource::ChunkCount.describe()),
+        "report.md does not name the token source"
+    );
     let csv = std::fs::read_to_string(o.out.join("measurements.csv")).unwrap();
     assert!(csv.contains("chunk_count"));
 }
@@ -190,15 +252,30 @@ fn a_server_that_sends_no_usage_falls_back_to_counting_chunks_and_says_so() {
 fn connection_refused_at_start_is_one_line_exit_2_and_leaves_nothing_behind() {
     let dir = temp_dir("refused");
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let o = run_against(&format!("http://127.0.0.1:{port}"), &dir, &TWO_CELLS);
     o.assert_no_panic();
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert_eq!(o.stderr.trim().lines().count(), 1, "one line: {}", o.stderr);
-    assert!(o.stderr.contains("cannot reach the server") && o.stderr.contains("--url"), "{}", o.stderr);
-    assert!(!o.out.exists(), "a run that never started left {} behind", o.out.display());
+    assert!(
+        o.stderr.contains("cannot reach the server") && o.stderr.contains("--url"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        !o.out.exists(),
+        "a run that never started left {} behind",
+        o.out.display()
+    );
     assert!(o.elapsed < Duration::from_secs(10));
-    eprintln!("[figures] connection refused: exit 2 after {:.2} s", o.elapsed.as_secs_f64());
+    eprintln!(
+        "[figures] connection refused: exit 2 after {:.2} s",
+        o.elapsed.as_secs_f64()
+    );
 }
 
 #[test]
@@ -218,14 +295,25 @@ fn a_server_that_accepts_but_never_answers_gives_up_after_the_timeout() {
             std::thread::sleep(Duration::from_millis(10));
         }
     });
-    let o = run_against(&url, &dir, &[&TWO_CELLS[..], &["--idle-timeout", "1s"]].concat());
+    let o = run_against(
+        &url,
+        &dir,
+        &[&TWO_CELLS[..], &["--idle-timeout", "1s"]].concat(),
+    );
     o.assert_no_panic();
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
     assert!(o.stderr.contains("no response headers"), "{}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(10), "gave up only after {:?}", o.elapsed);
+    assert!(
+        o.elapsed < Duration::from_secs(10),
+        "gave up only after {:?}",
+        o.elapsed
+    );
     assert!(!o.out.exists());
-    eprintln!("[figures] silent server: exit 2 after {:.2} s", o.elapsed.as_secs_f64());
+    eprintln!(
+        "[figures] silent server: exit 2 after {:.2} s",
+        o.elapsed.as_secs_f64()
+    );
     drop(held);
 }
 
@@ -236,14 +324,30 @@ fn a_server_that_dies_mid_cell_stops_the_run_with_every_finished_cell_kept() {
     let mut sim = SimProcess::start(&profile);
     let out = dir.join("out");
     let child = bin()
-        .args(["run", "--quiet", "--tokenizer", "bundled", "--url", &sim.url])
-        .args(["--contexts", "0", "--concurrency", "1,2", "--prefill-contexts", "none"])
+        .args([
+            "run",
+            "--quiet",
+            "--tokenizer",
+            "bundled",
+            "--url",
+            &sim.url,
+        ])
+        .args([
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1,2",
+            "--prefill-contexts",
+            "none",
+        ])
         .args(["--duration", "2s", "--max-tokens", "256", "--out"])
         .arg(&out)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for(Duration::from_secs(30), "the first cell", || decode_records(&out) >= 1);
+    wait_for(Duration::from_secs(30), "the first cell", || {
+        decode_records(&out) >= 1
+    });
     // The second cell is warming up or measuring now.
     std::thread::sleep(Duration::from_millis(700));
     sim.kill();
@@ -253,15 +357,36 @@ fn a_server_that_dies_mid_cell_stops_the_run_with_every_finished_cell_kept() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("stopped early") && stderr.contains("--resume"), "{stderr}");
-    assert!(!stderr.contains("ServerGone"), "debug formatting leaked into the message: {stderr}");
-    let o = Outcome { code: output.status.code(), stderr: stderr.into(), stdout: String::new(), out, elapsed: gave_up };
+    assert!(
+        stderr.contains("stopped early") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ServerGone"),
+        "debug formatting leaked into the message: {stderr}"
+    );
+    let o = Outcome {
+        code: output.status.code(),
+        stderr: stderr.into(),
+        stdout: String::new(),
+        out,
+        elapsed: gave_up,
+    };
     o.assert_nothing_lost();
     let first = o.report().decode[0].clone();
     assert!(first.status.is_valid(), "{:?}", first.status);
-    assert!(matches!(o.report().decode[1].status, CellStatus::Skipped { .. }));
-    assert!(gave_up < Duration::from_secs(15), "took {gave_up:?} to give up");
-    eprintln!("[figures] server killed mid-cell: exit 1 after {:.2} s", gave_up.as_secs_f64());
+    assert!(matches!(
+        o.report().decode[1].status,
+        CellStatus::Skipped { .. }
+    ));
+    assert!(
+        gave_up < Duration::from_secs(15),
+        "took {gave_up:?} to give up"
+    );
+    eprintln!(
+        "[figures] server killed mid-cell: exit 1 after {:.2} s",
+        gave_up.as_secs_f64()
+    );
 }
 
 #[test]
@@ -269,13 +394,22 @@ fn profile_wide_500s_fail_every_step_and_the_run_says_nothing_was_measured() {
     let dir = temp_dir("profile-500");
     let (_, path) = profile_with(&dir, |p| p.faults = Some("status=500".into()));
     let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--sim-profile"]).arg(&path).args(TWO_CELLS);
+    cmd.args(["run", "--quiet", "--sim-profile"])
+        .arg(&path)
+        .args(TWO_CELLS);
     cmd.args(["--prefill-contexts", "128"]);
     let o = run_cmd(cmd, &dir);
     o.assert_no_panic();
     assert_eq!(o.code, Some(1), "{}", o.stderr);
-    assert!(o.stderr.contains("every step that ran failed") && o.stderr.contains("HTTP 500"), "{}", o.stderr);
-    assert!(matches!(o.report().prefill[0].status, CellStatus::Error { .. }));
+    assert!(
+        o.stderr.contains("every step that ran failed") && o.stderr.contains("HTTP 500"),
+        "{}",
+        o.stderr
+    );
+    assert!(matches!(
+        o.report().prefill[0].status,
+        CellStatus::Error { .. }
+    ));
     for c in [0, 256] {
         assert_eq!(o.error_of(c).0, "http_status");
     }

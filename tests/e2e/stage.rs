@@ -30,7 +30,11 @@ pub enum Trouble {
     /// Add `x-sim-fault: SPEC` to generation requests whose body is longer
     /// than `min_body` bytes (the long-context row); with `decode_only`, only
     /// to requests asking for more than one token (not cache warm-ups).
-    Fault { spec: String, min_body: usize, decode_only: bool },
+    Fault {
+        spec: String,
+        min_body: usize,
+        decode_only: bool,
+    },
     /// Remove these top-level fields from every generation request body.
     Strip(&'static [&'static str]),
     /// Answer generation requests 200 with an HTML page (a login portal, say).
@@ -55,14 +59,20 @@ impl Stage {
     pub fn new(profile: Profile, trouble: Trouble) -> Stage {
         let rt = Runtime::new().unwrap();
         let (sim, url) = rt.block_on(async {
-            let sim = SimServer::start(profile, SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+            let sim = SimServer::start(profile, SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .unwrap();
             let url = match trouble {
                 Trouble::None => sim.url(),
                 t => format!("http://{}", start_proxy(sim.addr(), t).await),
             };
             (sim, url)
         });
-        Stage { url, rt, sim: Some(sim) }
+        Stage {
+            url,
+            rt,
+            sim: Some(sim),
+        }
     }
 }
 
@@ -90,7 +100,12 @@ impl Outcome {
 
     pub fn cell(&self, context: u64) -> DecodeCell {
         let report = self.report();
-        report.decode.iter().find(|c| c.context.get() == context).unwrap().clone()
+        report
+            .decode
+            .iter()
+            .find(|c| c.context.get() == context)
+            .unwrap()
+            .clone()
     }
 
     /// The decode cells in the journal, by context.
@@ -113,28 +128,55 @@ impl Outcome {
             let j = journal
                 .iter()
                 .find(|j| j.context == cell.context && j.concurrency == cell.concurrency)
-                .unwrap_or_else(|| panic!("cell {} × {} is not in the journal", cell.context, cell.concurrency));
+                .unwrap_or_else(|| {
+                    panic!(
+                        "cell {} × {} is not in the journal",
+                        cell.context, cell.concurrency
+                    )
+                });
             assert_eq!(j.status, cell.status);
             assert_eq!(j.measurements, cell.measurements);
         }
-        for file in ["run.json", "report.md", "report.html", "measurements.csv", "journal.jsonl"] {
-            assert!(self.out.join(file).is_file(), "{file} missing; stderr: {}", self.stderr);
+        for file in [
+            "run.json",
+            "report.md",
+            "report.html",
+            "measurements.csv",
+            "journal.jsonl",
+        ] {
+            assert!(
+                self.out.join(file).is_file(),
+                "{file} missing; stderr: {}",
+                self.stderr
+            );
         }
     }
 
     /// The cell's error kind and message; fails the test when it is not an error.
     pub fn error_of(&self, context: u64) -> (String, String) {
         match self.cell(context).status {
-            CellStatus::Error { error_kind, message, failed_requests, .. } => {
+            CellStatus::Error {
+                error_kind,
+                message,
+                failed_requests,
+                ..
+            } => {
                 assert!(failed_requests >= 1);
                 (error_kind, message)
             }
-            other => panic!("cell {context}: expected an error, got {other:?}; stderr: {}", self.stderr),
+            other => panic!(
+                "cell {context}: expected an error, got {other:?}; stderr: {}",
+                self.stderr
+            ),
         }
     }
 
     pub fn assert_no_panic(&self) {
-        assert!(!self.stderr.contains("panicked"), "the binary panicked: {}", self.stderr);
+        assert!(
+            !self.stderr.contains("panicked"),
+            "the binary panicked: {}",
+            self.stderr
+        );
     }
 }
 
@@ -142,11 +184,16 @@ impl Outcome {
 /// a 600-byte threshold) and context 256 (long prompts), one stream each,
 /// 1 s windows, 256-token answers (longer than a window on the test profile).
 pub const TWO_CELLS: [&str; 10] = [
-    "--contexts", "0,256",
-    "--concurrency", "1",
-    "--prefill-contexts", "none",
-    "--duration", "1s",
-    "--max-tokens", "256",
+    "--contexts",
+    "0,256",
+    "--concurrency",
+    "1",
+    "--prefill-contexts",
+    "none",
+    "--duration",
+    "1s",
+    "--max-tokens",
+    "256",
 ];
 
 /// The byte threshold that tells the 256-token row from the 0 row.
@@ -155,7 +202,8 @@ pub const LONG_BODY: usize = 600;
 /// Runs `speedmatrix run --quiet --tokenizer bundled --url URL ARGS --out DIR/out`.
 pub fn run_against(url: &str, dir: &Path, args: &[&str]) -> Outcome {
     let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--tokenizer", "bundled", "--url", url]).args(args);
+    cmd.args(["run", "--quiet", "--tokenizer", "bundled", "--url", url])
+        .args(args);
     run_cmd(cmd, dir)
 }
 
@@ -193,10 +241,14 @@ async fn start_proxy(upstream: SocketAddr, trouble: Trouble) -> SocketAddr {
     let state = Arc::new((trouble, AtomicUsize::new(0)));
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let state = Arc::clone(&state);
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| forward(upstream, Arc::clone(&state), req));
+                let svc = hyper::service::service_fn(move |req| {
+                    forward(upstream, Arc::clone(&state), req)
+                });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;
@@ -213,7 +265,11 @@ fn full(status: u16, content_type: &str, text: impl Into<Bytes>) -> Response<Bod
         .status(status)
         .header("content-type", content_type)
         .header("retry-after", "1")
-        .body(Full::new(text.into()).map_err(|never| match never {}).boxed())
+        .body(
+            Full::new(text.into())
+                .map_err(|never| match never {})
+                .boxed(),
+        )
         .unwrap()
 }
 
@@ -231,7 +287,11 @@ async fn forward(
     if generation {
         match &state.0 {
             Trouble::None => {}
-            Trouble::Fault { spec, min_body, decode_only } => {
+            Trouble::Fault {
+                spec,
+                min_body,
+                decode_only,
+            } => {
                 if body.len() > *min_body && (decode || !decode_only) {
                     fault = Some(spec.clone());
                 }
@@ -244,10 +304,18 @@ async fn forward(
                 body = Bytes::from(serde_json::to_vec(&json).unwrap());
             }
             Trouble::Html => {
-                return Ok(full(200, "text/html; charset=utf-8", "<!doctype html><html><body><h1>Please log in</h1></body></html>"));
+                return Ok(full(
+                    200,
+                    "text/html; charset=utf-8",
+                    "<!doctype html><html><body><h1>Please log in</h1></body></html>",
+                ));
             }
             Trouble::EchoAuth { min_body } if body.len() > *min_body => {
-                let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+                let auth = parts
+                    .headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 let msg = serde_json::json!({"error": {
                     "message": format!("invalid credentials {auth} <script>alert('err')</script>"),
                     "type": "AuthenticationError", "code": 401,
@@ -278,7 +346,9 @@ async fn forward(
     if let Some(spec) = fault {
         builder = builder.header("x-sim-fault", spec);
     }
-    let resp = sender.send_request(builder.body(Full::new(body)).unwrap()).await?;
+    let resp = sender
+        .send_request(builder.body(Full::new(body)).unwrap())
+        .await?;
     Ok(resp.map(|b| b.boxed()))
 }
 
@@ -307,13 +377,19 @@ pub fn start_tls(stage: &Stage, upstream: &str) -> u16 {
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else { return };
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
                 let acceptor = acceptor.clone();
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
                     // A client that refuses the certificate ends the handshake here.
-                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
-                    let Ok(mut plain) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
                     let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                 });
             }

@@ -82,7 +82,10 @@ impl SimProcess {
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let url = loop {
-            let line = lines.next().expect("sim exited before printing its URL").unwrap();
+            let line = lines
+                .next()
+                .expect("sim exited before printing its URL")
+                .unwrap();
             if let Some(rest) = line.split("listening on ").nth(1) {
                 break rest.split_whitespace().next().unwrap().to_owned();
             }

@@ -21,7 +21,17 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let stamp = humantime_stamp();
     let out = project_root().join("target").join("bench").join(stamp);
     let out = out.to_string_lossy().into_owned();
-    let mut cmd = cargo(&["run", "--release", "--quiet", "-p", "speedmatrix", "--", "run", "--out", &out]);
+    let mut cmd = cargo(&[
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "speedmatrix",
+        "--",
+        "run",
+        "--out",
+        &out,
+    ]);
     if let Some(url) = &args.url {
         cmd.args(["--url", url]);
     }

@@ -37,5 +37,3 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     doc.env("RUSTDOCFLAGS", "-D warnings");
     sh(&mut doc)
 }
-
-

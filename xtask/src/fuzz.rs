@@ -47,17 +47,29 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         .filter(|t| args.target.as_deref().is_none_or(|n| n == t.name))
         .collect();
     if targets.is_empty() {
-        bail!("no fuzz target named {:?}; known: sse, stream, prometheus, model-config, journal", args.target);
+        bail!(
+            "no fuzz target named {:?}; known: sse, stream, prometheus, model-config, journal",
+            args.target
+        );
     }
     // Panics are findings, reported below; the default hook would print each.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut total_findings = 0;
-    println!("{:<14} {:>12} {:>10} {:>9}", "target", "executions", "exec/s", "findings");
+    println!(
+        "{:<14} {:>12} {:>10} {:>9}",
+        "target", "executions", "exec/s", "findings"
+    );
     for target in &targets {
         let (execs, findings) = fuzz(target, Duration::from_secs(args.seconds), args.seed);
         let rate = execs as f64 / args.seconds.max(1) as f64;
-        println!("{:<14} {:>12} {:>10.0} {:>9}", target.name, execs, rate, findings.len());
+        println!(
+            "{:<14} {:>12} {:>10.0} {:>9}",
+            target.name,
+            execs,
+            rate,
+            findings.len()
+        );
         for (i, (input, message)) in findings.iter().enumerate() {
             let path = save(target.name, i, input)?;
             println!("  finding: {message} (input: {})", path.display());
@@ -116,7 +128,10 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn save(target: &str, i: usize, input: &[u8]) -> anyhow::Result<PathBuf> {
-    let dir = project_root().join("target").join("fuzz-findings").join(target);
+    let dir = project_root()
+        .join("target")
+        .join("fuzz-findings")
+        .join(target);
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("finding-{i}.bin"));
     std::fs::write(&path, input)?;
@@ -143,10 +158,41 @@ impl Rng {
 
 /// Bytes that tend to matter to these formats.
 const INTERESTING: &[&[u8]] = &[
-    b"\n", b"\r", b"\r\n", b"\n\n", b":", b"data:", b"data: ", b"[DONE]", b"{", b"}", b"[", b"]",
-    b"\"", b"\\", b"\\u", b",", b" ", b"0", b"-1", b"1e309", b"18446744073709551616", b"NaN",
-    b"null", b"true", b"\xff", b"\x00", b"\xc3", b"\xe2\x82", b"#", b"# TYPE ", b"{le=\"+Inf\"}",
-    b"=", b"\"usage\":", b"\"choices\":[]", b"\"error\":",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\n\n",
+    b":",
+    b"data:",
+    b"data: ",
+    b"[DONE]",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b"\\",
+    b"\\u",
+    b",",
+    b" ",
+    b"0",
+    b"-1",
+    b"1e309",
+    b"18446744073709551616",
+    b"NaN",
+    b"null",
+    b"true",
+    b"\xff",
+    b"\x00",
+    b"\xc3",
+    b"\xe2\x82",
+    b"#",
+    b"# TYPE ",
+    b"{le=\"+Inf\"}",
+    b"=",
+    b"\"usage\":",
+    b"\"choices\":[]",
+    b"\"error\":",
 ];
 
 fn mutate(corpus: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
@@ -204,19 +250,44 @@ fn targets() -> Vec<Target> {
     let vllm = |name: &str| read(&format!("vllm-0.32-cpu/{name}"));
     let mut configs: Vec<Vec<u8>> = CONFIG_SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
     configs.push(vllm("config.json"));
-    let capacity_fixture = project_root().join("crates/speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json");
+    let capacity_fixture = project_root()
+        .join("crates/speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json");
     configs.push(std::fs::read(capacity_fixture).unwrap_or_default());
-    let streams = [slices(&vllm("chat_stream.sse")), slices(&vllm("completions_stream.sse"))].concat();
+    let streams = [
+        slices(&vllm("chat_stream.sse")),
+        slices(&vllm("completions_stream.sse")),
+    ]
+    .concat();
     vec![
-        Target { name: "sse", seeds: streams.clone(), check: check_sse },
-        Target { name: "stream", seeds: streams, check: check_stream },
+        Target {
+            name: "sse",
+            seeds: streams.clone(),
+            check: check_sse,
+        },
+        Target {
+            name: "stream",
+            seeds: streams,
+            check: check_stream,
+        },
         Target {
             name: "prometheus",
-            seeds: [slices(&vllm("metrics_before.txt")), slices(&vllm("metrics_after.txt"))].concat(),
+            seeds: [
+                slices(&vllm("metrics_before.txt")),
+                slices(&vllm("metrics_after.txt")),
+            ]
+            .concat(),
             check: check_prometheus,
         },
-        Target { name: "model-config", seeds: configs, check: check_model_config },
-        Target { name: "journal", seeds: vec![read("journal/seed.jsonl")], check: check_journal },
+        Target {
+            name: "model-config",
+            seeds: configs,
+            check: check_model_config,
+        },
+        Target {
+            name: "journal",
+            seeds: vec![read("journal/seed.jsonl")],
+            check: check_journal,
+        },
     ]
 }
 
@@ -269,7 +340,10 @@ fn check_sse(data: &[u8], rng: &mut Rng) {
     };
     let whole = decode(&[data]);
     let split = decode(&pieces(data, rng));
-    assert!(whole == split, "SseDecoder: events depend on read boundaries");
+    assert!(
+        whole == split,
+        "SseDecoder: events depend on read boundaries"
+    );
 }
 
 /// OpenAI stream chunks on top of SSE: no panic, boundary independence.
@@ -292,14 +366,21 @@ fn check_stream(data: &[u8], rng: &mut Rng) {
     };
     let whole = decode(&[data]);
     let split = decode(&pieces(data, rng));
-    assert!(whole == split, "StreamDecoder: events depend on read boundaries");
+    assert!(
+        whole == split,
+        "StreamDecoder: events depend on read boundaries"
+    );
 }
 
 fn check_prometheus(data: &[u8], _rng: &mut Rng) {
     use speedmatrix_client::ServerMetrics;
     let text = String::from_utf8_lossy(data);
     let m = ServerMetrics::parse(&text);
-    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:cache_config_info"] {
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:cache_config_info",
+    ] {
         let _ = (m.value(name), m.sum(name), m.metric_type(name));
     }
     if let Some(c) = m.cache_config() {
@@ -310,7 +391,9 @@ fn check_prometheus(data: &[u8], _rng: &mut Rng) {
 fn check_model_config(data: &[u8], rng: &mut Rng) {
     use speedmatrix_capacity::{EngineFlags, Gpu, ModelConfig, VllmFlags, predict};
     let text = String::from_utf8_lossy(data);
-    let Ok(model) = ModelConfig::from_json(&text) else { return };
+    let Ok(model) = ModelConfig::from_json(&text) else {
+        return;
+    };
     let gpu = ["rtx3090", "h100", "24GiB", "1GiB"][rng.below(4)];
     let Ok(gpu) = Gpu::lookup(gpu) else { return };
     let flags = VllmFlags {
@@ -324,7 +407,13 @@ fn check_model_config(data: &[u8], rng: &mut Rng) {
 fn check_journal(data: &[u8], _rng: &mut Rng) {
     let c = speedmatrix_runner::journal_steps(data);
     if let Some(t) = &c.corrupt_tail {
-        assert!(t.offset + t.dropped_bytes == data.len() as u64, "journal: kept + dropped != file length");
-        assert!(t.line >= 1 && t.line <= c.records.len() + 1, "journal: damaged line out of range");
+        assert!(
+            t.offset + t.dropped_bytes == data.len() as u64,
+            "journal: kept + dropped != file length"
+        );
+        assert!(
+            t.line >= 1 && t.line <= c.records.len() + 1,
+            "journal: damaged line out of range"
+        );
     }
 }

@@ -7,9 +7,9 @@
 mod bench;
 mod ci;
 mod fuzz;
+mod gen_tokenizer;
 mod screenshot;
 mod tidy;
-mod gen_tokenizer;
 mod util;
 mod vllm;
 

@@ -60,7 +60,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         "--disable-sync",
         "--hide-scrollbars",
     ])
-    .arg(format!("--user-data-dir={}", work.join("profile").display()))
+    .arg(format!(
+        "--user-data-dir={}",
+        work.join("profile").display()
+    ))
     .arg(format!("--window-size={}", args.window_size))
     .arg(format!("--screenshot={}", png.display()))
     .arg(format!("file://{}", html.display()));

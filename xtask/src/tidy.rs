@@ -11,12 +11,23 @@ mod tests {
     /// Each workspace package and its normal (non-dev, non-build) dependencies.
     fn dependencies() -> BTreeMap<String, Vec<String>> {
         let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
             .current_dir(project_root())
             .output()
             .expect("cargo metadata runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("metadata is JSON");
         let mut map = BTreeMap::new();
         for pkg in meta["packages"].as_array().expect("packages") {
             let deps = pkg["dependencies"]
@@ -32,17 +43,34 @@ mod tests {
     }
 
     fn assert_no_deps(deps: &BTreeMap<String, Vec<String>>, krate: &str, forbidden: &[&str]) {
-        let have = deps.get(krate).unwrap_or_else(|| panic!("{krate} is not in the workspace"));
+        let have = deps
+            .get(krate)
+            .unwrap_or_else(|| panic!("{krate} is not in the workspace"));
         for f in forbidden {
-            assert!(!have.iter().any(|d| d == f), "{krate} must not depend on {f} (docs/ARCHITECTURE.md)");
+            assert!(
+                !have.iter().any(|d| d == f),
+                "{krate} must not depend on {f} (docs/ARCHITECTURE.md)"
+            );
         }
     }
 
     #[test]
     fn pure_crates_do_no_io_and_know_no_http() {
         let deps = dependencies();
-        let io = ["tokio", "hyper", "hyper-util", "tokenizers", "speedmatrix-client", "speedmatrix-runner"];
-        for krate in ["speedmatrix-units", "speedmatrix-capacity", "speedmatrix-metrics", "speedmatrix-report"] {
+        let io = [
+            "tokio",
+            "hyper",
+            "hyper-util",
+            "tokenizers",
+            "speedmatrix-client",
+            "speedmatrix-runner",
+        ];
+        for krate in [
+            "speedmatrix-units",
+            "speedmatrix-capacity",
+            "speedmatrix-metrics",
+            "speedmatrix-report",
+        ] {
             assert_no_deps(&deps, krate, &io);
         }
     }
@@ -60,16 +88,28 @@ mod tests {
             "tokenizers",
         ];
         assert_no_deps(&deps, "speedmatrix-client", &above);
-        assert_no_deps(&deps, "speedmatrix-workload", &["hyper", "tokio", "speedmatrix-client"]);
+        assert_no_deps(
+            &deps,
+            "speedmatrix-workload",
+            &["hyper", "tokio", "speedmatrix-client"],
+        );
     }
 
     #[test]
     fn the_architecture_page_names_every_crate() {
         let root = project_root();
-        let page = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("docs/ARCHITECTURE.md");
+        let page = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md"))
+            .expect("docs/ARCHITECTURE.md");
         for entry in std::fs::read_dir(root.join("crates")).expect("crates/") {
-            let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
-            assert!(page.contains(&format!("crates/{name}")), "docs/ARCHITECTURE.md does not describe crates/{name}");
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            assert!(
+                page.contains(&format!("crates/{name}")),
+                "docs/ARCHITECTURE.md does not describe crates/{name}"
+            );
         }
     }
 
@@ -81,7 +121,11 @@ mod tests {
             for file in ["src/lib.rs", "src/main.rs"] {
                 let path = dir.join(file);
                 if let Ok(text) = std::fs::read_to_string(&path) {
-                    assert!(text.starts_with("//!"), "{} must open with //! crate docs", path.display());
+                    assert!(
+                        text.starts_with("//!"),
+                        "{} must open with //! crate docs",
+                        path.display()
+                    );
                 }
             }
         }

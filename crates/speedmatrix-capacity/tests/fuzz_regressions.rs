@@ -12,7 +12,10 @@ fn predict_everywhere(model: &ModelConfig) {
         let gpu = Gpu::lookup(gpu).unwrap();
         for flags in [
             EngineFlags::Vllm(VllmFlags::default()),
-            EngineFlags::Vllm(VllmFlags { max_num_seqs: Some(u32::MAX), ..VllmFlags::default() }),
+            EngineFlags::Vllm(VllmFlags {
+                max_num_seqs: Some(u32::MAX),
+                ..VllmFlags::default()
+            }),
             EngineFlags::Sglang(SglangFlags::default()),
             EngineFlags::LlamaCpp(LlamaCppFlags::default()),
         ] {
@@ -38,7 +41,10 @@ fn a_huge_head_dim_in_text_config_is_an_error_not_a_panic() {
         "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}}"#;
     match ModelConfig::from_json(text) {
         Ok(model) => predict_everywhere(&model),
-        Err(e) => assert!(e.to_string().contains("head_dim") || e.to_string().contains("num_attention_heads"), "{e}"),
+        Err(e) => assert!(
+            e.to_string().contains("head_dim") || e.to_string().contains("num_attention_heads"),
+            "{e}"
+        ),
     }
 }
 

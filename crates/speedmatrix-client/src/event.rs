@@ -11,6 +11,8 @@ use crate::Error;
 use crate::error::{error_message_of, snippet};
 use crate::sse::{SseDecoder, SseEvent};
 
+mod fast;
+
 /// Token counts as the server reports them in `usage`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
@@ -185,30 +187,46 @@ fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error
         reason: format!("stream chunk is not UTF-8 ({err})"),
         snippet: snippet(sse.data),
     })?;
-    let mut event = StreamEvent {
+    let mut event = empty_event(received_at);
+    let is_error = match fast::parse(text, &mut event) {
+        Some(is_error) => is_error,
+        None => {
+            event = empty_event(received_at);
+            parse_serde(text, &mut event).map_err(|err| Error::Protocol {
+                reason: format!("stream chunk is not the expected JSON ({err})"),
+                snippet: snippet(sse.data),
+            })?
+        }
+    };
+    if is_error {
+        return Err(error_event(sse.data));
+    }
+    Ok(Parsed::Event(event))
+}
+
+fn empty_event(received_at: Instant) -> StreamEvent {
+    StreamEvent {
         received_at,
         content: String::new(),
         reasoning_content: String::new(),
         finish_reason: None,
         usage: None,
         has_choices: false,
-    };
+    }
+}
+
+/// The general decode, for every chunk the fast path declines: fills `event`
+/// and returns whether the chunk is an error object.
+fn parse_serde(text: &str, event: &mut StreamEvent) -> Result<bool, serde_json::Error> {
     let mut is_error = false;
     let mut json = serde_json::Deserializer::from_str(text);
     ChunkSeed {
-        event: &mut event,
+        event,
         is_error: &mut is_error,
     }
-    .deserialize(&mut json)
-    .and_then(|()| json.end())
-    .map_err(|err| Error::Protocol {
-        reason: format!("stream chunk is not the expected JSON ({err})"),
-        snippet: snippet(sse.data),
-    })?;
-    if is_error {
-        return Err(error_event(sse.data));
-    }
-    Ok(Parsed::Event(event))
+    .deserialize(&mut json)?;
+    json.end()?;
+    Ok(is_error)
 }
 
 fn error_event(data: &[u8]) -> Error {

@@ -144,7 +144,9 @@ pub struct SglangServerInfo {
 impl LlamaCppProps {
     /// Reads the fields from a `/props` answer; `None` when they are missing.
     pub fn from_json(props: &serde_json::Value) -> Option<LlamaCppProps> {
-        let slot_n_ctx = props.pointer("/default_generation_settings/n_ctx")?.as_u64()?;
+        let slot_n_ctx = props
+            .pointer("/default_generation_settings/n_ctx")?
+            .as_u64()?;
         let total_slots = u32::try_from(props.get("total_slots")?.as_u64()?).ok()?;
         Some(LlamaCppProps {
             slot_n_ctx: Tokens::new(slot_n_ctx),
@@ -162,12 +164,14 @@ impl SglangServerInfo {
         let field = |name: &str| {
             info.get(name)
                 .and_then(serde_json::Value::as_u64)
-                .or_else(|| info.pointer(&format!("/internal_states/0/{name}"))?.as_u64())
+                .or_else(|| {
+                    info.pointer(&format!("/internal_states/0/{name}"))?
+                        .as_u64()
+                })
         };
         Some(SglangServerInfo {
             max_total_num_tokens: Tokens::new(field("max_total_num_tokens")?),
-            max_running_requests: field("max_running_requests")
-                .and_then(|n| u32::try_from(n).ok()),
+            max_running_requests: field("max_running_requests").and_then(|n| u32::try_from(n).ok()),
         })
     }
 }

@@ -680,11 +680,17 @@ async fn raw_exchanges_keep_status_and_bytes() {
         .post_json_raw("/v1/completions", br#"{"prompt":"x"}"#.to_vec())
         .await
         .unwrap();
-    assert_eq!((echoed.status, echoed.content_type.as_str()), (400, "application/json"));
+    assert_eq!(
+        (echoed.status, echoed.content_type.as_str()),
+        (400, "application/json")
+    );
     assert_eq!(&echoed.body[..], br#"{"prompt":"x"}"#);
 
     let props = c.llamacpp_props().await.unwrap().unwrap();
-    assert_eq!((props.slot_n_ctx, props.total_slots), (Tokens::new(4_096), 4));
+    assert_eq!(
+        (props.slot_n_ctx, props.total_slots),
+        (Tokens::new(4_096), 4)
+    );
     let sglang = c.sglang_server_info().await.unwrap().unwrap();
     assert_eq!(sglang.max_total_num_tokens, Tokens::new(9_000));
     let info = c.probe().await.unwrap();

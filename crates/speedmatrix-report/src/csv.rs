@@ -106,7 +106,9 @@ fn decode_fields(cell: &DecodeCell) -> [String; 25] {
         int(m.map(|m| m.prompt_token_mismatches)),
         m.map(|m| source_name(m.token_count_source).to_owned())
             .unwrap_or_default(),
-        int(m.and_then(|m| m.server_counter).map(|c| c.generation_tokens.get())),
+        int(m
+            .and_then(|m| m.server_counter)
+            .map(|c| c.generation_tokens.get())),
         num(m.and_then(|m| m.server_counter).map(|c| c.tokens_per_s())),
     ]
 }

@@ -56,7 +56,12 @@ pub(crate) async fn run_cell(
 
     observer.step_phase(spec.label, "warming the prefix cache");
     if let Some(failure) = warm_up(server, &spec, epoch, cancel).await {
-        return Ok(error_outcome(failure, 0, spec.prompts.len() as u64, notices));
+        return Ok(error_outcome(
+            failure,
+            0,
+            spec.prompts.len() as u64,
+            notices,
+        ));
     }
     if cancel.is_cancelled() {
         return Err(RunError::Cancelled);
@@ -139,7 +144,15 @@ pub(crate) async fn run_cell(
             spec.label
         ));
     }
-    let mut outcome = summarize(&spec, epoch, window_start, &recorded, &gauges, queueing, notices);
+    let mut outcome = summarize(
+        &spec,
+        epoch,
+        window_start,
+        &recorded,
+        &gauges,
+        queueing,
+        notices,
+    );
     if let Some(m) = outcome.measurements.as_mut() {
         m.server_counter = counter;
     }
@@ -302,9 +315,12 @@ fn summarize(
     if let Some(first) = failed.first().and_then(|r| r.error.clone()) {
         let mut out = error_outcome(first, failed.len() as u64, good, notices);
         out.server_suspect = failed.iter().any(|r| {
-            r.error
-                .as_ref()
-                .is_some_and(|(kind, _)| matches!(kind.as_str(), "connect" | "disconnected" | "timeout_connect"))
+            r.error.as_ref().is_some_and(|(kind, _)| {
+                matches!(
+                    kind.as_str(),
+                    "connect" | "disconnected" | "timeout_connect"
+                )
+            })
         });
         return out;
     }
@@ -340,7 +356,10 @@ fn summarize(
     }
     let mismatches = recorded
         .iter()
-        .filter(|r| r.prompt_tokens_reported.is_some_and(|p| p != spec.expected_prompt_tokens))
+        .filter(|r| {
+            r.prompt_tokens_reported
+                .is_some_and(|p| p != spec.expected_prompt_tokens)
+        })
         .count() as u64;
     if mismatches > 0 {
         notices.push(format!(
@@ -410,7 +429,8 @@ fn counter_increase(
 ) -> Option<ServerCounter> {
     let (open, close) = (open?, close?);
     let tokens = close.tokens - open.tokens;
-    if !(tokens >= 0.0) || close.at <= open.at {
+    // NaN readings fail this too.
+    if tokens.is_nan() || tokens < 0.0 || close.at <= open.at {
         return None;
     }
     Some(ServerCounter {

@@ -83,7 +83,8 @@ impl Journal {
         let mut contents = read_records(&mut file).map_err(io_err("read"))?;
         if let Some(tail) = &mut contents.corrupt_tail {
             let saved = damaged_tail_path(path);
-            file.seek(SeekFrom::Start(tail.offset)).map_err(io_err("read"))?;
+            file.seek(SeekFrom::Start(tail.offset))
+                .map_err(io_err("read"))?;
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes).map_err(io_err("read"))?;
             std::fs::write(&saved, &bytes).map_err(io_err("save the damaged tail of"))?;
@@ -147,7 +148,9 @@ pub fn read_journal<T: DeserializeOwned>(path: &Path) -> Result<JournalContents<
     })
 }
 
-pub(crate) fn read_records<T: DeserializeOwned, R: Read>(reader: R) -> std::io::Result<JournalContents<T>> {
+pub(crate) fn read_records<T: DeserializeOwned, R: Read>(
+    reader: R,
+) -> std::io::Result<JournalContents<T>> {
     let mut reader = BufReader::new(reader);
     let mut records = Vec::new();
     let mut offset: u64 = 0;
@@ -204,10 +207,8 @@ mod tests {
     }
 
     fn tmp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "speedmatrix-journal-{}-{name}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("speedmatrix-journal-{}-{name}", std::process::id()));
         let _ = std::fs::remove_file(&dir);
         dir
     }
@@ -217,11 +218,21 @@ mod tests {
         let path = tmp("roundtrip");
         let mut j = Journal::create(&path).unwrap();
         for n in 0..3 {
-            j.append(&Rec { n, s: format!("r{n}") }).unwrap();
+            j.append(&Rec {
+                n,
+                s: format!("r{n}"),
+            })
+            .unwrap();
         }
         let c: JournalContents<Rec> = read_journal(&path).unwrap();
         assert_eq!(c.records.len(), 3);
-        assert_eq!(c.records[2], Rec { n: 2, s: "r2".into() });
+        assert_eq!(
+            c.records[2],
+            Rec {
+                n: 2,
+                s: "r2".into()
+            }
+        );
         assert!(c.corrupt_tail.is_none());
         assert!(Journal::create(&path).is_err(), "create must not clobber");
         std::fs::remove_file(&path).unwrap();
@@ -231,7 +242,11 @@ mod tests {
     fn resume_cuts_a_torn_tail_and_appends_after_it() {
         let path = tmp("torn");
         let mut j = Journal::create(&path).unwrap();
-        j.append(&Rec { n: 1, s: "a".into() }).unwrap();
+        j.append(&Rec {
+            n: 1,
+            s: "a".into(),
+        })
+        .unwrap();
         drop(j);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"n\":2,\"s\":\"b").unwrap();
@@ -244,7 +259,11 @@ mod tests {
         let saved = tail.saved_to.unwrap();
         assert_eq!(std::fs::read(&saved).unwrap(), b"{\"n\":2,\"s\":\"b");
         std::fs::remove_file(saved).unwrap();
-        j.append(&Rec { n: 3, s: "c".into() }).unwrap();
+        j.append(&Rec {
+            n: 3,
+            s: "c".into(),
+        })
+        .unwrap();
         let c: JournalContents<Rec> = read_journal(&path).unwrap();
         assert_eq!(c.records.iter().map(|r| r.n).collect::<Vec<_>>(), [1, 3]);
         assert!(c.corrupt_tail.is_none());

@@ -364,8 +364,17 @@ async fn plan_and_run(
     let the_plan = plan_for(config, server)?;
     ensure_something_runs(&the_plan)?;
     let (mut journal, done, journal_damage) = open_journal(journal, config)?;
-    let mut outcome =
-        run_on(config, server, &mut journal, done, the_plan, observer, cancel, started_at).await?;
+    let mut outcome = run_on(
+        config,
+        server,
+        &mut journal,
+        done,
+        the_plan,
+        observer,
+        cancel,
+        started_at,
+    )
+    .await?;
     outcome.journal_damage = journal_damage;
     Ok(outcome)
 }
@@ -398,7 +407,10 @@ fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
     if exclusions.clone().any(|ex| ex.is_none()) {
         return Ok(());
     }
-    let first = exclusions.next().flatten().map_or_else(String::new, exclusion_text);
+    let first = exclusions
+        .next()
+        .flatten()
+        .map_or_else(String::new, exclusion_text);
     Err(RunError::InvalidConfig(format!(
         "nothing can run on this server: every prefill point and decode cell is excluded (e.g. {first}); \
          lower --contexts, --prefill-contexts or --max-tokens"
@@ -411,7 +423,11 @@ pub fn describe_plan(plan: &Plan, matrix: &MatrixSpec) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "{}", describe_capacity(&plan.capacity));
-    let _ = writeln!(out, "\nPrefill (cold, max_tokens 1, {} repeat(s)):", matrix.prefill_repeats);
+    let _ = writeln!(
+        out,
+        "\nPrefill (cold, max_tokens 1, {} repeat(s)):",
+        matrix.prefill_repeats
+    );
     for (c, ex) in &plan.prefill {
         let verdict = ex.as_ref().map_or("run".to_owned(), exclusion_text);
         let _ = writeln!(out, "  {:>6}  {verdict}", c.to_string());
@@ -496,7 +512,10 @@ fn open_journal(
                 done.prefill.insert(row.context, row);
             }
             JournalRecord::Decode { cell }
-                if matches!(cell.status, CellStatus::Valid | CellStatus::OverCapacity { .. }) =>
+                if matches!(
+                    cell.status,
+                    CellStatus::Valid | CellStatus::OverCapacity { .. }
+                ) =>
             {
                 done.decode.insert((cell.context, cell.concurrency), cell);
             }
@@ -557,20 +576,24 @@ async fn run_on(
         secret: secret_of(config),
     };
     let nonce = run_nonce();
-    let make_prompt = |n: Tokens, key: CacheKey| -> Result<speedmatrix_workload::Prompt, RunError> {
-        let p = match overhead {
-            Some(o) => builder.chat_prompt(n, config.seed, &key, o),
-            None => builder.prompt(n, config.seed, &key),
+    let make_prompt =
+        |n: Tokens, key: CacheKey| -> Result<speedmatrix_workload::Prompt, RunError> {
+            let p = match overhead {
+                Some(o) => builder.chat_prompt(n, config.seed, &key, o),
+                None => builder.prompt(n, config.seed, &key),
+            };
+            p.map_err(RunError::Workload)
         };
-        p.map_err(RunError::Workload)
-    };
 
     let mut stopped = None;
     let mut prefill_rows = Vec::new();
     for (i, (context, excluded)) in the_plan.prefill.iter().enumerate() {
         let label = format!("prefill {context}");
         if stopped.is_some() {
-            prefill_rows.push(skipped_prefill(*context, "the run stopped before this step"));
+            prefill_rows.push(skipped_prefill(
+                *context,
+                "the run stopped before this step",
+            ));
             continue;
         }
         if let Some(row) = done.prefill.remove(context) {
@@ -584,7 +607,10 @@ async fn run_on(
                 excluded_prefill(*context, ex)
             }
             None => {
-                observer.step_started(&label, Duration::from_secs_f64(context.get() as f64 / 8_000.0));
+                observer.step_started(
+                    &label,
+                    Duration::from_secs_f64(context.get() as f64 / 8_000.0),
+                );
                 let prompts = (0..config.matrix.prefill_repeats)
                     .map(|r| {
                         let key = CacheKey::unique(nonce.wrapping_add(i as u64), 0, u64::from(r));
@@ -670,11 +696,15 @@ async fn run_on(
         }
         notes.extend(out.notices);
         let is_error = matches!(out.status, CellStatus::Error { .. });
-        if is_error && (out.server_suspect || !server.is_alive().await) && !server.is_alive().await {
+        if is_error && (out.server_suspect || !server.is_alive().await) && !server.is_alive().await
+        {
             // The server died under this cell: the cell is not its fault and
             // is left out of the journal so --resume measures it again.
             stopped = Some(StopReason::ServerGone(out.status.detail()));
-            cells.push(skipped_cell(planned, "the server stopped answering during this cell"));
+            cells.push(skipped_cell(
+                planned,
+                "the server stopped answering during this cell",
+            ));
             continue;
         }
         let cell = DecodeCell {
@@ -697,12 +727,22 @@ async fn run_on(
         notes.push("TLS certificate verification was disabled (--insecure).".into());
     }
     if let Some(StopReason::ServerGone(why)) = &stopped {
-        notes.push(format!("The run stopped early: the server stopped answering ({why})."));
+        notes.push(format!(
+            "The run stopped early: the server stopped answering ({why})."
+        ));
     }
     if stopped == Some(StopReason::Cancelled) {
         notes.push("The run was interrupted before every step ran.".into());
     }
-    let report = build_report(config, server, &the_plan, prefill_rows, cells, notes, started_at);
+    let report = build_report(
+        config,
+        server,
+        &the_plan,
+        prefill_rows,
+        cells,
+        notes,
+        started_at,
+    );
     Ok(RunOutcome {
         report,
         complete: stopped.is_none(),
@@ -818,7 +858,11 @@ fn measured_source(pool: Option<&KvPool>) -> &'static str {
 }
 
 fn describe_capacity(c: &CapacityPlan) -> String {
-    let tokens = |t: Option<Tokens>| t.map_or("unknown".into(), |t| speedmatrix_units::group_thousands(t.get()));
+    let tokens = |t: Option<Tokens>| {
+        t.map_or("unknown".into(), |t| {
+            speedmatrix_units::group_thousands(t.get())
+        })
+    };
     match c.source {
         CapacitySourceKind::Measured => format!(
             "KV capacity {} tokens, read from the server's {}{}",
@@ -848,8 +892,12 @@ fn exclusion_text(ex: &Exclusion) -> String {
 
 fn excluded_prefill(context: Tokens, ex: &Exclusion) -> PrefillRow {
     let status = match ex {
-        Exclusion::OverCapacity(reason) => CellStatus::OverCapacity { reason: reason.clone() },
-        Exclusion::TooLong(reason) => CellStatus::Skipped { reason: reason.clone() },
+        Exclusion::OverCapacity(reason) => CellStatus::OverCapacity {
+            reason: reason.clone(),
+        },
+        Exclusion::TooLong(reason) => CellStatus::Skipped {
+            reason: reason.clone(),
+        },
     };
     PrefillRow {
         context,
@@ -868,8 +916,12 @@ fn skipped_prefill(context: Tokens, reason: &str) -> PrefillRow {
 
 fn excluded_cell(planned: &PlannedCell, ex: &Exclusion) -> DecodeCell {
     let status = match ex {
-        Exclusion::OverCapacity(reason) => CellStatus::OverCapacity { reason: reason.clone() },
-        Exclusion::TooLong(reason) => CellStatus::Skipped { reason: reason.clone() },
+        Exclusion::OverCapacity(reason) => CellStatus::OverCapacity {
+            reason: reason.clone(),
+        },
+        Exclusion::TooLong(reason) => CellStatus::Skipped {
+            reason: reason.clone(),
+        },
     };
     DecodeCell {
         context: planned.context,
@@ -894,7 +946,10 @@ fn decode_summary(cell: &DecodeCell) -> String {
     match &cell.measurements {
         Some(m) => format!(
             "{:.1} tok/s total, {:.1} per request, TTFT {:.0} ms, {:.1} ms between tokens",
-            m.total_tokens_per_s, m.per_request_tokens_per_s, m.ttft_ms.p50, m.time_between_tokens_ms.p50
+            m.total_tokens_per_s,
+            m.per_request_tokens_per_s,
+            m.ttft_ms.p50,
+            m.time_between_tokens_ms.p50
         ),
         None => format!("{}: {}", cell.status.label(), cell.status.detail()),
     }
@@ -928,7 +983,11 @@ fn build_report(
         }),
         predicted: c
             .predicted_tokens
-            .or(if c.source == CapacitySourceKind::Given { c.pool_tokens } else { None })
+            .or(if c.source == CapacitySourceKind::Given {
+                c.pool_tokens
+            } else {
+                None
+            })
             .map(|t| KvCapacity {
                 kv_cache_tokens: t,
                 source: match c.source {
@@ -950,7 +1009,11 @@ fn build_report(
             ..Engine::default()
         },
         run: RunSettings {
-            model: config.labels.model.clone().unwrap_or_else(|| server.model.clone()),
+            model: config
+                .labels
+                .model
+                .clone()
+                .unwrap_or_else(|| server.model.clone()),
             served_model: server.model.clone(),
             revision: config.labels.revision.clone(),
             api: convert::api(config.api),
@@ -987,9 +1050,15 @@ fn build_report(
 fn capacity_rule(c: &CapacityPlan) -> String {
     use speedmatrix_capacity::KvPool;
     match &c.pool {
-        Some(KvPool::Blocks(_)) => "vLLM block rule: N × blocks(context + max output) ≤ num_gpu_blocks − 1".into(),
-        Some(KvPool::Tokens(_)) => "token rule: N × (context + max output) ≤ KV cache tokens".into(),
-        Some(KvPool::Slots(_)) => "llama.cpp slot rule: N ≤ n_parallel and context + max output fits a slot".into(),
+        Some(KvPool::Blocks(_)) => {
+            "vLLM block rule: N × blocks(context + max output) ≤ num_gpu_blocks − 1".into()
+        }
+        Some(KvPool::Tokens(_)) => {
+            "token rule: N × (context + max output) ≤ KV cache tokens".into()
+        }
+        Some(KvPool::Slots(_)) => {
+            "llama.cpp slot rule: N ≤ n_parallel and context + max output fits a slot".into()
+        }
         Some(_) => "the engine's KV-cache rule".into(),
         None => "unknown".into(),
     }

@@ -9,8 +9,8 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{Concurrency, Tokens};
 
-use crate::config::{CapacityHints, MatrixSpec};
 use crate::RunError;
+use crate::config::{CapacityHints, MatrixSpec};
 
 /// Where the capacity that decides the cells came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,8 +96,8 @@ pub fn capacity_plan(
             concurrencies: spec.concurrencies.clone(),
             max_output: spec.max_tokens,
         };
-        let grid = capacity_grid(predicted, measured, limits, &grid_spec)
-            .map_err(RunError::Capacity)?;
+        let grid =
+            capacity_grid(predicted, measured, limits, &grid_spec).map_err(RunError::Capacity)?;
         let source = if measured.is_some() {
             CapacitySourceKind::Measured
         } else {
@@ -150,11 +150,7 @@ pub fn capacity_plan(
 }
 
 /// Decides every prefill point and decode cell.
-pub fn plan(
-    capacity: CapacityPlan,
-    spec: &MatrixSpec,
-    max_model_len: Option<Tokens>,
-) -> Plan {
+pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tokens>) -> Plan {
     let too_long = |len: Tokens, what: &str| {
         let limit = max_model_len?;
         (len > limit).then(|| {
@@ -178,7 +174,9 @@ pub fn plan(
     let mut cells = Vec::new();
     for &context in &spec.contexts {
         for &concurrency in &spec.concurrencies {
-            let len = prompt_len(context).get().saturating_add(spec.max_tokens.get());
+            let len = prompt_len(context)
+                .get()
+                .saturating_add(spec.max_tokens.get());
             let excluded = too_long(Tokens::new(len), "context + max output").or_else(|| {
                 let pool = capacity.pool.as_ref()?;
                 over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_tokens))
@@ -226,7 +224,9 @@ fn estimate(
     let prefill_s: f64 = prefill
         .iter()
         .filter(|(_, ex)| ex.is_none())
-        .map(|(c, _)| c.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S * f64::from(spec.prefill_repeats))
+        .map(|(c, _)| {
+            c.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S * f64::from(spec.prefill_repeats)
+        })
         .sum();
     let decode_s: f64 = cells
         .iter()
@@ -250,9 +250,14 @@ mod tests {
             prediction: None,
             kv_capacity_tokens: Some(Tokens::new(tokens)),
         };
-        capacity_plan(None, &hints, ServerLimits::default(), &Preset::Seed.matrix())
-            .unwrap()
-            .0
+        capacity_plan(
+            None,
+            &hints,
+            ServerLimits::default(),
+            &Preset::Seed.matrix(),
+        )
+        .unwrap()
+        .0
     }
 
     #[test]
@@ -276,9 +281,14 @@ mod tests {
     #[test]
     fn max_model_len_excludes_long_cells_and_unknown_capacity_runs_everything() {
         let spec = Preset::Seed.matrix();
-        let unknown = capacity_plan(None, &CapacityHints::default(), ServerLimits::default(), &spec)
-            .unwrap()
-            .0;
+        let unknown = capacity_plan(
+            None,
+            &CapacityHints::default(),
+            ServerLimits::default(),
+            &spec,
+        )
+        .unwrap()
+        .0;
         assert_eq!(unknown.source, CapacitySourceKind::Unknown);
         let p = plan(unknown, &spec, Some(Tokens::kibi(64)));
         for c in &p.cells {

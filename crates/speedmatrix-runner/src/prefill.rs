@@ -8,9 +8,9 @@ use speedmatrix_report::{CellStatus, PrefillRow};
 use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
+use crate::RunError;
 use crate::request::{RequestShape, record_one};
 use crate::server::Server;
-use crate::RunError;
 
 /// Measures one prefill context with the given prompts (one per repeat).
 pub(crate) async fn run_prefill(
@@ -44,7 +44,14 @@ pub(crate) async fn run_prefill(
                 ttfts.push(m.ttft);
                 rates.push(m.prompt_rate.get());
             }
-            Err(e) => return Ok(error_row(context, "metrics".into(), e.to_string(), prompts.len() as u32)),
+            Err(e) => {
+                return Ok(error_row(
+                    context,
+                    "metrics".into(),
+                    e.to_string(),
+                    prompts.len() as u32,
+                ));
+            }
         }
     }
     let ttft = Summary::of_durations(&ttfts).map_err(RunError::Metrics)?;

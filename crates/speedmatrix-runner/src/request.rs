@@ -57,7 +57,11 @@ fn retry_delay(e: &speedmatrix_client::Error, retries_so_far: u32) -> Option<Dur
 }
 
 impl RequestShape {
-    async fn send(&self, client: &Client, prompt: &str) -> Result<ResponseStream, speedmatrix_client::Error> {
+    async fn send(
+        &self,
+        client: &Client,
+        prompt: &str,
+    ) -> Result<ResponseStream, speedmatrix_client::Error> {
         match self.api {
             Api::Completions => {
                 let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned())
@@ -130,7 +134,8 @@ pub(crate) async fn record_one(
         }
     };
     let timings = stream.timings();
-    let mut timeline = RequestTimeline::new(at(timings.sent_at), at(timings.sent_at), Outcome::Cancelled);
+    let mut timeline =
+        RequestTimeline::new(at(timings.sent_at), at(timings.sent_at), Outcome::Cancelled);
     timeline.headers_at = Some(at(timings.headers_at));
     let mut prompt_tokens = None;
     let mut counted_first = false;
@@ -174,7 +179,12 @@ pub(crate) async fn record_one(
                 };
             }
             Err(e) => {
-                let mut r = failed(timeline.sent_at, at(Instant::now()), &e, shape.secret.as_deref());
+                let mut r = failed(
+                    timeline.sent_at,
+                    at(Instant::now()),
+                    &e,
+                    shape.secret.as_deref(),
+                );
                 r.timeline.chunks = std::mem::take(&mut timeline.chunks);
                 r.timeline.headers_at = timeline.headers_at;
                 r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
@@ -204,7 +214,12 @@ pub(crate) async fn record_one(
     }
 }
 
-fn failed(sent: Timestamp, ended: Timestamp, e: &speedmatrix_client::Error, secret: Option<&str>) -> Recorded {
+fn failed(
+    sent: Timestamp,
+    ended: Timestamp,
+    e: &speedmatrix_client::Error,
+    secret: Option<&str>,
+) -> Recorded {
     let kind = e.kind().as_str().to_owned();
     let message = redact(&e.to_string(), secret);
     Recorded {
@@ -220,5 +235,47 @@ pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
     match secret {
         Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
         _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, retry_after: Option<u64>) -> speedmatrix_client::Error {
+        speedmatrix_client::Error::HttpStatus {
+            url: "http://127.0.0.1/v1/completions".into(),
+            status,
+            message: "busy".into(),
+            retry_after: retry_after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn only_429_and_503_are_retried_a_bounded_number_of_times() {
+        assert_eq!(
+            retry_delay(&status(429, Some(5)), 0),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            retry_delay(&status(503, Some(3600)), 0),
+            Some(MAX_RETRY_WAIT)
+        );
+        let backoff: Vec<_> = (0..3).map(|n| retry_delay(&status(503, None), n)).collect();
+        assert_eq!(backoff, [1, 2, 4].map(|s| Some(Duration::from_secs(s))));
+        assert_eq!(retry_delay(&status(429, Some(1)), MAX_RETRIES), None);
+        for code in [400, 401, 404, 500, 502] {
+            assert_eq!(retry_delay(&status(code, Some(1)), 0), None, "{code}");
+        }
+    }
+
+    #[test]
+    fn the_key_is_redacted_from_messages() {
+        assert_eq!(
+            redact("bad key sk-1 (sk-1)", Some("sk-1")),
+            "bad key [redacted] ([redacted])"
+        );
+        assert_eq!(redact("no key here", None), "no key here");
+        assert_eq!(redact("empty", Some("")), "empty");
     }
 }

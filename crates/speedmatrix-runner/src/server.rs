@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use speedmatrix_client::{Client, ClientConfig, ServerInfo, ServerMetrics};
 use speedmatrix_units::Tokens;
 
-use crate::config::{RunConfig, Target};
 use crate::RunError;
+use crate::config::{RunConfig, Target};
 
 /// vLLM's gauge of requests being decoded or prefilled.
 pub(crate) const RUNNING: &str = "vllm:num_requests_running";

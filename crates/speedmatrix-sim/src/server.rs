@@ -220,10 +220,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
         }
         (&Method::POST, "/tokenize") => tokenize(state, req).await,
         (&Method::GET, "/props") if state.profile.capacity_api == CapacityApi::Llamacpp => {
-            json_reply(StatusCode::OK, api::json_bytes(&llamacpp_props(&state.profile)))
+            json_reply(
+                StatusCode::OK,
+                api::json_bytes(&llamacpp_props(&state.profile)),
+            )
         }
         (&Method::GET, "/get_server_info") if state.profile.capacity_api == CapacityApi::Sglang => {
-            json_reply(StatusCode::OK, api::json_bytes(&sglang_server_info(&state.profile)))
+            json_reply(
+                StatusCode::OK,
+                api::json_bytes(&sglang_server_info(&state.profile)),
+            )
         }
         (
             _,

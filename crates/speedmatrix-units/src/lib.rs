@@ -333,7 +333,13 @@ mod tests {
 
     #[test]
     fn seed_contexts_parse_and_print() {
-        for (text, n) in [("0", 0), ("8K", 8192), ("16k", 16_384), ("248K", 253_952), ("128K", 131_072)] {
+        for (text, n) in [
+            ("0", 0),
+            ("8K", 8192),
+            ("16k", 16_384),
+            ("248K", 253_952),
+            ("128K", 131_072),
+        ] {
             let t: Tokens = text.parse().unwrap();
             assert_eq!(t.get(), n);
             assert_eq!(t.to_string(), text.to_ascii_uppercase());
@@ -356,7 +362,10 @@ mod tests {
 
     #[test]
     fn concurrency_rejects_zero_and_overflow() {
-        assert!(matches!("0".parse::<Concurrency>(), Err(ParseUnitError::Zero { .. })));
+        assert!(matches!(
+            "0".parse::<Concurrency>(),
+            Err(ParseUnitError::Zero { .. })
+        ));
         assert!(matches!(
             "5000000000".parse::<Concurrency>(),
             Err(ParseUnitError::Overflow { .. })

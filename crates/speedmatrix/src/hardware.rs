@@ -25,14 +25,20 @@ pub(crate) fn detect() -> Hardware {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map(|kb| ByteSize::new(kb * 1024));
-    let os = std::fs::read_to_string("/etc/os-release").ok().and_then(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-            .map(|v| v.trim_matches('"').to_owned())
-    });
+    let os = std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                .map(|v| v.trim_matches('"').to_owned())
+        });
     let gpus = nvidia_gpus();
     Hardware {
-        kind: Some(if gpus.is_empty() { "CPU only".into() } else { "Discrete GPU".into() }),
+        kind: Some(if gpus.is_empty() {
+            "CPU only".into()
+        } else {
+            "Discrete GPU".into()
+        }),
         gpus,
         cpu,
         cpu_cores: cores,
@@ -43,7 +49,10 @@ pub(crate) fn detect() -> Hardware {
 
 fn nvidia_gpus() -> Vec<Gpu> {
     let Ok(out) = Command::new("nvidia-smi")
-        .args(["--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
+        .args([
+            "--query-gpu=name,memory.total",
+            "--format=csv,noheader,nounits",
+        ])
         .output()
     else {
         return Vec::new();
@@ -57,8 +66,13 @@ fn nvidia_gpus() -> Vec<Gpu> {
         let (Some(name), mib) = (parts.next(), parts.next()) else {
             continue;
         };
-        let memory = mib.and_then(|m| m.parse::<u64>().ok()).map(|m| ByteSize::new(m << 20));
-        match gpus.iter_mut().find(|g| g.name == name && g.memory_bytes == memory) {
+        let memory = mib
+            .and_then(|m| m.parse::<u64>().ok())
+            .map(|m| ByteSize::new(m << 20));
+        match gpus
+            .iter_mut()
+            .find(|g| g.name == name && g.memory_bytes == memory)
+        {
             Some(g) => g.count += 1,
             None => gpus.push(Gpu {
                 name: name.to_owned(),

@@ -241,7 +241,7 @@ impl Run<'_, '_> {
             &request,
         )?;
         self.cap
-            .save("completions_stream.sse", "its raw SSE bytes", &stream.raw.body)?;
+            .save("completions_stream.sse", "its raw SSE bytes", &stream.body)?;
         let summary = summarize(&stream)?;
         self.generated += summary.completion_tokens;
         eprintln!(
@@ -295,7 +295,7 @@ impl Run<'_, '_> {
             &request,
         )?;
         self.cap
-            .save("chat_stream.sse", "its raw SSE bytes", &stream.raw.body)?;
+            .save("chat_stream.sse", "its raw SSE bytes", &stream.body)?;
         let summary = summarize(&stream)?;
         self.generated += summary.completion_tokens;
         ensure!(
@@ -401,14 +401,18 @@ impl Run<'_, '_> {
             &metrics.body,
         )?;
         let parsed = ServerMetrics::parse(&metrics.text());
-        let mut names: Vec<String> = parsed
+        let mut names: Vec<&str> = parsed
             .samples()
             .iter()
-            .filter(|s| s.name.starts_with("vllm:"))
-            .map(|s| s.name.clone())
+            .map(|s| s.name.as_str())
+            .filter(|n| n.starts_with("vllm:") && !n.ends_with("_created"))
             .collect();
+        names.sort_unstable();
         names.dedup();
-        eprintln!("vllm-e2e: vLLM metrics: {}", names.join(", "));
+        eprintln!(
+            "vllm-e2e: /metrics has {} vllm:* series names (all in capture/metrics_after.txt)",
+            names.len()
+        );
         let after = generated_total(&parsed)?;
         let counted = after - self.generation_before;
         ensure!(
@@ -553,7 +557,7 @@ fn notable_log_lines(log: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use speedmatrix_client::{RawResponse, StreamDecoder};
+    use speedmatrix_client::StreamDecoder;
 
     fn stream(events: &[&str]) -> Sse {
         let mut raw = String::new();
@@ -567,11 +571,7 @@ mod tests {
             out.push(e.unwrap());
         }
         Sse {
-            raw: RawResponse {
-                status: 200,
-                content_type: "text/event-stream".into(),
-                body: raw.clone().into(),
-            },
+            body: raw.clone().into_bytes(),
             events: out,
             done: decoder.is_done(),
         }

@@ -6,26 +6,27 @@
 //! 2. [`model`]: the project's tiny Qwen3 model, made offline by `xtask/assets/make_tiny_model.py`.
 //! 3. [`server`]: the OpenAI-compatible server on 127.0.0.1 with a fixed KV-cache size, its
 //!    EngineCore pinned to one core: on two cores it busy-polls under load and can starve the HTTP
-//!    server, which then sends tokens in bursts (`--compare-pinning` measures the placements).
-//! 4. [`checks`]: what the real engine must agree on (capacity, token counts, limits); every
-//!    exchange is kept under `target/vllm-e2e/capture/` and, with `--capture-fixtures`, copied to
+//!    server, which then sends tokens in bursts.
+//! 4. [`checks`]: what the real engine must agree on (capacity on `/metrics` = startup log =
+//!    `speedmatrix-capacity`'s prediction, token counts, limits); every exchange is kept under
+//!    `target/vllm-e2e/capture/` and, with `--capture-fixtures`, copied to
 //!    `tests/fixtures/vllm-0.32-cpu/` as ground truth for the client, simulator and capacity tests.
-//! 5. [`timing`]: client-side TTFT and inter-chunk gaps for 1 and 8 streams.
+//! 5. [`matrix`]: `speedmatrix run --url …` on a CPU-sized preset with one cell planned over
+//!    capacity from the server's own figures; its report (kept in `target/vllm-e2e/run/`) must
+//!    show the server's prompt-token counts equal to the targets, no failed request, and every
+//!    valid cell's total tok/s within ±3 % of the server's `vllm:generation_tokens_total`
+//!    increase over the same window.
 //!
-//! The speed matrix itself (`speedmatrix run --url …` on a CPU-sized preset, with its report kept
-//! under `target/vllm-e2e/`, and its cross-checks against the server's counters) belongs between
-//! stages 4 and 5, in [`run_against`]. Until it is wired in, `--keep-running` leaves the server up
-//! for a manual `speedmatrix run --url`. The server is stopped by PID, children included, whatever
-//! happens (an error, a failed check, Enter after `--keep-running`).
+//! The server is stopped by PID, children included, whatever happens (an error, a failed check,
+//! Enter after `--keep-running`).
 
 mod capture;
 mod checks;
-mod http;
 mod install;
+mod matrix;
 mod model;
-mod prom;
+mod net;
 mod server;
-mod timing;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -49,15 +50,31 @@ pub(crate) struct Args {
     /// Leave the EngineCore unpinned (to measure what pinning changes).
     #[arg(long)]
     no_pin: bool,
-    /// The core the EngineCore and its threads are pinned to (vLLM binds its worker to core 0).
-    #[arg(long, default_value_t = 0, conflicts_with = "no_pin")]
+    /// The core the EngineCore and its threads are pinned to. vLLM binds its worker to core 0,
+    /// so core 1 keeps the two apart.
+    #[arg(long, default_value_t = 1, conflicts_with = "no_pin")]
     pin_core: u32,
-    /// Skip the 1- and 8-stream timing measurement.
+    /// Run the checks only, not the speed matrix.
     #[arg(long)]
-    no_timing: bool,
-    /// Time 1 and 8 streams with the EngineCore unpinned, on core 0 and on core 1, twice over.
-    #[arg(long, conflicts_with = "no_timing")]
-    compare_pinning: bool,
+    no_matrix: bool,
+    /// Decode context lengths of the matrix. Longer rows cost minutes of CPU prefill to warm
+    /// the prefix cache for every stream (16K × 16 streams: about 2 minutes on 2 cores).
+    #[arg(long, default_value = "0,1k,4k")]
+    contexts: String,
+    /// Concurrencies of the matrix. With the default max tokens the 32 column is over the 1 GiB
+    /// cache in every row (32 × cdiv(16 + 16,384, 128) = 4,128 blocks > 4,095 usable).
+    #[arg(long, default_value = "1,2,4,8,16,32")]
+    concurrency: String,
+    /// Cold prefill points of the matrix.
+    #[arg(long, default_value = "1k,4k,16k")]
+    prefill_contexts: String,
+    /// Measurement window of each matrix cell, in seconds.
+    #[arg(long, default_value_t = 8)]
+    duration_s: u64,
+    /// max_tokens of every decode request of the matrix: half the default `--max-model-len`, so
+    /// that over-capacity cells arise without costly long prompts (they are planned, not run).
+    #[arg(long, default_value_t = 16_384)]
+    max_tokens: u64,
     /// Keep the server up after the checks until Enter is pressed on stdin.
     #[arg(long)]
     keep_running: bool,
@@ -130,13 +147,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Everything that needs the live server: the checks, the fixtures, the timing.
-///
-/// The speed matrix goes here, after the checks: `speedmatrix run --url <server.url()>
-/// --tokenizer <model dir> --contexts 0,1k,4k,16k --concurrency 1,4,16,32 --duration 10s`
-/// plans 15 cells plus 16K × 32 Over capacity from the server's `/metrics` (at the default
-/// `--max-model-len` 32,768 and the runner's 8K max tokens), about 4 minutes; then its
-/// cross-checks against `vllm:generation_tokens_total` over each window.
+/// Everything that needs the live server: the checks, the fixtures, the matrix.
 fn run_against(
     server: &server::Server,
     args: &Args,
@@ -144,6 +155,7 @@ fn run_against(
     model_dir: &std::path::Path,
     out: &std::path::Path,
 ) -> anyhow::Result<()> {
+    let net = net::Net::new(server.url())?;
     let mut cap = capture::Capture::new(out.join("capture"))?;
     cap.fact("install", install::RECIPE);
     cap.fact("torch, Python", install::versions(venv)?);
@@ -151,6 +163,7 @@ fn run_against(
     cap.fact("EngineCore", pinning(args));
     let ctx = checks::Context {
         server,
+        net: &net,
         venv,
         model_dir,
         kv_cache_gib: args.kv_cache_gib,
@@ -169,15 +182,45 @@ fn run_against(
         stage("write fixtures", || cap.publish(&dest, model_dir))?;
         eprintln!("vllm-e2e: fixtures written to {}", dest.display());
     }
-    if args.compare_pinning {
-        stage("pinning comparison", || timing::compare_pinning(server))?;
-        if !args.no_pin {
-            server.pin_engine_core(&args.pin_core.to_string())?;
-        }
-    } else if !args.no_timing {
-        stage("timing", || timing::report(server, &pinning(args)))?;
+    if args.no_matrix {
+        return Ok(());
     }
-    Ok(())
+    let expected = expected_capacity(&net)?;
+    let preset = matrix::Preset {
+        contexts: args.contexts.clone(),
+        concurrency: args.concurrency.clone(),
+        prefill: args.prefill_contexts.clone(),
+        duration: Duration::from_secs(args.duration_s),
+        max_tokens: args.max_tokens,
+    };
+    let run_dir = out.join("run");
+    let launch = format!("{}; {}", server::describe(server.config()), pinning(args));
+    let report = stage("speed matrix", || {
+        matrix::run(server.url(), model_dir, &preset, &launch, &run_dir)
+    })?;
+    eprint!("{}", matrix::summary(&report));
+    eprintln!("vllm-e2e: report in {}", run_dir.display());
+    let failures = matrix::check(&report, expected, args.max_tokens);
+    for f in &failures {
+        eprintln!("vllm-e2e: matrix check FAIL {f}");
+    }
+    matrix::verdict(&failures, &run_dir)
+}
+
+/// The pool the server reports on `/metrics` (already checked against its log and the
+/// predictor by [`checks`]).
+fn expected_capacity(net: &net::Net) -> anyhow::Result<matrix::Expected> {
+    let cc = net
+        .metrics()?
+        .cache_config()
+        .context("/metrics has no vllm:cache_config_info")?;
+    let blocks = cc.num_gpu_blocks.context("no num_gpu_blocks label")?;
+    let block_size = cc.block_size.context("no block_size label")?;
+    Ok(matrix::Expected {
+        kv_tokens: blocks * block_size,
+        blocks,
+        block_size,
+    })
 }
 
 /// How the EngineCore was placed, for reports.

@@ -45,7 +45,8 @@ pub(crate) fn predict_capacity(
     let path = model_dir.join("config.json");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let model = ModelConfig::from_json(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let model =
+        ModelConfig::from_json(&text).with_context(|| format!("parsing {}", path.display()))?;
     let flags = VllmFlags {
         max_model_len: Some(max_model_len),
         device: VllmDevice::Cpu {
@@ -57,7 +58,7 @@ pub(crate) fn predict_capacity(
     // device size only has to hold it.
     let host = Gpu::custom_gib((kv_cache_gib * 4) as f64);
     match predict(&model, &host, &EngineFlags::Vllm(flags))? {
-        Prediction::Vllm(p) => Ok(p),
+        Prediction::Vllm(p) => Ok(*p),
         other => bail!("the predictor answered for another engine: {other:?}"),
     }
 }

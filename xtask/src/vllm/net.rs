@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::Value;
-use speedmatrix_client::{Client, ClientConfig, RawResponse, ServerMetrics, StreamDecoder, StreamEvent};
+use speedmatrix_client::{
+    Client, ClientConfig, RawResponse, ServerMetrics, StreamDecoder, StreamEvent,
+};
 
 /// A blocking client of one server.
 pub(crate) struct Net {
@@ -24,8 +26,8 @@ impl std::fmt::Debug for Net {
 /// A streamed answer read to its end: the raw bytes and the events decoded from them.
 #[derive(Debug)]
 pub(crate) struct Sse {
-    /// The whole answer as received.
-    pub(crate) raw: RawResponse,
+    /// The whole body as received.
+    pub(crate) body: Vec<u8>,
     /// The chunks, in order (`[DONE]` is not an event).
     pub(crate) events: Vec<StreamEvent>,
     /// Whether the stream ended with `data: [DONE]`.
@@ -70,7 +72,10 @@ impl Net {
     /// `POST path` with a JSON body, whatever the status.
     pub(crate) fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<RawResponse> {
         self.runtime
-            .block_on(self.client.post_json_raw(path, body.to_string().into_bytes()))
+            .block_on(
+                self.client
+                    .post_json_raw(path, body.to_string().into_bytes()),
+            )
             .with_context(|| format!("POST {path}"))
     }
 
@@ -93,7 +98,11 @@ impl Net {
             events.push(last.with_context(|| format!("decoding the end of the stream of {path}"))?);
         }
         let done = decoder.is_done();
-        Ok(Sse { raw, events, done })
+        Ok(Sse {
+            body: raw.body.to_vec(),
+            events,
+            done,
+        })
     }
 }
 

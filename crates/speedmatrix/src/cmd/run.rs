@@ -54,7 +54,11 @@ pub(crate) struct Args {
     url: Option<String>,
     /// Simulator profile used when no --url is given: a built-in name
     /// (rtx3090-qwen3.5-4b-fp8, tiny) or a profile JSON file.
-    #[arg(long, value_name = "NAME|FILE", default_value = "rtx3090-qwen3.5-4b-fp8")]
+    #[arg(
+        long,
+        value_name = "NAME|FILE",
+        default_value = "rtx3090-qwen3.5-4b-fp8"
+    )]
     sim_profile: String,
     /// Served model name; defaults to the first model the server lists.
     #[arg(long)]
@@ -180,7 +184,9 @@ fn parse_prefill(s: &str) -> Result<PrefillArg, String> {
     if s.eq_ignore_ascii_case("none") {
         return Ok(PrefillArg(None));
     }
-    s.parse::<Tokens>().map(|t| PrefillArg(Some(t))).map_err(|e| e.to_string())
+    s.parse::<Tokens>()
+        .map(|t| PrefillArg(Some(t)))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs `speedmatrix run`.
@@ -254,7 +260,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 const JOURNAL: &str = "journal.jsonl";
 
 fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
-    let preset = args.preset.unwrap_or(if embedded { PresetArg::Quick } else { PresetArg::Seed });
+    let preset = args.preset.unwrap_or(if embedded {
+        PresetArg::Quick
+    } else {
+        PresetArg::Seed
+    });
     let mut m = match preset {
         PresetArg::Quick => Preset::Quick.matrix(),
         PresetArg::Seed => Preset::Seed.matrix(),
@@ -391,7 +401,9 @@ fn plain_http_host(url: &str) -> Option<&str> {
 fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     bare.eq_ignore_ascii_case("localhost")
-        || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The output directory, whether the run resumes, and whether this call created the directory.
@@ -450,7 +462,10 @@ async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
     let plan = speedmatrix_runner::dry_run(&config)
         .await
         .map_err(|e| into_cli_error(e, config.api_key.as_ref()))?;
-    println!("{}", speedmatrix_runner::describe_plan(&plan, &config.matrix));
+    println!(
+        "{}",
+        speedmatrix_runner::describe_plan(&plan, &config.matrix)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -467,7 +482,9 @@ fn into_cli_error(e: RunError, key: Option<&speedmatrix_client::ApiKey>) -> anyh
         | RunError::NoModel { .. }
         | RunError::ResumeMismatch { .. }
         | RunError::NotAJournal { .. } => UsageError(redact(e.to_string())).into(),
-        RunError::Server { url, source } => UsageError(redact(server_error_line(&url, &source))).into(),
+        RunError::Server { url, source } => {
+            UsageError(redact(server_error_line(&url, &source))).into()
+        }
         other => anyhow::Error::new(other),
     }
 }
@@ -513,7 +530,12 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
             tail.line, tail.reason, tail.offset, tail.dropped_bytes
         );
     }
-    let valid = outcome.report.decode.iter().filter(|c| c.status.is_valid()).count();
+    let valid = outcome
+        .report
+        .decode
+        .iter()
+        .filter(|c| c.status.is_valid())
+        .count();
     let errors = outcome
         .report
         .decode
@@ -526,7 +548,9 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         errors,
         dir.display()
     );
-    let is_error = |s: &speedmatrix_report::CellStatus| matches!(s, speedmatrix_report::CellStatus::Error { .. });
+    let is_error = |s: &speedmatrix_report::CellStatus| {
+        matches!(s, speedmatrix_report::CellStatus::Error { .. })
+    };
     let r = &outcome.report;
     let prefill_errors = r.prefill.iter().filter(|p| is_error(&p.status)).count();
     if prefill_errors > 0 {
@@ -545,7 +569,10 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         }
         None => ExitCode::SUCCESS,
         Some(speedmatrix_runner::StopReason::Cancelled) => {
-            eprintln!("the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)", dir.display());
+            eprintln!(
+                "the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)",
+                dir.display()
+            );
             ExitCode::FAILURE
         }
         Some(reason) => {
@@ -559,9 +586,17 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
 }
 
 fn first_error(r: &speedmatrix_report::Report) -> Option<String> {
-    let statuses = r.prefill.iter().map(|p| &p.status).chain(r.decode.iter().map(|c| &c.status));
+    let statuses = r
+        .prefill
+        .iter()
+        .map(|p| &p.status)
+        .chain(r.decode.iter().map(|c| &c.status));
     statuses.into_iter().find_map(|s| match s {
-        speedmatrix_report::CellStatus::Error { error_kind, message, .. } => Some(format!("{error_kind}: {message}")),
+        speedmatrix_report::CellStatus::Error {
+            error_kind,
+            message,
+            ..
+        } => Some(format!("{error_kind}: {message}")),
         _ => None,
     })
 }
@@ -573,11 +608,16 @@ mod tests {
     #[test]
     fn plain_http_hosts_are_found_and_loopback_is_recognised() {
         assert_eq!(plain_http_host("http://10.0.0.5:8000/v1"), Some("10.0.0.5"));
-        assert_eq!(plain_http_host("HTTP://user:pw@gpu-box:8000"), Some("gpu-box"));
+        assert_eq!(
+            plain_http_host("HTTP://user:pw@gpu-box:8000"),
+            Some("gpu-box")
+        );
         assert_eq!(plain_http_host("http://[::1]:8000"), Some("[::1]"));
         assert_eq!(plain_http_host("https://gpu-box"), None);
         assert_eq!(plain_http_host("gpu-box:8000"), None);
         assert!(is_loopback("[::1]") && is_loopback("127.0.0.2") && is_loopback("LOCALHOST"));
-        assert!(!is_loopback("10.0.0.5") && !is_loopback("gpu-box") && !is_loopback("127.example.com"));
+        assert!(
+            !is_loopback("10.0.0.5") && !is_loopback("gpu-box") && !is_loopback("127.example.com")
+        );
     }
 }

@@ -1,0 +1,694 @@
+//! A single-pass reader for the chunk shapes servers actually send.
+//!
+//! serde_json spends most of a chunk's decode time on generic machinery:
+//! visitor dispatch per key and a general string scanner for the many
+//! fields nobody reads (`id`, `model`, `created`, `logprobs`, ...). This
+//! reader walks the bytes once and fills the event directly.
+//!
+//! It accepts a strict subset of JSON and gives up (`None`) on anything
+//! else: `\u` escapes, a raw control character in a string, a duplicate
+//! usage field, a value of an unexpected type, deep nesting. The caller then
+//! decodes the chunk with serde_json from scratch, so every error and every
+//! odd-but-valid shape is handled there, and a chunk this reader accepts
+//! yields exactly the event serde_json would (a proptest checks this).
+
+use std::borrow::Cow;
+
+use speedmatrix_units::Tokens;
+
+use super::{StreamEvent, Usage};
+
+/// Nesting allowed inside skipped values; deeper chunks go to serde_json.
+const MAX_DEPTH: u8 = 32;
+
+/// Fills `event` from `text`; returns whether the chunk is an error object,
+/// or `None` to ask for the serde_json path (`event` may be half-filled).
+pub(super) fn parse(text: &str, event: &mut StreamEvent) -> Option<bool> {
+    let mut r = Reader { s: text, i: 0 };
+    let is_error = r.chunk(event)?;
+    r.ws();
+    (r.i == r.s.len()).then_some(is_error)
+}
+
+struct Reader<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.s.as_bytes()
+    }
+
+    fn ws(&mut self) {
+        let b = self.bytes();
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    /// The next non-whitespace byte, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes().get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    fn try_eat(&mut self, c: u8) -> bool {
+        self.eat(c).is_some()
+    }
+
+    /// `,` then more, or the closing byte.
+    fn more(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Some(true)
+            }
+            c if c == close => {
+                self.i += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.bytes().get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// True (consumed) when the next value is `null`.
+    fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// A string, borrowed unless it has escapes; `\u` escapes give up.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let end = self.plain_run();
+        match self.bytes().get(end)? {
+            b'"' => {
+                self.i = end + 1;
+                Some(Cow::Borrowed(self.s.get(start..end)?))
+            }
+            b'\\' => self.escaped(start, end).map(Cow::Owned),
+            _ => None,
+        }
+    }
+
+    /// End of the run from `self.i` without a quote, backslash or control byte.
+    fn plain_run(&self) -> usize {
+        let b = self.bytes();
+        let mut j = self.i;
+        // Eight bytes at a time while none of them can end the run.
+        while let Some(word) = b.get(j..j + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            if has_special(u64::from_le_bytes(w)) {
+                break;
+            }
+            j += 8;
+        }
+        while let Some(&c) = b.get(j) {
+            if c == b'"' || c == b'\\' || c < 0x20 {
+                break;
+            }
+            j += 1;
+        }
+        j
+    }
+
+    /// The rest of a string whose first escape is at `at`.
+    fn escaped(&mut self, start: usize, at: usize) -> Option<String> {
+        let mut out = String::with_capacity(at - start + 16);
+        out.push_str(self.s.get(start..at)?);
+        self.i = at;
+        loop {
+            match *self.bytes().get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    return Some(out);
+                }
+                b'\\' => {
+                    out.push(match *self.bytes().get(self.i + 1)? {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        _ => return None,
+                    });
+                    self.i += 2;
+                }
+                c if c < 0x20 => return None,
+                _ => {
+                    let from = self.i;
+                    self.i = self.plain_run();
+                    out.push_str(self.s.get(from..self.i)?);
+                }
+            }
+        }
+    }
+
+    /// `null` or a string.
+    fn opt_string(&mut self) -> Option<Option<Cow<'a, str>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.string().map(Some)
+    }
+
+    /// Any JSON value, unread.
+    fn skip(&mut self, depth: u8) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => {
+                self.i += 1;
+                let depth = depth.checked_sub(1)?;
+                if self.try_eat(b'}') {
+                    return Some(());
+                }
+                loop {
+                    self.string()?;
+                    self.eat(b':')?;
+                    self.skip(depth)?;
+                    if !self.more(b'}')? {
+                        return Some(());
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let depth = depth.checked_sub(1)?;
+                if self.try_eat(b']') {
+                    return Some(());
+                }
+                loop {
+                    self.skip(depth)?;
+                    if !self.more(b']')? {
+                        return Some(());
+                    }
+                }
+            }
+            b'n' => self.literal(b"null"),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// A number in JSON's grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    fn number(&mut self) -> Option<()> {
+        if self.bytes().get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        match *self.bytes().get(self.i)? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.bytes().get(self.i) == Some(&b'.') {
+            self.i += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.bytes().get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.bytes().get(self.i) {
+                self.i += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.bytes().get(self.i).is_some_and(u8::is_ascii_digit) {
+            self.i += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let from = self.i;
+        self.digits();
+        (self.i > from).then_some(())
+    }
+
+    /// `null` or a plain unsigned integer that fits a `u64`.
+    fn opt_u64(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let b = self.bytes();
+        let mut n: u64 = match *b.get(self.i)? {
+            b'0' => {
+                self.i += 1;
+                0
+            }
+            c @ b'1'..=b'9' => {
+                self.i += 1;
+                u64::from(c - b'0')
+            }
+            _ => return None,
+        };
+        if n > 0 {
+            while let Some(&c) = b.get(self.i).filter(|c| c.is_ascii_digit()) {
+                n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+                self.i += 1;
+            }
+        }
+        // A fraction, exponent or leading zero is not a plain integer.
+        match b.get(self.i) {
+            Some(b'.' | b'e' | b'E' | b'0'..=b'9') => None,
+            _ => Some(Some(n)),
+        }
+    }
+
+    /// The chunk object; returns whether it is an error object.
+    fn chunk(&mut self, event: &mut StreamEvent) -> Option<bool> {
+        let mut is_error = false;
+        self.eat(b'{')?;
+        if self.try_eat(b'}') {
+            return Some(false);
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            match &*key {
+                "choices" => self.choices(event)?,
+                "usage" => event.usage = self.usage()?,
+                "error" => {
+                    if !self.null()? {
+                        self.skip(MAX_DEPTH)?;
+                        is_error = true;
+                    }
+                }
+                "object" => is_error |= self.opt_string()?.is_some_and(|o| o == "error"),
+                _ => self.skip(MAX_DEPTH)?,
+            }
+            if !self.more(b'}')? {
+                return Some(is_error);
+            }
+        }
+    }
+
+    fn choices(&mut self, event: &mut StreamEvent) -> Option<()> {
+        if self.null()? {
+            return Some(());
+        }
+        self.eat(b'[')?;
+        if self.try_eat(b']') {
+            event.has_choices = false;
+            return Some(());
+        }
+        self.choice(event)?;
+        event.has_choices = true;
+        while self.more(b']')? {
+            self.skip(MAX_DEPTH)?;
+        }
+        Some(())
+    }
+
+    fn choice(&mut self, event: &mut StreamEvent) -> Option<()> {
+        self.eat(b'{')?;
+        if self.try_eat(b'}') {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            match &*key {
+                "text" => {
+                    if let Some(text) = self.opt_string()? {
+                        event.content = text.into_owned();
+                    }
+                }
+                "delta" => {
+                    if !self.null()? {
+                        self.delta(event)?;
+                    }
+                }
+                "finish_reason" => event.finish_reason = self.opt_string()?.map(Cow::into_owned),
+                _ => self.skip(MAX_DEPTH)?,
+            }
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    fn delta(&mut self, event: &mut StreamEvent) -> Option<()> {
+        self.eat(b'{')?;
+        if self.try_eat(b'}') {
+            return Some(());
+        }
+        let mut had_reasoning_content = false;
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            match &*key {
+                "content" => {
+                    if let Some(text) = self.opt_string()? {
+                        event.content = text.into_owned();
+                    }
+                }
+                "reasoning_content" => {
+                    if let Some(text) = self.opt_string()? {
+                        event.reasoning_content = text.into_owned();
+                        had_reasoning_content = true;
+                    }
+                }
+                "reasoning" => {
+                    if let (Some(text), false) = (self.opt_string()?, had_reasoning_content) {
+                        event.reasoning_content = text.into_owned();
+                    }
+                }
+                _ => self.skip(MAX_DEPTH)?,
+            }
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// `usage`: `null` or an object; a repeated field gives up (serde rejects it).
+    fn usage(&mut self) -> Option<Option<Usage>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let (mut prompt, mut completion, mut cached) = (None, None, None);
+        self.fields(|r, key| match key {
+            "prompt_tokens" => set_once(&mut prompt, r.opt_u64()?),
+            "completion_tokens" => set_once(&mut completion, r.opt_u64()?),
+            "prompt_tokens_details" => set_once(&mut cached, r.details()?),
+            _ => r.skip(MAX_DEPTH),
+        })?;
+        Some(Some(Usage {
+            prompt_tokens: Tokens::new(prompt.flatten().unwrap_or(0)),
+            completion_tokens: Tokens::new(completion.flatten().unwrap_or(0)),
+            cached_prompt_tokens: cached.flatten().flatten().map(Tokens::new),
+        }))
+    }
+
+    /// `prompt_tokens_details`: `null`, or an object whose `cached_tokens` may be set.
+    fn details(&mut self) -> Option<Option<Option<u64>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let mut cached = None;
+        self.fields(|r, key| match key {
+            "cached_tokens" => set_once(&mut cached, r.opt_u64()?),
+            _ => r.skip(MAX_DEPTH),
+        })?;
+        Some(Some(cached.flatten()))
+    }
+
+    /// An object, handing each key to `field` to read its value.
+    fn fields(&mut self, mut field: impl FnMut(&mut Self, &str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.try_eat(b'}') {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            field(self, &key)?;
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+}
+
+/// Records a field's value; `None` when it was already set.
+fn set_once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    slot.is_none().then(|| *slot = Some(value))
+}
+
+/// Whether any byte of `w` is `"`, `\` or below 0x20, eight bytes at once
+/// (the classic has-zero-byte and has-less-than tricks; a false positive
+/// would only hand the word to the byte loop).
+fn has_special(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+    quote | backslash | control != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+
+    use super::super::{empty_event, parse_serde};
+
+    /// Both decoders on `text`: the fast path's answer (if any) and serde_json's.
+    fn both(
+        text: &str,
+    ) -> (
+        Option<(bool, super::StreamEvent)>,
+        Option<(bool, super::StreamEvent)>,
+    ) {
+        let now = Instant::now();
+        let mut fast = empty_event(now);
+        let fast = super::parse(text, &mut fast).map(|e| (e, fast));
+        let mut slow = empty_event(now);
+        let slow = parse_serde(text, &mut slow).ok().map(|e| (e, slow));
+        (fast, slow)
+    }
+
+    #[test]
+    fn usual_chunks_take_the_fast_path_and_agree() {
+        for text in [
+            r#"{"id":"cmpl-1","object":"text_completion","created":1732000000,"model":"m","choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":16384,"total_tokens":16391,"completion_tokens":7}}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\n"},"logprobs":{"content":[{"token":"x","logprob":-0.25e-3,"top_logprobs":[]}]},"finish_reason":"stop"}]}"#,
+            r#" { "choices" : [ { "delta" : { "reasoning" : "r1" , "reasoning_content" : "r2" } } , {"text":"second"} ] } "#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            r#"{"choices":null,"error":null,"usage":null}"#,
+            r#"{"error":{"message":"boom","code":500}}"#,
+            r#"{"object":"error","message":"boom"}"#,
+            r#"{}"#,
+        ] {
+            let (fast, slow) = both(text);
+            assert!(fast.is_some(), "fast path declined {text}");
+            assert_eq!(fast, slow, "{text}");
+        }
+    }
+
+    #[test]
+    fn what_serde_rejects_the_fast_path_declines() {
+        for text in [
+            r#"{"choices":[{"text":"a"}],}"#,
+            r#"{"usage":{"prompt_tokens":1,"prompt_tokens":2}}"#,
+            r#"{"usage":{"prompt_tokens":-1}}"#,
+            r#"{"usage":{"prompt_tokens":1.5}}"#,
+            r#"{"usage":{"prompt_tokens":01}}"#,
+            r#"{"usage":{"prompt_tokens":18446744073709551616}}"#,
+            r#"{"choices":[{"text":"a	b"}]}"#,
+            r#"{"choices":[{"text":"a\qb"}]}"#,
+            r#"{"choices":[null]}"#,
+            r#"{"choices":{"text":"a"}}"#,
+            r#"{"created":1.}"#,
+            r#"{"created":-}"#,
+            r#"{"x":nul}"#,
+            r#"{"x":[1,]}"#,
+            r#"{} {}"#,
+            r#"[1,2]"#,
+        ] {
+            let (fast, slow) = both(text);
+            assert!(slow.is_none(), "serde accepted {text}");
+            assert!(fast.is_none(), "fast path accepted {text}");
+        }
+    }
+
+    fn ws() -> impl Strategy<Value = String> {
+        prop_oneof![4 => Just(String::new()), 1 => "[ \t\r\n]{1,2}"]
+    }
+
+    /// A JSON string, sometimes with escapes (`\u` ones included).
+    fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z ]{0,6}".prop_map(|s| format!("\"{s}\"")),
+            "[a-z \"\\\\\n\t/\u{1}\u{e9}\u{1F600}]{0,6}"
+                .prop_map(|s| serde_json::to_string(&s).unwrap()),
+            Just(r#""\u00e9\/""#.to_owned()),
+        ]
+    }
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            (0u64..100).prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| n.to_string()),
+            Just("1e5".to_owned()),
+            Just("-0.5E-2".to_owned()),
+            Just("18446744073709551616".to_owned()),
+        ]
+    }
+
+    fn scalar() -> impl Strategy<Value = String> {
+        prop_oneof![
+            string(),
+            number(),
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+        ]
+    }
+
+    /// Any value, nested a little.
+    fn junk() -> impl Strategy<Value = String> {
+        scalar().prop_recursive(3, 12, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((string(), inner), 0..3).prop_map(|v| {
+                    let fields: Vec<String> =
+                        v.into_iter().map(|(k, x)| format!("{k}:{x}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// An object with some of `keys` (each value from its strategy, or junk), in any order.
+    fn object(fields: Vec<(&'static str, BoxedStrategy<String>)>) -> BoxedStrategy<String> {
+        let per_field: Vec<_> = fields
+            .into_iter()
+            .map(|(key, value)| {
+                (0u8..4, prop_oneof![6 => value, 1 => junk()], ws())
+                    .prop_map(move |(times, v, w)| {
+                        // Usually once; sometimes absent or repeated.
+                        let n = [1, 1, 0, 2][times as usize];
+                        vec![format!("{w}\"{key}\"{w}:{w}{v}{w}"); n]
+                    })
+                    .boxed()
+            })
+            .collect();
+        (per_field, any::<prop::sample::Index>())
+            .prop_map(|(parts, rot)| {
+                let mut all: Vec<String> = parts.into_iter().flatten().collect();
+                if !all.is_empty() {
+                    let k = rot.index(all.len());
+                    all.rotate_left(k);
+                }
+                format!("{{{}}}", all.join(","))
+            })
+            .boxed()
+    }
+
+    fn opt_text() -> BoxedStrategy<String> {
+        prop_oneof![string(), Just("null".to_owned())].boxed()
+    }
+
+    fn chunk() -> impl Strategy<Value = String> {
+        let delta = object(vec![
+            ("content", opt_text()),
+            ("reasoning_content", opt_text()),
+            ("reasoning", opt_text()),
+            ("role", opt_text()),
+        ]);
+        let choice = object(vec![
+            ("index", number().boxed()),
+            ("text", opt_text()),
+            ("delta", prop_oneof![delta, Just("null".to_owned())].boxed()),
+            ("logprobs", junk().boxed()),
+            ("finish_reason", opt_text()),
+        ]);
+        let choices = prop_oneof![
+            prop::collection::vec(choice, 0..3).prop_map(|v| format!("[{}]", v.join(","))),
+            Just("null".to_owned()),
+        ];
+        let count = || prop_oneof![number(), Just("null".to_owned())].boxed();
+        let details = prop_oneof![
+            object(vec![("cached_tokens", count())]),
+            Just("null".to_owned()),
+        ];
+        let usage = prop_oneof![
+            object(vec![
+                ("prompt_tokens", count()),
+                ("completion_tokens", count()),
+                ("total_tokens", count()),
+                ("prompt_tokens_details", details.boxed()),
+            ]),
+            Just("null".to_owned()),
+        ];
+        let top = object(vec![
+            ("id", string().boxed()),
+            (
+                "object",
+                prop_oneof![string(), Just("\"error\"".to_owned())].boxed(),
+            ),
+            ("choices", choices.boxed()),
+            ("usage", usage.boxed()),
+            (
+                "error",
+                prop_oneof![3 => Just("null".to_owned()), 1 => junk()].boxed(),
+            ),
+        ]);
+        (top, ws(), ws()).prop_map(|(t, a, b)| format!("{a}{t}{b}"))
+    }
+
+    /// The generated chunks must mostly reach the fast path, or the
+    /// agreement properties below would prove little.
+    #[test]
+    fn generated_chunks_mostly_take_the_fast_path() {
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = chunk();
+        let (mut fast_hits, mut serde_ok) = (0, 0);
+        for _ in 0..500 {
+            let text = strategy.new_tree(&mut runner).unwrap().current();
+            let (fast, slow) = both(&text);
+            fast_hits += usize::from(fast.is_some());
+            serde_ok += usize::from(slow.is_some());
+        }
+        assert!(
+            fast_hits * 4 >= serde_ok,
+            "fast {fast_hits} of {serde_ok} valid"
+        );
+        assert!(serde_ok >= 100, "only {serde_ok} of 500 valid");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn fast_path_agrees_with_serde(text in chunk()) {
+            let (fast, slow) = both(&text);
+            if fast.is_some() {
+                prop_assert_eq!(fast, slow, "{}", text);
+            }
+        }
+
+        #[test]
+        fn damaged_chunks_are_never_misread(text in chunk(), cut in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let mut bytes = text.into_bytes();
+            let at = cut.index(bytes.len());
+            bytes[at] = byte;
+            if let Ok(text) = String::from_utf8(bytes) {
+                let (fast, slow) = both(&text);
+                if fast.is_some() {
+                    prop_assert_eq!(fast, slow, "{}", text);
+                }
+            }
+        }
+    }
+}
