@@ -344,8 +344,14 @@ fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
 fn labels(args: &Args, embedded: bool) -> RunLabels {
     let mut hardware = hardware::detect();
     if embedded {
+        // The numbers are the profile's, not this machine's GPU's: say so where
+        // the page names the hardware.
         hardware.kind = Some("Simulated engine (speedmatrix-sim) on this machine's CPU".into());
-        hardware.gpus.clear();
+        hardware.gpus = vec![speedmatrix_report::Gpu {
+            name: format!("{} (simulated)", args.sim_profile),
+            memory_bytes: None,
+            count: 1,
+        }];
     }
     if let Some(gpu) = &args.hardware_gpu {
         hardware.gpus = vec![speedmatrix_report::Gpu {
