@@ -347,9 +347,10 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
     notes.push(format!(
         "Sustained decode: each cell keeps its number of requests in flight (a finished request \
          is replaced at once) and is measured over a fixed window of {}. Total tok/s = output \
-         tokens arriving inside the window / window length; per request tok/s is the median \
-         over requests of the same; time between tokens spreads a chunk of k tokens evenly over \
-         its gap; average active requests is time-weighted.",
+         tokens arriving inside the window / window length; per request tok/s is the streams' \
+         decoding tokens / their decoding time inside the window (so total ≈ N × per request); \
+         time between tokens spreads a chunk of k tokens evenly over its gap; average active \
+         requests is time-weighted.",
         format::seconds(report.run.window_duration_s)
     ));
     notes.push(
