@@ -109,12 +109,13 @@ impl<'a> Reader<'a> {
     fn plain_run(&self) -> usize {
         let b = self.bytes();
         let mut j = self.i;
-        // Eight bytes at a time while none of them can end the run.
+        // Eight bytes at a time; the lowest flagged byte is the first special one.
         while let Some(word) = b.get(j..j + 8) {
             let mut w = [0u8; 8];
             w.copy_from_slice(word);
-            if has_special(u64::from_le_bytes(w)) {
-                break;
+            let special = special_bytes(u64::from_le_bytes(w));
+            if special != 0 {
+                return j + (special.trailing_zeros() / 8) as usize;
             }
             j += 8;
         }
@@ -437,17 +438,17 @@ fn set_once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     slot.is_none().then(|| *slot = Some(value))
 }
 
-/// Whether any byte of `w` is `"`, `\` or below 0x20, eight bytes at once
-/// (the classic has-zero-byte and has-less-than tricks; a false positive
-/// would only hand the word to the byte loop).
-fn has_special(w: u64) -> bool {
+/// The high bit set in each byte of `w` that is `"`, `\` or below 0x20, and
+/// maybe in bytes above such a one (the classic has-zero-byte and
+/// has-less-than tricks: borrows only run upward, so the lowest flag is exact).
+fn special_bytes(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
-    let quote = has_zero(w ^ (ONES * u64::from(b'"')));
-    let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let quote = zero_bytes(w ^ (ONES * u64::from(b'"')));
+    let backslash = zero_bytes(w ^ (ONES * u64::from(b'\\')));
     let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-    quote | backslash | control != 0
+    quote | backslash | control
 }
 
 #[cfg(test)]
@@ -459,13 +460,11 @@ mod tests {
 
     use super::super::{empty_event, parse_serde};
 
+    /// One decoder's reading of a chunk: whether it is an error, and the event.
+    type Decoded = Option<(bool, super::StreamEvent)>;
+
     /// Both decoders on `text`: the fast path's answer (if any) and serde_json's.
-    fn both(
-        text: &str,
-    ) -> (
-        Option<(bool, super::StreamEvent)>,
-        Option<(bool, super::StreamEvent)>,
-    ) {
+    fn both(text: &str) -> (Decoded, Decoded) {
         let now = Instant::now();
         let mut fast = empty_event(now);
         let fast = super::parse(text, &mut fast).map(|e| (e, fast));
@@ -669,6 +668,13 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn lowest_special_flag_is_the_first_special_byte(bytes in any::<[u8; 8]>()) {
+            let first = bytes.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+            let special = super::special_bytes(u64::from_le_bytes(bytes));
+            prop_assert_eq!(first.unwrap_or(8), (special.trailing_zeros() / 8) as usize);
+        }
 
         #[test]
         fn fast_path_agrees_with_serde(text in chunk()) {
