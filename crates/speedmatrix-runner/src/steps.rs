@@ -1,0 +1,256 @@
+//! The measuring part of a run: every prefill point, then every decode cell,
+//! each recorded in the journal as soon as it ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use speedmatrix_report::{CellStatus, DecodeCell, PrefillRow};
+use speedmatrix_units::Tokens;
+use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
+use tokio_util::sync::CancellationToken;
+
+use crate::assemble::{
+    decode_summary, describe_capacity, excluded_cell, excluded_prefill, exclusion_text,
+    prefill_summary, skipped_cell, skipped_prefill,
+};
+use crate::journal::Journal;
+use crate::plan::{Exclusion, Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len};
+use crate::request::RequestShape;
+use crate::resume::{Done, JournalRecord, record};
+use crate::server::Server;
+use crate::{Observer, PromptSharing, RunConfig, RunError, StopReason, decode, prefill};
+
+/// What the steps produced.
+pub(crate) struct Measured {
+    pub(crate) prefill: Vec<PrefillRow>,
+    pub(crate) decode: Vec<DecodeCell>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) stopped: Option<StopReason>,
+}
+
+/// Everything the steps share.
+pub(crate) struct Session<'a> {
+    pub(crate) config: &'a RunConfig,
+    pub(crate) server: &'a Server,
+    pub(crate) journal: Option<Journal>,
+    pub(crate) done: Done,
+    pub(crate) observer: &'a dyn Observer,
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) builder: PromptBuilder,
+    pub(crate) overhead: Option<ChatOverhead>,
+    pub(crate) shape: RequestShape,
+    /// Mixed into every cache marker so no prompt of this run was seen before.
+    pub(crate) nonce: u64,
+}
+
+impl Session<'_> {
+    /// Runs the plan's steps in order; after a stop, the rest are recorded as skipped.
+    pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunError> {
+        let capacity_note = describe_capacity(&the_plan.capacity);
+        self.observer.notice(&capacity_note);
+        let mut out = Measured {
+            prefill: Vec::new(),
+            decode: Vec::new(),
+            notes: vec![capacity_note],
+            stopped: None,
+        };
+        self.observer.planned(
+            the_plan.prefill.len() + the_plan.cells.len(),
+            the_plan.estimated,
+        );
+        for (i, (context, excluded)) in the_plan.prefill.iter().enumerate() {
+            let row = match out.stopped {
+                Some(_) => skipped_prefill(*context, "the run stopped before this step"),
+                None => {
+                    self.prefill_point(i, *context, excluded.as_ref(), &mut out.stopped)
+                        .await?
+                }
+            };
+            out.prefill.push(row);
+        }
+        for (i, planned) in the_plan.cells.iter().enumerate() {
+            let cell = match out.stopped {
+                Some(_) => skipped_cell(planned, "the run stopped before this cell"),
+                None => self.decode_cell(i, planned, &mut out).await?,
+            };
+            out.decode.push(cell);
+        }
+        out.notes.extend(self.closing_notes(out.stopped.as_ref()));
+        Ok(out)
+    }
+
+    fn prompt(&self, n: Tokens, key: CacheKey) -> Result<Prompt, RunError> {
+        let p = match self.overhead {
+            Some(o) => self.builder.chat_prompt(n, self.config.seed, &key, o),
+            None => self.builder.prompt(n, self.config.seed, &key),
+        };
+        p.map_err(RunError::Workload)
+    }
+
+    async fn prefill_point(
+        &mut self,
+        i: usize,
+        context: Tokens,
+        excluded: Option<&Exclusion>,
+        stopped: &mut Option<StopReason>,
+    ) -> Result<PrefillRow, RunError> {
+        let label = format!("prefill {context}");
+        if let Some(row) = self.done.prefill.remove(&context) {
+            self.observer.step_skipped(&label, "already in the journal");
+            return Ok(row);
+        }
+        if let Some(ex) = excluded {
+            self.observer.step_skipped(&label, &exclusion_text(ex));
+            let row = excluded_prefill(context, ex);
+            record(
+                &mut self.journal,
+                &JournalRecord::Prefill { row: row.clone() },
+            )?;
+            return Ok(row);
+        }
+        self.observer.step_started(
+            &label,
+            Duration::from_secs_f64(context.get() as f64 / 8_000.0),
+        );
+        let prompts = (0..self.config.matrix.prefill_repeats)
+            .map(|r| {
+                let key = CacheKey::unique(self.nonce.wrapping_add(i as u64), 0, u64::from(r));
+                self.prompt(context, key).map(|p| p.text)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let row =
+            match prefill::run_prefill(self.server, &self.shape, context, &prompts, self.cancel)
+                .await
+            {
+                Ok(row) => row,
+                Err(RunError::Cancelled) => {
+                    *stopped = Some(StopReason::Cancelled);
+                    return Ok(skipped_prefill(context, "interrupted"));
+                }
+                Err(e) => return Err(e),
+            };
+        self.observer.step_finished(&label, &prefill_summary(&row));
+        record(
+            &mut self.journal,
+            &JournalRecord::Prefill { row: row.clone() },
+        )?;
+        if !row.status.is_valid() && !self.server.is_alive().await {
+            *stopped = Some(StopReason::ServerGone(row.status.detail()));
+        }
+        Ok(row)
+    }
+
+    async fn decode_cell(
+        &mut self,
+        i: usize,
+        planned: &PlannedCell,
+        out: &mut Measured,
+    ) -> Result<DecodeCell, RunError> {
+        let label = format!("decode {} × {}", planned.context, planned.concurrency);
+        if let Some(cell) = self
+            .done
+            .decode
+            .remove(&(planned.context, planned.concurrency))
+        {
+            self.observer.step_skipped(&label, "already in the journal");
+            return Ok(cell);
+        }
+        if let Some(ex) = &planned.excluded {
+            self.observer.step_skipped(&label, &exclusion_text(ex));
+            let cell = excluded_cell(planned, ex);
+            record(
+                &mut self.journal,
+                &JournalRecord::Decode { cell: cell.clone() },
+            )?;
+            return Ok(cell);
+        }
+        self.observer
+            .step_started(&label, self.config.matrix.duration);
+        self.observer.step_phase(&label, "building prompts");
+        let len = prompt_len(planned.context);
+        let spec = decode::DecodeCellSpec {
+            label: &label,
+            prompts: self.cell_prompts(self.nonce.wrapping_add(1_000 + i as u64), planned, len)?,
+            expected_prompt_tokens: len,
+            concurrency: planned.concurrency,
+            context: planned.context,
+            shape: self.shape.clone(),
+            duration: self.config.matrix.duration,
+        };
+        let result = match decode::run_cell(self.server, spec, self.observer, self.cancel).await {
+            Ok(result) => result,
+            Err(RunError::Cancelled) => {
+                out.stopped = Some(StopReason::Cancelled);
+                return Ok(skipped_cell(planned, "interrupted"));
+            }
+            Err(e) => return Err(e),
+        };
+        for n in &result.notices {
+            self.observer.notice(n);
+        }
+        out.notes.extend(result.notices);
+        if matches!(result.status, CellStatus::Error { .. }) && !self.server.is_alive().await {
+            // The server died under this cell: the cell is not its fault and
+            // is left out of the journal so --resume measures it again.
+            out.stopped = Some(StopReason::ServerGone(result.status.detail()));
+            return Ok(skipped_cell(
+                planned,
+                "the server stopped answering during this cell",
+            ));
+        }
+        let cell = DecodeCell {
+            context: planned.context,
+            concurrency: planned.concurrency,
+            status: result.status,
+            measurements: result.measurements,
+        };
+        self.observer.step_finished(&label, &decode_summary(&cell));
+        record(
+            &mut self.journal,
+            &JournalRecord::Decode { cell: cell.clone() },
+        )?;
+        Ok(cell)
+    }
+
+    /// One prompt per stream, or one shared by all streams of the cell.
+    fn cell_prompts(
+        &self,
+        cell_id: u64,
+        planned: &PlannedCell,
+        len: Tokens,
+    ) -> Result<Vec<Arc<str>>, RunError> {
+        let keys: Vec<CacheKey> = match self.config.prompt_sharing {
+            PromptSharing::Unique => (0..planned.concurrency.get())
+                .map(|s| CacheKey::unique(cell_id, u64::from(s), 0))
+                .collect(),
+            PromptSharing::Shared => vec![CacheKey::shared(cell_id)],
+        };
+        keys.into_iter()
+            .map(|key| self.prompt(len, key).map(|p| Arc::<str>::from(p.text)))
+            .collect()
+    }
+
+    fn closing_notes(&self, stopped: Option<&StopReason>) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.config.matrix.contexts.contains(&Tokens::ZERO) {
+            notes.push(format!(
+                "The context 0 row sends a {ZERO_CONTEXT_PROMPT}-token prompt (a unique cache marker) so that no two streams share a KV block."
+            ));
+        }
+        if self.config.insecure {
+            notes.push("TLS certificate verification was disabled (--insecure).".into());
+        }
+        match stopped {
+            Some(StopReason::ServerGone(why)) => {
+                notes.push(format!(
+                    "The run stopped early: the server stopped answering ({why})."
+                ));
+            }
+            Some(StopReason::Cancelled) => {
+                notes.push("The run was interrupted before every step ran.".into());
+            }
+            None => {}
+        }
+        notes
+    }
+}
