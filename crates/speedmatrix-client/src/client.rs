@@ -114,7 +114,10 @@ pub struct ClientConfig {
     pub insecure: bool,
     /// Cap on one server-sent event, in bytes (default 64 MiB).
     pub max_event_bytes: usize,
-    /// How long an idle pooled connection is kept.
+    /// How long an idle pooled connection is kept (default 3 s): shorter than the keep-alive
+    /// timeout of the usual servers (uvicorn in vLLM and SGLang, cpp-httplib in llama-server:
+    /// 5 s), so that a request is never sent on a connection the server is closing — which
+    /// fails it with "connection closed before message completed".
     pub pool_idle_timeout: Duration,
 }
 
@@ -127,7 +130,7 @@ impl ClientConfig {
             timeouts: Timeouts::default(),
             insecure: false,
             max_event_bytes: sse::DEFAULT_MAX_EVENT_BYTES,
-            pool_idle_timeout: Duration::from_secs(90),
+            pool_idle_timeout: Duration::from_secs(3),
         }
     }
 

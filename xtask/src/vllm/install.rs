@@ -20,6 +20,16 @@ pub(crate) struct Venv {
 }
 
 impl Venv {
+    /// The environment in `dir` (made or not).
+    pub(crate) fn at(dir: PathBuf) -> Venv {
+        Venv { dir }
+    }
+
+    /// Its folder.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The environment's Python interpreter.
     pub(crate) fn python(&self) -> PathBuf {
         self.dir.join("bin").join("python")

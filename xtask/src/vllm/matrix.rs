@@ -44,8 +44,9 @@ pub(crate) struct Expected {
 /// Builds the binary, runs the matrix into `out`, and returns the report.
 pub(crate) fn run(
     url: &str,
-    model_dir: &Path,
+    tokenizer: &Path,
     preset: &Preset,
+    engine: &str,
     launch_command: &str,
     out: &Path,
 ) -> anyhow::Result<Report> {
@@ -53,7 +54,7 @@ pub(crate) fn run(
     let bin = binary()?;
     let mut cmd = std::process::Command::new(&bin);
     cmd.args(["run", "--url", url, "--tokenizer"])
-        .arg(model_dir)
+        .arg(tokenizer)
         .args(["--api", "completions"])
         .args(["--contexts", &preset.contexts])
         .args(["--concurrency", &preset.concurrency])
@@ -67,7 +68,7 @@ pub(crate) fn run(
         .arg(format!("{}s", preset.duration.as_secs()))
         .arg("--max-tokens")
         .arg(preset.max_tokens.to_string())
-        .args(["--engine", "vllm"])
+        .args(["--engine", engine])
         .arg("--launch-command")
         .arg(launch_command)
         .args(["--quiet", "--force", "--out"])
@@ -90,9 +91,9 @@ fn binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// Everything the report must agree on; one line per failure (empty when all hold).
+/// Everything a vLLM report must agree on; one line per failure (empty when all hold).
 pub(crate) fn check(report: &Report, expected: Expected, max_tokens: u64) -> Vec<String> {
-    let mut failures = Vec::new();
+    let mut failures = check_common(report);
     let measured = report
         .capacity
         .as_ref()
@@ -104,39 +105,21 @@ pub(crate) fn check(report: &Report, expected: Expected, max_tokens: u64) -> Vec
             expected.kv_tokens
         ));
     }
-    for row in &report.prefill {
-        if !row.status.is_valid() {
-            failures.push(format!(
-                "prefill {}: {} {}",
-                row.context,
-                row.status.label(),
-                row.status.detail()
-            ));
-        } else if row.prompt_tokens_reported != Some(row.prompt_tokens_requested) {
-            failures.push(format!(
-                "prefill {}: the server counted {:?} prompt tokens, {} were sent",
-                row.context, row.prompt_tokens_reported, row.prompt_tokens_requested
-            ));
-        }
-    }
-    let mut over = 0;
     for cell in &report.decode {
         let fits = fits(cell, expected, max_tokens);
-        match (&cell.status, fits) {
-            (CellStatus::Valid, true) => failures.extend(check_valid(cell)),
-            (CellStatus::OverCapacity { .. }, false) => over += 1,
-            (status, _) => failures.push(format!(
-                "{} × {}: {} ({}); the block rule says it {}",
+        let over = matches!(cell.status, CellStatus::OverCapacity { .. });
+        if fits == over {
+            failures.push(format!(
+                "{} × {}: {}, but the block rule says it {}",
                 cell.context,
                 cell.concurrency,
-                status.label(),
-                status.detail(),
+                cell.status.label(),
                 if fits { "fits" } else { "does not fit" }
-            )),
+            ));
         }
-    }
-    if over == 0 {
-        failures.push("no cell was planned over capacity; the preset must have one".into());
+        if cell.status.is_valid() {
+            failures.extend(check_counter(cell));
+        }
     }
     failures
 }
@@ -148,18 +131,13 @@ fn fits(cell: &DecodeCell, e: Expected, max_tokens: u64) -> bool {
     u64::from(cell.concurrency.get()) * per_request < e.blocks
 }
 
-fn check_valid(cell: &DecodeCell) -> Vec<String> {
+/// The server's token counter and queue over a valid cell's window.
+fn check_counter(cell: &DecodeCell) -> Vec<String> {
     let name = format!("{} × {}", cell.context, cell.concurrency);
     let Some(m) = &cell.measurements else {
         return vec![format!("{name}: Valid without measurements")];
     };
     let mut failures = Vec::new();
-    if m.prompt_token_mismatches > 0 {
-        failures.push(format!(
-            "{name}: {} requests were counted with another prompt length",
-            m.prompt_token_mismatches
-        ));
-    }
     if m.queueing_detected {
         failures.push(format!("{name}: the server queued requests"));
     }
@@ -196,12 +174,13 @@ pub(crate) fn summary(report: &Report) -> String {
     for row in &report.prefill {
         let _ = writeln!(
             out,
-            "prefill {:>5}: {} — {:.0} prompt tok/s, TTFT {:.0} ms, prompt tokens {:?}/{}",
+            "prefill {:>5}: {} — {:.0} prompt tok/s, TTFT {:.0} ms, server counted {} of {} prompt tokens",
             row.context.to_string(),
             row.status.label(),
             row.prompt_tokens_per_s.unwrap_or(f64::NAN),
             row.ttft_ms.unwrap_or(f64::NAN),
-            row.prompt_tokens_reported.map(|t| t.get()),
+            row.prompt_tokens_reported
+                .map_or_else(|| "none".to_owned(), |t| t.get().to_string()),
             row.prompt_tokens_requested.get()
         );
     }
@@ -213,14 +192,17 @@ pub(crate) fn summary(report: &Report) -> String {
         );
         let _ = match (&cell.measurements, cell.status.is_valid()) {
             (Some(m), true) => {
-                let server = m.server_counter.map_or(f64::NAN, |c| c.tokens_per_s());
+                let server = m.server_counter.map_or_else(String::new, |c| {
+                    let rate = c.tokens_per_s();
+                    format!(
+                        ", server counter {rate:>7.1} tok/s ({:+.2} %)",
+                        (m.total_tokens_per_s / rate - 1.0) * 100.0
+                    )
+                });
                 writeln!(
                     out,
-                    "{head}: {:>7.1} tok/s, server counter {:>7.1} tok/s ({:+.2} %), TTFT p50 {:.0} ms, \
-                     TBT p50 {:.1} ms, mismatches {}",
+                    "{head}: {:>7.1} tok/s{server}, TTFT p50 {:.0} ms, TBT p50 {:.1} ms, mismatches {}",
                     m.total_tokens_per_s,
-                    server,
-                    (m.total_tokens_per_s / server - 1.0) * 100.0,
                     m.ttft_ms.p50,
                     m.time_between_tokens_ms.p50,
                     m.prompt_token_mismatches
@@ -235,6 +217,46 @@ pub(crate) fn summary(report: &Report) -> String {
         };
     }
     out
+}
+
+/// Checks of a report that hold on any engine: every prefill point valid with the prompt
+/// tokens the server counted equal to those sent, no decode cell in error or skipped, no
+/// prompt-token mismatch, at least one cell over capacity.
+pub(crate) fn check_common(report: &Report) -> Vec<String> {
+    let mut failures = Vec::new();
+    for row in &report.prefill {
+        if !row.status.is_valid() || row.prompt_tokens_reported != Some(row.prompt_tokens_requested)
+        {
+            failures.push(format!(
+                "prefill {}: {} {}, server counted {:?} of {} prompt tokens",
+                row.context,
+                row.status.label(),
+                row.status.detail(),
+                row.prompt_tokens_reported.map(|t| t.get()),
+                row.prompt_tokens_requested
+            ));
+        }
+    }
+    for cell in &report.decode {
+        let name = format!("{} × {}", cell.context, cell.concurrency);
+        match (&cell.status, &cell.measurements) {
+            (CellStatus::OverCapacity { .. }, _) => {}
+            (CellStatus::Valid, Some(m)) if m.prompt_token_mismatches == 0 => {}
+            (CellStatus::Valid, Some(m)) => failures.push(format!(
+                "{name}: {} requests were counted with another prompt length",
+                m.prompt_token_mismatches
+            )),
+            (status, _) => failures.push(format!("{name}: {} {}", status.label(), status.detail())),
+        }
+    }
+    if !report
+        .decode
+        .iter()
+        .any(|c| matches!(c.status, CellStatus::OverCapacity { .. }))
+    {
+        failures.push("no cell was planned over capacity; the preset must have one".into());
+    }
+    failures
 }
 
 /// Fails with every failure listed.

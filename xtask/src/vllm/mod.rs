@@ -22,10 +22,10 @@
 
 mod capture;
 mod checks;
-mod install;
-mod matrix;
+pub(crate) mod install;
+pub(crate) mod matrix;
 mod model;
-mod net;
+pub(crate) mod net;
 mod server;
 
 use std::path::PathBuf;
@@ -196,7 +196,7 @@ fn run_against(
     let run_dir = out.join("run");
     let launch = format!("{}; {}", server::describe(server.config()), pinning(args));
     let report = stage("speed matrix", || {
-        matrix::run(server.url(), model_dir, &preset, &launch, &run_dir)
+        matrix::run(server.url(), model_dir, &preset, "vllm", &launch, &run_dir)
     })?;
     eprint!("{}", matrix::summary(&report));
     eprintln!("vllm-e2e: report in {}", run_dir.display());
@@ -245,7 +245,7 @@ fn stage<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result
 }
 
 /// `$XDG_CACHE_HOME/speedmatrix`, else `$HOME/.cache/speedmatrix`.
-fn default_cache_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_cache_dir() -> anyhow::Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
