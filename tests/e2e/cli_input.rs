@@ -7,7 +7,7 @@ use std::path::Path;
 use speedmatrix_report::CellStatus;
 
 use crate::stage::{Outcome, Stage, Trouble, run_against, run_cmd};
-use crate::support::{bin, temp_dir, test_profile};
+use crate::support::{bin, run_sim_profile, stderr_after, temp_dir, test_profile};
 
 /// Exit 2, exactly one `error:` line naming `needle`, and no output folder.
 fn assert_refused(o: &Outcome, needle: &str) {
@@ -44,12 +44,16 @@ fn assert_refused(o: &Outcome, needle: &str) {
     );
 }
 
+/// [`assert_refused`], and the message also says `hint` (else fails with `why`).
+fn assert_refused_with(o: &Outcome, needle: &str, hint: &str, why: &str) {
+    assert_refused(o, needle);
+    assert!(o.stderr.contains(hint), "{why}: {}", o.stderr);
+}
+
 fn run_sim(dir: &Path, args: &[&str]) -> Outcome {
     let (_, profile) = test_profile(dir);
-    let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--sim-profile"])
-        .arg(profile)
-        .args(args);
+    let mut cmd = run_sim_profile(&profile);
+    cmd.args(args);
     run_cmd(cmd, dir)
 }
 
@@ -58,12 +62,7 @@ fn invalid_urls_are_refused_before_anything_is_sent() {
     let dir = temp_dir("bad-url");
     for url in ["notaurl", "ftp://127.0.0.1:8000", "http://[::1"] {
         let o = run_against(url, &dir, &["--prefill-contexts", "none"]);
-        assert_refused(&o, "--url");
-        assert!(
-            o.stderr.contains("http://"),
-            "no example of a good URL: {}",
-            o.stderr
-        );
+        assert_refused_with(&o, "--url", "http://", "no example of a good URL");
     }
 }
 
@@ -108,11 +107,11 @@ fn a_model_config_that_is_not_a_model_config_is_refused() {
     let missing = dir.join("nope.json");
     for path in [&not_json, &not_model, &missing] {
         let o = run_sim(&dir, &["--model-config", path.to_str().unwrap()]);
-        assert_refused(&o, "--model-config");
-        assert!(
-            o.stderr.contains("config.json"),
-            "what to pass is not said: {}",
-            o.stderr
+        assert_refused_with(
+            &o,
+            "--model-config",
+            "config.json",
+            "what to pass is not said",
         );
     }
 }
@@ -181,15 +180,13 @@ fn an_unwritable_out_is_refused() {
     let dir = temp_dir("unwritable");
     let file = dir.join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let mut cmd = bin();
     let (_, profile) = test_profile(&dir);
-    cmd.args(["run", "--quiet", "--sim-profile"])
-        .arg(&profile)
+    let output = run_sim_profile(&profile)
         .arg("--out")
-        .arg(file.join("sub"));
-    let output = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+        .arg(file.join("sub"))
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&output, 2);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("output directory") && stderr.contains("--out"),
@@ -205,8 +202,7 @@ fn an_existing_out_with_files_is_not_overwritten_without_force_or_resume() {
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("precious.txt"), "keep me").unwrap();
     let o = run_sim(&dir, &["--prefill-contexts", "none"]);
-    assert_eq!(o.code, Some(2), "{}", o.stderr);
-    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    o.assert_one_line_exit_2();
     assert!(
         o.stderr.contains("--force") && o.stderr.contains("--resume"),
         "{}",
@@ -232,6 +228,16 @@ const ONE_CELL: [&str; 10] = [
     "256",
 ];
 
+/// `run --resume OUT` over [`ONE_CELL`] on the simulator.
+fn resume(profile: &Path, out: &Path) -> std::process::Output {
+    run_sim_profile(profile)
+        .args(ONE_CELL)
+        .arg("--resume")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_corrupt_journal_on_resume_keeps_the_valid_prefix_and_reports_the_tail() {
     let dir = temp_dir("corrupt-journal");
@@ -252,16 +258,8 @@ fn a_corrupt_journal_on_resume_keeps_the_valid_prefix_and_reports_the_tail() {
     std::fs::write(&journal, &damaged).unwrap();
 
     let (_, profile) = test_profile(&dir);
-    let output = bin()
-        .args(["run", "--quiet", "--sim-profile"])
-        .arg(&profile)
-        .args(ONE_CELL)
-        .arg("--resume")
-        .arg(&first.out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let output = resume(&profile, &first.out);
+    let stderr = stderr_after(&output, 0);
     let note: Vec<&str> = stderr.lines().filter(|l| l.contains("damaged")).collect();
     assert_eq!(note.len(), 1, "{stderr}");
     assert!(
@@ -287,16 +285,8 @@ fn a_file_that_is_not_a_journal_is_refused_on_resume_and_left_alone() {
     let journal = out.join("journal.jsonl");
     std::fs::write(&journal, "<html>not a journal</html>\n").unwrap();
     let (_, profile) = test_profile(&dir);
-    let output = bin()
-        .args(["run", "--quiet", "--sim-profile"])
-        .arg(&profile)
-        .args(ONE_CELL)
-        .arg("--resume")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let output = resume(&profile, &out);
+    let stderr = stderr_after(&output, 2);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("not a speedmatrix journal") && stderr.contains("--out"),

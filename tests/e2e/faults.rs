@@ -7,7 +7,8 @@ use std::time::Duration;
 use speedmatrix_report::CellStatus;
 
 use crate::support::{
-    SimProcess, bin, decode_records, read_report, temp_dir, test_profile, wait_for,
+    SimProcess, decode_records, read_report, run_sim_profile, run_url, temp_dir, test_profile,
+    wait_for,
 };
 
 const CELLS: [&str; 8] = [
@@ -21,24 +22,20 @@ const CELLS: [&str; 8] = [
     "512",
 ];
 
+/// `run` against `url` over [`CELLS`] with 1 s windows; the caller adds the rest.
+fn run_cells(url: &str) -> std::process::Command {
+    let mut cmd = run_url(url);
+    cmd.args(["--duration", "1s"]).args(CELLS);
+    cmd
+}
+
 #[test]
 fn a_dead_server_loses_no_finished_cell_and_resume_completes_the_run() {
     let dir = temp_dir("dead-server");
     let (_, profile) = test_profile(&dir);
     let out = dir.join("out");
     let mut sim = SimProcess::start(&profile);
-    let run = bin()
-        .args([
-            "run",
-            "--quiet",
-            "--tokenizer",
-            "bundled",
-            "--duration",
-            "1s",
-            "--url",
-            &sim.url,
-        ])
-        .args(CELLS)
+    let run = run_cells(&sim.url)
         .arg("--out")
         .arg(&out)
         .stderr(Stdio::piped())
@@ -69,18 +66,7 @@ fn a_dead_server_loses_no_finished_cell_and_resume_completes_the_run() {
     assert!(decode_records(&out) >= finished);
 
     let sim = SimProcess::start(&profile);
-    let status = bin()
-        .args([
-            "run",
-            "--quiet",
-            "--tokenizer",
-            "bundled",
-            "--duration",
-            "1s",
-            "--url",
-            &sim.url,
-        ])
-        .args(CELLS)
+    let status = run_cells(&sim.url)
         .arg("--resume")
         .arg(&out)
         .status()
@@ -109,9 +95,8 @@ fn ctrl_c_leaves_a_valid_partial_report() {
     let dir = temp_dir("sigint");
     let (_, profile) = test_profile(&dir);
     let out = dir.join("out");
-    let mut run = bin()
-        .args(["run", "--quiet", "--duration", "1s", "--sim-profile"])
-        .arg(&profile)
+    let mut run = run_sim_profile(&profile)
+        .args(["--duration", "1s"])
         .args(CELLS)
         .arg("--out")
         .arg(&out)
@@ -152,17 +137,7 @@ fn a_cell_whose_requests_fail_is_an_error_and_the_others_are_valid() {
     // Requests with a long prompt (the 256-token row) get HTTP 500 from the proxy.
     let proxy = rt.block_on(proxy::start(sim.url.clone(), 600));
     let out = dir.join("out");
-    let status = bin()
-        .args([
-            "run",
-            "--quiet",
-            "--tokenizer",
-            "bundled",
-            "--duration",
-            "1s",
-        ])
-        .args(["--url", &format!("http://{proxy}")])
-        .args(CELLS)
+    let status = run_cells(&format!("http://{proxy}"))
         .arg("--out")
         .arg(&out)
         .status()

@@ -3,7 +3,8 @@
 //! exactly the target, for completions and chat, from 1 token to 128K.
 
 use speedmatrix_client::{
-    ChatRequest, Client, ClientConfig, CompletionRequest, Message, TokenizeRequest,
+    ChatRequest, Client, ClientConfig, CompletionRequest, Error, Message, ResponseStream,
+    TokenizeRequest, Usage,
 };
 use speedmatrix_sim::{Profile, SimServer};
 use speedmatrix_units::Tokens;
@@ -35,14 +36,7 @@ fn server_reported_prompt_tokens_equal_the_target() {
             let key = CacheKey::unique(77, i as u64, 0);
             let p = builder.prompt(Tokens::new(n), 3, &key).unwrap();
             let req = CompletionRequest::new(model.clone(), p.text).max_tokens(Tokens::new(1));
-            let usage = client
-                .stream_completion(&req)
-                .await
-                .unwrap()
-                .collect()
-                .await
-                .unwrap()
-                .usage;
+            let usage = usage_of(client.stream_completion(&req).await).await;
             assert_eq!(
                 usage.map(|u| u.prompt_tokens),
                 Some(Tokens::new(n)),
@@ -56,14 +50,7 @@ fn server_reported_prompt_tokens_equal_the_target() {
                 .unwrap();
             let req = ChatRequest::new(model.clone(), vec![Message::user(c.text)])
                 .max_tokens(Tokens::new(1));
-            let usage = client
-                .stream_chat(&req)
-                .await
-                .unwrap()
-                .collect()
-                .await
-                .unwrap()
-                .usage;
+            let usage = usage_of(client.stream_chat(&req).await).await;
             assert_eq!(
                 usage.map(|u| u.prompt_tokens),
                 Some(Tokens::new(n_chat)),
@@ -72,4 +59,9 @@ fn server_reported_prompt_tokens_equal_the_target() {
         }
         sim.shutdown().await;
     });
+}
+
+/// The final usage of a stream that must open and finish cleanly.
+async fn usage_of(stream: Result<ResponseStream, Error>) -> Option<Usage> {
+    stream.unwrap().collect().await.unwrap().usage
 }

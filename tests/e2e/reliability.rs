@@ -13,25 +13,25 @@ use std::time::Duration;
 use speedmatrix_report::{CellStatus, TokenCountSource};
 
 use crate::stage::{
-    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd,
+    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd, run_staged,
 };
-use crate::support::{SimProcess, bin, decode_records, temp_dir, test_profile, wait_for};
+use crate::support::{
+    SimProcess, decode_records, free_port, run_sim_profile, run_url, temp_dir, test_profile,
+    wait_for,
+};
 
 /// Generous upper bound for a two-cell run with 1 s windows, failures included.
 const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 fn faulty_long_row(name: &str, spec: &str, decode_only: bool, extra: &[&str]) -> Outcome {
-    let dir = temp_dir(name);
-    let (profile, _) = test_profile(&dir);
     let trouble = Trouble::Fault {
         spec: spec.into(),
         min_body: LONG_BODY,
         decode_only,
     };
-    let stage = Stage::new(profile, trouble);
     let mut args = TWO_CELLS.to_vec();
     args.extend_from_slice(extra);
-    let outcome = run_against(&stage.url, &dir, &args);
+    let outcome = run_staged(name, trouble, &args);
     outcome.assert_no_panic();
     outcome
 }
@@ -137,10 +137,7 @@ fn persistent_429_and_503_are_retried_a_bounded_number_of_times_then_fail_the_ce
 
 #[test]
 fn a_transient_429_with_retry_after_is_retried_and_the_cell_is_measured() {
-    let dir = temp_dir("throttle");
-    let (profile, _) = test_profile(&dir);
-    let stage = Stage::new(profile, Trouble::Throttle(2));
-    let o = run_against(&stage.url, &dir, &TWO_CELLS);
+    let o = run_staged("throttle", Trouble::Throttle(2), &TWO_CELLS);
     o.assert_no_panic();
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let report = o.report();
@@ -177,10 +174,7 @@ fn an_sse_line_over_the_cap_is_refused_without_exhausting_memory() {
 
 #[test]
 fn an_html_page_instead_of_an_event_stream_is_a_content_type_error() {
-    let dir = temp_dir("html");
-    let (profile, _) = test_profile(&dir);
-    let stage = Stage::new(profile, Trouble::Html);
-    let o = run_against(&stage.url, &dir, &TWO_CELLS);
+    let o = run_staged("html", Trouble::Html, &TWO_CELLS);
     o.assert_no_panic();
     // Every generation request gets the page: nothing is measured, so the
     // complete run still exits 1 and says why.
@@ -228,10 +222,7 @@ fn a_server_that_ignores_ignore_eos_is_reported_by_finish_reason() {
 
 #[test]
 fn a_server_that_sends_no_usage_falls_back_to_counting_chunks_and_says_so() {
-    let dir = temp_dir("no-usage");
-    let (profile, _) = test_profile(&dir);
-    let stage = Stage::new(profile, Trouble::Strip(&["stream_options"]));
-    let o = run_against(&stage.url, &dir, &TWO_CELLS);
+    let o = run_staged("no-usage", Trouble::Strip(&["stream_options"]), &TWO_CELLS);
     o.assert_no_panic();
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     for c in o.report().decode {
@@ -252,11 +243,7 @@ fn a_server_that_sends_no_usage_falls_back_to_counting_chunks_and_says_so() {
 fn connection_refused_at_start_is_one_line_exit_2_and_leaves_nothing_behind() {
     let dir = temp_dir("refused");
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let o = run_against(&format!("http://127.0.0.1:{port}"), &dir, &TWO_CELLS);
     o.assert_no_panic();
     assert_eq!(o.code, Some(2), "{}", o.stderr);
@@ -301,8 +288,7 @@ fn a_server_that_accepts_but_never_answers_gives_up_after_the_timeout() {
         &[&TWO_CELLS[..], &["--idle-timeout", "1s"]].concat(),
     );
     o.assert_no_panic();
-    assert_eq!(o.code, Some(2), "{}", o.stderr);
-    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    o.assert_one_line_exit_2();
     assert!(o.stderr.contains("no response headers"), "{}", o.stderr);
     assert!(
         o.elapsed < Duration::from_secs(10),
@@ -323,15 +309,7 @@ fn a_server_that_dies_mid_cell_stops_the_run_with_every_finished_cell_kept() {
     let (_, profile) = test_profile(&dir);
     let mut sim = SimProcess::start(&profile);
     let out = dir.join("out");
-    let child = bin()
-        .args([
-            "run",
-            "--quiet",
-            "--tokenizer",
-            "bundled",
-            "--url",
-            &sim.url,
-        ])
+    let child = run_url(&sim.url)
         .args([
             "--contexts",
             "0",
@@ -393,10 +371,8 @@ fn a_server_that_dies_mid_cell_stops_the_run_with_every_finished_cell_kept() {
 fn profile_wide_500s_fail_every_step_and_the_run_says_nothing_was_measured() {
     let dir = temp_dir("profile-500");
     let (_, path) = profile_with(&dir, |p| p.faults = Some("status=500".into()));
-    let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--sim-profile"])
-        .arg(&path)
-        .args(TWO_CELLS);
+    let mut cmd = run_sim_profile(&path);
+    cmd.args(TWO_CELLS);
     cmd.args(["--prefill-contexts", "128"]);
     let o = run_cmd(cmd, &dir);
     o.assert_no_panic();

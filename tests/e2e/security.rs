@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use crate::stage::{
-    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd,
+    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd, run_staged,
 };
-use crate::support::{bin, temp_dir, test_profile};
+use crate::support::{bin, free_port, run_sim_profile, stderr_after, temp_dir, test_profile};
 
 const SENTINEL: &str = "sk-SENTINEL-9f27c1d0e4b3a6";
 
@@ -28,6 +28,25 @@ fn assert_secret_absent(o: &Outcome) {
         assert!(!text.contains(SENTINEL), "the key is in {}", path.display());
     });
     assert!(files >= 5, "expected the run's files, found {files}");
+}
+
+/// `-VERBOSITY run` with the key as a flag against `url`, over [`TWO_CELLS`]
+/// and one prefill row.
+fn keyed_run(verbosity: &str, url: &str) -> std::process::Command {
+    let mut cmd = bin();
+    cmd.args([
+        verbosity,
+        "run",
+        "--tokenizer",
+        "bundled",
+        "--url",
+        url,
+        "--api-key",
+        SENTINEL,
+    ])
+    .args(TWO_CELLS)
+    .args(["--prefill-contexts", "64"]);
+    cmd
 }
 
 fn visit(dir: &Path, f: &mut impl FnMut(&Path)) {
@@ -53,20 +72,7 @@ fn the_api_key_appears_in_no_output_even_at_trace_level_or_when_the_server_echoe
             min_body: LONG_BODY,
         },
     );
-    let mut cmd = bin();
-    cmd.args([
-        "-vvv",
-        "run",
-        "--tokenizer",
-        "bundled",
-        "--url",
-        &stage.url,
-        "--api-key",
-        SENTINEL,
-    ])
-    .args(TWO_CELLS)
-    .args(["--prefill-contexts", "64"]);
-    let o = run_cmd(cmd, &dir);
+    let o = run_cmd(keyed_run("-vvv", &stage.url), &dir);
     assert_eq!(
         o.code,
         Some(0),
@@ -93,11 +99,7 @@ fn the_api_key_appears_in_no_output_even_at_trace_level_or_when_the_server_echoe
     assert_secret_absent(&o);
 
     // The key from the environment, and an error at the probe.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut cmd = bin();
     cmd.env("OPENAI_API_KEY", SENTINEL).args([
         "-vvv",
@@ -117,20 +119,7 @@ fn the_api_key_is_nowhere_when_every_request_is_refused_with_it_echoed() {
     let dir = temp_dir("secret-all-401");
     let (profile, _) = test_profile(&dir);
     let stage = Stage::new(profile, Trouble::EchoAuth { min_body: 0 });
-    let mut cmd = bin();
-    cmd.args([
-        "-vv",
-        "run",
-        "--tokenizer",
-        "bundled",
-        "--url",
-        &stage.url,
-        "--api-key",
-        SENTINEL,
-    ])
-    .args(TWO_CELLS)
-    .args(["--prefill-contexts", "64"]);
-    let o = run_cmd(cmd, &dir);
+    let o = run_cmd(keyed_run("-vv", &stage.url), &dir);
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     assert_eq!(o.code, Some(1), "nothing measured: {}", o.stderr);
     assert!(
@@ -146,10 +135,8 @@ fn the_html_report_escapes_server_and_user_strings() {
     let dir = temp_dir("escape");
     let evil_model = "<script>alert('model')</script>";
     let (_, profile) = profile_with(&dir, |p| p.served_model_name = evil_model.into());
-    let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--sim-profile"])
-        .arg(&profile)
-        .args(TWO_CELLS)
+    let mut cmd = run_sim_profile(&profile);
+    cmd.args(TWO_CELLS)
         .args([
             "--launch-command",
             "vllm serve <script>alert('launch')</script> --port 8000",
@@ -178,15 +165,10 @@ fn the_html_report_escapes_server_and_user_strings() {
 
 #[test]
 fn server_error_messages_are_escaped_in_the_html_report() {
-    let dir = temp_dir("escape-error");
-    let (profile, _) = test_profile(&dir);
-    let stage = Stage::new(
-        profile,
-        Trouble::EchoAuth {
-            min_body: LONG_BODY,
-        },
-    );
-    let o = run_against(&stage.url, &dir, &TWO_CELLS);
+    let trouble = Trouble::EchoAuth {
+        min_body: LONG_BODY,
+    };
+    let o = run_staged("escape-error", trouble, &TWO_CELLS);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(
         o.error_of(256).1.contains("<script>"),
@@ -221,8 +203,7 @@ fn an_api_key_over_plain_http_to_another_host_is_warned_about_before_any_connect
         .arg(&out)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = stderr_after(&output, 2);
     assert!(
         stderr.contains("already holds files"),
         "the run got further than the flag checks: {stderr}"
@@ -251,8 +232,7 @@ fn an_api_key_over_plain_http_to_another_host_is_warned_about_before_any_connect
             .arg(&out)
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        let stderr = stderr_after(&output, 2);
         assert!(!stderr.contains("warning"), "{stderr}");
     }
 }
@@ -261,10 +241,8 @@ fn an_api_key_over_plain_http_to_another_host_is_warned_about_before_any_connect
 fn insecure_is_named_in_the_report() {
     let dir = temp_dir("insecure");
     let (_, profile) = test_profile(&dir);
-    let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--insecure", "--sim-profile"])
-        .arg(&profile)
-        .args(TWO_CELLS);
+    let mut cmd = run_sim_profile(&profile);
+    cmd.arg("--insecure").args(TWO_CELLS);
     let o = run_cmd(cmd, &dir);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
@@ -286,8 +264,7 @@ fn https_certificates_are_verified_by_default_and_insecure_opts_out() {
     // The test certificate is self-signed: the run must refuse it.
     let o = run_against(&url, &dir, &TWO_CELLS);
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-    assert_eq!(o.code, Some(2), "{}", o.stderr);
-    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    o.assert_one_line_exit_2();
     assert!(
         o.stderr.to_lowercase().contains("certificate"),
         "the reason is not named: {}",

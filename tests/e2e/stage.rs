@@ -18,7 +18,7 @@ use speedmatrix_report::{CellStatus, DecodeCell, Report};
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
 use tokio::runtime::Runtime;
 
-use crate::support::{bin, journal_lines, read_report};
+use crate::support::{journal_lines, read_report, run_url, temp_dir, test_profile};
 
 /// How the proxy misbehaves. Only generation requests (`…/completions`) are
 /// touched; `/v1/models`, `/metrics` and the rest pass through untouched, so
@@ -171,6 +171,12 @@ impl Outcome {
         }
     }
 
+    /// Exit 2 with a one-line message.
+    pub fn assert_one_line_exit_2(&self) {
+        assert_eq!(self.code, Some(2), "{}", self.stderr);
+        assert_eq!(self.stderr.trim().lines().count(), 1, "{}", self.stderr);
+    }
+
     pub fn assert_no_panic(&self) {
         assert!(
             !self.stderr.contains("panicked"),
@@ -201,10 +207,17 @@ pub const LONG_BODY: usize = 600;
 
 /// Runs `speedmatrix run --quiet --tokenizer bundled --url URL ARGS --out DIR/out`.
 pub fn run_against(url: &str, dir: &Path, args: &[&str]) -> Outcome {
-    let mut cmd = bin();
-    cmd.args(["run", "--quiet", "--tokenizer", "bundled", "--url", url])
-        .args(args);
+    let mut cmd = run_url(url);
+    cmd.args(args);
     run_cmd(cmd, dir)
+}
+
+/// Runs `args` against the test profile behind `trouble`, in a fresh folder `name`.
+pub fn run_staged(name: &str, trouble: Trouble, args: &[&str]) -> Outcome {
+    let dir = temp_dir(name);
+    let (profile, _) = test_profile(&dir);
+    let stage = Stage::new(profile, trouble);
+    run_against(&stage.url, &dir, args)
 }
 
 /// Runs a prepared command with `--out DIR/out`, capturing its output.

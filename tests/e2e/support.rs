@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use speedmatrix_report::Report;
@@ -12,6 +12,36 @@ pub fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_speedmatrix"));
     cmd.env_remove("OPENAI_API_KEY");
     cmd
+}
+
+/// `speedmatrix run --quiet --sim-profile PROFILE`; the caller adds the rest.
+pub fn run_sim_profile(profile: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args(["run", "--quiet", "--sim-profile"]).arg(profile);
+    cmd
+}
+
+/// `speedmatrix run --quiet --tokenizer bundled --url URL`; the caller adds the rest.
+pub fn run_url(url: &str) -> Command {
+    let mut cmd = bin();
+    cmd.args(["run", "--quiet", "--tokenizer", "bundled", "--url", url]);
+    cmd
+}
+
+/// The command's stderr, once its exit code is checked to be `code`.
+pub fn stderr_after(output: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    stderr
+}
+
+/// A port on 127.0.0.1 that was free a moment ago: nothing listens there.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A fresh, empty folder for one test.

@@ -14,8 +14,8 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use speedmatrix_client::{
-    ApiKey, ChatRequest, Client, ClientConfig, CompletionRequest, Error, ErrorKind, Message,
-    Timeouts, TokenizeRequest,
+    ApiKey, ChatRequest, Client, ClientConfig, CollectedResponse, CompletionRequest, Error,
+    ErrorKind, Message, ResponseStream, Timeouts, TokenizeRequest,
 };
 use speedmatrix_units::Tokens;
 use tokio::net::TcpListener;
@@ -114,6 +114,27 @@ fn request() -> CompletionRequest {
     CompletionRequest::new("m", "hello").max_tokens(Tokens::new(3))
 }
 
+/// Opens a completion stream, expecting the response head to arrive.
+async fn open(client: &Client, req: &CompletionRequest) -> ResponseStream {
+    client.stream_completion(req).await.unwrap()
+}
+
+/// Streams `req` to the end, expecting success.
+async fn collect_ok(client: &Client, req: &CompletionRequest) -> CollectedResponse {
+    open(client, req).await.collect().await.unwrap()
+}
+
+/// Streams `req`, expecting the stream to start and then fail.
+async fn collect_err(client: &Client, req: &CompletionRequest) -> Error {
+    open(client, req).await.collect().await.unwrap_err()
+}
+
+/// Sends one SSE `data:` line carrying a text chunk.
+async fn send_text(tx: &mpsc::Sender<Result<Bytes, std::io::Error>>, text: &str) {
+    let chunk = format!("data: {}\n\n", text_chunk(text, None, None));
+    tx.send(Ok(Bytes::from(chunk))).await.unwrap();
+}
+
 #[tokio::test]
 async fn streams_text_then_usage_chunk_then_done() {
     let server = serve(|req: Request<Incoming>| async move {
@@ -131,10 +152,7 @@ async fn streams_text_then_usage_chunk_then_done() {
         sse(events)
     })
     .await;
-    let mut stream = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap();
+    let mut stream = open(&client(&server.url), &request()).await;
     let mut texts = Vec::new();
     while let Some(event) = stream.next().await.unwrap() {
         assert!(event.received_at >= stream.timings().headers_at);
@@ -164,13 +182,7 @@ async fn continuous_usage_is_cumulative_per_chunk() {
         sse(events)
     })
     .await;
-    let collected = client(&server.url)
-        .stream_completion(&request().continuous_usage(true))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let collected = collect_ok(&client(&server.url), &request().continuous_usage(true)).await;
     let counts: Vec<u64> = collected
         .events
         .iter()
@@ -212,8 +224,7 @@ async fn connection_cut_mid_stream_is_disconnected() {
     let server = serve(|_req| async move {
         let (tx, response) = channel_sse();
         tokio::spawn(async move {
-            let chunk = format!("data: {}\n\n", text_chunk("a", None, None));
-            tx.send(Ok(Bytes::from(chunk))).await.unwrap();
+            send_text(&tx, "a").await;
             // Let the chunk reach the socket before the crash aborts the connection.
             tokio::time::sleep(Duration::from_millis(200)).await;
             tx.send(Err(std::io::Error::other("server crashed")))
@@ -223,10 +234,7 @@ async fn connection_cut_mid_stream_is_disconnected() {
         response
     })
     .await;
-    let mut stream = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap();
+    let mut stream = open(&client(&server.url), &request()).await;
     assert_eq!(stream.next().await.unwrap().unwrap().content, "a");
     let err = stream.next().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Disconnected, "{err}");
@@ -236,13 +244,7 @@ async fn connection_cut_mid_stream_is_disconnected() {
 #[tokio::test]
 async fn clean_close_without_done_or_finish_is_disconnected() {
     let server = serve(|_req| async move { sse(vec![text_chunk("a", None, None)]) }).await;
-    let err = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = collect_err(&client(&server.url), &request()).await;
     assert_eq!(err.kind(), ErrorKind::Disconnected);
 }
 
@@ -319,8 +321,7 @@ async fn stalled_stream_hits_the_idle_timeout() {
     let server = serve(|_req| async move {
         let (tx, response) = channel_sse();
         tokio::spawn(async move {
-            let chunk = format!("data: {}\n\n", text_chunk("a", None, None));
-            tx.send(Ok(Bytes::from(chunk))).await.unwrap();
+            send_text(&tx, "a").await;
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(tx);
         });
@@ -332,10 +333,7 @@ async fn stalled_stream_hits_the_idle_timeout() {
         Duration::from_secs(5),
         Duration::from_millis(200),
     );
-    let mut stream = client_with(&server.url, timeouts)
-        .stream_completion(&request())
-        .await
-        .unwrap();
+    let mut stream = open(&client_with(&server.url, timeouts), &request()).await;
     assert_eq!(stream.next().await.unwrap().unwrap().content, "a");
     let err = stream.next().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TimeoutIdle);
@@ -385,13 +383,7 @@ async fn one_mebibyte_line_arrives_whole() {
         }
     })
     .await;
-    let collected = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let collected = collect_ok(&client(&server.url), &request()).await;
     assert_eq!(collected.events.len(), 1);
     assert_eq!(collected.content, expected);
 }
@@ -406,13 +398,7 @@ async fn event_over_the_cap_is_a_typed_error() {
     })
     .await;
     let client = Client::new(ClientConfig::new(&server.url).max_event_bytes(10_000)).unwrap();
-    let err = client
-        .stream_completion(&request())
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = collect_err(&client, &request()).await;
     assert_eq!(err.kind(), ErrorKind::SseLineTooLong);
 }
 
@@ -427,10 +413,7 @@ async fn error_object_mid_stream_is_a_server_error_event() {
         ])
     })
     .await;
-    let mut stream = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap();
+    let mut stream = open(&client(&server.url), &request()).await;
     assert!(stream.next().await.unwrap().is_some());
     match stream.next().await.unwrap_err() {
         Error::ServerErrorEvent { message, code } => {
@@ -460,10 +443,7 @@ async fn dropping_the_stream_closes_the_connection() {
         }
     })
     .await;
-    let mut stream = client(&server.url)
-        .stream_completion(&request())
-        .await
-        .unwrap();
+    let mut stream = open(&client(&server.url), &request()).await;
     stream.next().await.unwrap().unwrap();
     stream.next().await.unwrap().unwrap();
     drop(stream);
@@ -484,13 +464,7 @@ async fn sequential_streams_reuse_one_connection() {
     .await;
     let client = client(&server.url);
     for _ in 0..5 {
-        client
-            .stream_completion(&request())
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        collect_ok(&client, &request()).await;
     }
     assert_eq!(server.connections.load(Ordering::SeqCst), 1);
 }

@@ -26,7 +26,7 @@
 //!   notes how often. Every other failure (other statuses, resets, idle or
 //!   header timeouts, malformed chunks, over-long SSE lines, a non-SSE
 //!   answer) fails the cell at once: it is recorded as
-//!   [`CellStatus::Error`] with the client's stable error kind and message
+//!   [`CellStatus::Error`](speedmatrix_report::CellStatus::Error) with the client's stable error kind and message
 //!   (the API key redacted), and the run goes on to the next cell.
 //! - After a failed step the runner asks `/v1/models` whether the server is
 //!   still there; if not, the run stops ([`StopReason::ServerGone`]), the

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use speedmatrix_client::{
-    ChatRequest, Client, ClientConfig, CompletionRequest, ErrorKind, Message, ServerMetrics,
-    Timeouts, TokenizeRequest,
+    ChatRequest, Client, ClientConfig, CollectedResponse, CompletionRequest, Error, ErrorKind,
+    Message, Prompt, ServerMetrics, Timeouts, TokenizeRequest,
 };
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
 use speedmatrix_units::Tokens;
@@ -37,10 +37,52 @@ fn client_with(sim: &RunningSim, timeouts: Timeouts, max_event_bytes: usize) -> 
 }
 
 fn completion(max_tokens: u64) -> CompletionRequest {
-    CompletionRequest::new("tiny", PROMPT)
+    completion_of(PROMPT, max_tokens)
+}
+
+/// A request for exactly `max_tokens` tokens after `prompt`, with usage on every chunk.
+fn completion_of(prompt: impl Into<Prompt>, max_tokens: u64) -> CompletionRequest {
+    CompletionRequest::new("tiny", prompt)
         .max_tokens(Tokens::new(max_tokens))
         .ignore_eos(true)
         .continuous_usage(true)
+}
+
+/// Streams `req` to the end, expecting success.
+async fn collect_ok(c: &Client, req: &CompletionRequest) -> CollectedResponse {
+    c.stream_completion(req)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap()
+}
+
+/// Streams `req`, expecting the stream to start and then fail.
+async fn collect_err(c: &Client, req: &CompletionRequest) -> Error {
+    c.stream_completion(req)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+}
+
+/// Runs `n` distinct `[i] prompt` requests for `tokens` tokens at once; each must get them all.
+async fn all_complete(c: &Client, n: usize, prompt: &str, tokens: u64) {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let c = c.clone();
+            let req = completion_of(format!("[{i}] {prompt}"), tokens);
+            tokio::spawn(async move { collect_ok(&c, &req).await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap().usage.unwrap().completion_tokens,
+            Tokens::new(tokens)
+        );
+    }
 }
 
 fn faulty(max_tokens: u64, fault: &str) -> CompletionRequest {
@@ -68,13 +110,7 @@ async fn completion_stream_has_vllm_shape_and_exact_usage() {
     let sim = start(tiny()).await;
     let c = client(&sim);
     let expected_prompt = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
-    let r = c
-        .stream_completion(&completion(20))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let r = collect_ok(&c, &completion(20)).await;
     let usage = r.usage.unwrap();
     assert_eq!(usage.prompt_tokens, Tokens::new(expected_prompt));
     assert_eq!(usage.completion_tokens, Tokens::new(20));
@@ -132,13 +168,7 @@ async fn without_ignore_eos_the_model_stops_by_itself() {
     let req = CompletionRequest::new("tiny", PROMPT)
         .max_tokens(Tokens::new(500))
         .continuous_usage(false);
-    let r = client(&sim)
-        .stream_completion(&req)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let r = collect_ok(&client(&sim), &req).await;
     assert_eq!(r.finish_reason.as_deref(), Some("stop"));
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(100));
     sim.shutdown().await;
@@ -199,13 +229,7 @@ async fn a_prompt_over_max_model_len_is_a_400_with_vllm_message() {
 async fn a_fitting_prompt_with_too_many_max_tokens_stops_at_max_model_len() {
     let sim = start(tiny()).await;
     let prompt_tokens = Tokenizer::bundled().unwrap().encode_count(PROMPT).unwrap() as u64;
-    let r = client(&sim)
-        .stream_completion(&completion(5_000))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let r = collect_ok(&client(&sim), &completion(5_000)).await;
     assert_eq!(r.finish_reason.as_deref(), Some("length"));
     assert_eq!(
         r.usage.unwrap().completion_tokens,
@@ -261,12 +285,7 @@ async fn prefix_cache_hits_show_in_metrics() {
     let long = PROMPT.repeat(20);
     for _ in 0..2 {
         let req = CompletionRequest::new("tiny", long.as_str()).max_tokens(Tokens::new(2));
-        c.stream_completion(&req)
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        collect_ok(&c, &req).await;
     }
     let m = metrics(&c).await;
     let queries = m.value("vllm:prefix_cache_queries_total").unwrap();
@@ -305,23 +324,11 @@ async fn fault_stall_trips_the_idle_timeout() {
         Duration::from_millis(300),
     );
     let c = client_with(&sim, timeouts, 1 << 20);
-    let err = c
-        .stream_completion(&faulty(20, "stall=3s@2"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = collect_err(&c, &faulty(20, "stall=3s@2")).await;
     assert_eq!(err.kind(), ErrorKind::TimeoutIdle, "{err}");
     // A stall shorter than the timeout only delays the stream.
     let c = client(&sim);
-    let r = c
-        .stream_completion(&faulty(20, "stall=200ms@2"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let r = collect_ok(&c, &faulty(20, "stall=200ms@2")).await;
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(20));
     sim.shutdown().await;
 }
@@ -329,13 +336,7 @@ async fn fault_stall_trips_the_idle_timeout() {
 #[tokio::test]
 async fn fault_malformed_chunk_is_a_protocol_error() {
     let sim = start(tiny()).await;
-    let err = client(&sim)
-        .stream_completion(&faulty(20, "malformed-chunk-after=2"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = collect_err(&client(&sim), &faulty(20, "malformed-chunk-after=2")).await;
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
     sim.shutdown().await;
 }
@@ -379,23 +380,11 @@ async fn fault_oversized_line_trips_the_event_size_limit() {
     let sim = start(tiny()).await;
     let timeouts = Timeouts::default();
     let small = client_with(&sim, timeouts, 64 << 10);
-    let err = small
-        .stream_completion(&faulty(5, "oversized-line=200000@1"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = collect_err(&small, &faulty(5, "oversized-line=200000@1")).await;
     assert_eq!(err.kind(), ErrorKind::SseLineTooLong, "{err}");
     // Under a large enough limit the padded chunk is harmless.
     let big = client_with(&sim, timeouts, 1 << 20);
-    let r = big
-        .stream_completion(&faulty(5, "oversized-line=200000@1"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let r = collect_ok(&big, &faulty(5, "oversized-line=200000@1")).await;
     assert_eq!(r.usage.unwrap().completion_tokens, Tokens::new(5));
     sim.shutdown().await;
 }
@@ -425,29 +414,7 @@ async fn one_core_serves_128_streams_at_the_modelled_rate() {
     let c = client(&sim);
     let tokens = 200u64;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..128)
-        .map(|i| {
-            let c = c.clone();
-            let req = CompletionRequest::new("tiny", format!("[{i}] {PROMPT}"))
-                .max_tokens(Tokens::new(tokens))
-                .ignore_eos(true)
-                .continuous_usage(true);
-            tokio::spawn(async move {
-                c.stream_completion(&req)
-                    .await
-                    .unwrap()
-                    .collect()
-                    .await
-                    .unwrap()
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(
-            t.await.unwrap().usage.unwrap().completion_tokens,
-            Tokens::new(tokens)
-        );
-    }
+    all_complete(&c, 128, PROMPT, tokens).await;
     let elapsed = started.elapsed();
     eprintln!("128 streams x {tokens} tokens on one thread: {elapsed:?}");
     let p = tiny();
@@ -602,29 +569,7 @@ async fn requests_beyond_the_kv_cache_wait_and_all_finish() {
     let sim = start(p).await;
     let c = client(&sim);
     let prompt = PROMPT.repeat(12);
-    let tasks: Vec<_> = (0..4)
-        .map(|i| {
-            let c = c.clone();
-            let req = CompletionRequest::new("tiny", format!("[{i}] {prompt}"))
-                .max_tokens(Tokens::new(200))
-                .ignore_eos(true)
-                .continuous_usage(true);
-            tokio::spawn(async move {
-                c.stream_completion(&req)
-                    .await
-                    .unwrap()
-                    .collect()
-                    .await
-                    .unwrap()
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(
-            t.await.unwrap().usage.unwrap().completion_tokens,
-            Tokens::new(200)
-        );
-    }
+    all_complete(&c, 4, &prompt, 200).await;
     let m = metrics(&c).await;
     assert!(m.value("vllm:num_preemptions_total").unwrap() >= 1.0);
     assert_eq!(m.value("vllm:kv_cache_usage_perc"), Some(0.0));
