@@ -154,3 +154,41 @@ fn chat_prompts_carry_the_exact_token_count_the_server_reports() {
         0
     );
 }
+
+#[test]
+fn extra_body_fields_reach_the_server_and_the_report() {
+    let dir = temp_dir("extra-body");
+    let (_, profile_path) = test_profile(&dir);
+    let out = dir.join("out");
+    // The simulator reads a `sim_fault` body field: a 418 on every request
+    // proves the field was sent.
+    let output = crate::support::run_sim_profile(&profile_path)
+        .args([
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args(["--duration", "1s", "--max-tokens", "64"])
+        .args(["--extra-body", r#"{"sim_fault": "status=418"}"#, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "every step failed");
+    let report = read_report(&out);
+    match &report.decode[0].status {
+        CellStatus::Error { message, .. } => assert!(message.contains("418"), "{message}"),
+        other => panic!("the extra field did not reach the server: {other:?}"),
+    }
+    assert!(report.notes.iter().any(|n| n.contains("sim_fault")));
+
+    let bad = bin()
+        .args(["run", "--quiet", "--extra-body", "[1, 2]", "--out"])
+        .arg(dir.join("bad"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("JSON object"));
+}

@@ -143,6 +143,10 @@ pub struct RunConfig {
     pub timeouts: speedmatrix_client::Timeouts,
     /// Also send `min_tokens = max_tokens` (for servers that honour it but not `ignore_eos`).
     pub send_min_tokens: bool,
+    /// Engine-specific fields merged into every request body, e.g.
+    /// `{"chat_template_kwargs": {"enable_thinking": false}}`; they override
+    /// the runner's own fields of the same name. Recorded in the report.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Descriptive labels for the result document.
     pub labels: RunLabels,
 }

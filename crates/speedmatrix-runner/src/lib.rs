@@ -56,6 +56,7 @@
 //!     capacity: CapacityHints::default(),
 //!     timeouts: speedmatrix_client::Timeouts::default(),
 //!     send_min_tokens: false,
+//!     extra_body: Default::default(),
 //!     labels: RunLabels::default(),
 //! };
 //! let outcome = run(config, JournalOptions::default(), &Silent, CancellationToken::new()).await?;
@@ -367,6 +368,7 @@ async fn run_on(
             ignore_eos: true,
             min_tokens: config.send_min_tokens,
             secret: secret_of(config),
+            extra: Arc::new(config.extra_body.clone()),
         },
         nonce: run_nonce(),
     };
@@ -444,6 +446,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 ignore_eos: false,
                 min_tokens: false,
                 secret: secret_of(config),
+                extra: Arc::new(config.extra_body.clone()),
             };
             let r = request::record_one(
                 &server.client,

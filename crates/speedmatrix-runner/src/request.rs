@@ -23,6 +23,8 @@ pub(crate) struct RequestShape {
     /// The API key, so that a server echoing it in an error message does not
     /// carry it into the journal, the report or the logs.
     pub(crate) secret: Option<Arc<str>>,
+    /// Engine-specific fields merged into every request body (`--extra-body`).
+    pub(crate) extra: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -71,6 +73,9 @@ impl RequestShape {
                 if self.min_tokens {
                     req = req.min_tokens(self.max_tokens);
                 }
+                for (key, value) in self.extra.iter() {
+                    req = req.extra(key.clone(), value.clone());
+                }
                 client.stream_completion(&req).await
             }
             Api::Chat => {
@@ -80,6 +85,9 @@ impl RequestShape {
                     .continuous_usage(true);
                 if self.min_tokens {
                     req = req.min_tokens(self.max_tokens);
+                }
+                for (key, value) in self.extra.iter() {
+                    req = req.extra(key.clone(), value.clone());
                 }
                 client.stream_chat(&req).await
             }

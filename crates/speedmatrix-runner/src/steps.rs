@@ -237,6 +237,12 @@ impl Session<'_> {
                 "The context 0 row sends a {ZERO_CONTEXT_PROMPT}-token prompt (a unique cache marker) so that no two streams share a KV block."
             ));
         }
+        if !self.config.extra_body.is_empty() {
+            notes.push(format!(
+                "Every request carried these extra body fields (--extra-body): {}",
+                serde_json::Value::Object(self.config.extra_body.clone())
+            ));
+        }
         if self.config.insecure {
             notes.push("TLS certificate verification was disabled (--insecure).".into());
         }

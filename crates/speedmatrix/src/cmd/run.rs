@@ -105,6 +105,11 @@ pub(crate) struct Args {
     /// Also send min_tokens = max_tokens (for servers that ignore ignore_eos).
     #[arg(long)]
     min_tokens: bool,
+    /// A JSON object merged into every request body, for engine-specific fields, e.g.
+    /// '{"chat_template_kwargs": {"enable_thinking": false}}'. Its fields override speedmatrix's
+    /// own; it is recorded in the report.
+    #[arg(long, value_name = "JSON")]
+    extra_body: Option<String>,
 
     /// KV cache capacity in tokens, when the server does not report it.
     #[arg(long, value_name = "TOKENS")]
@@ -224,6 +229,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.idle_timeout,
         ),
         send_min_tokens: args.min_tokens,
+        extra_body: extra_body(args.extra_body.as_deref())?,
         labels: labels(&args, embedded),
     };
     speedmatrix_runner::validate(&config).map_err(|e| UsageError(e.to_string()))?;
@@ -288,6 +294,20 @@ fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
         m.max_tokens = t;
     }
     m
+}
+
+fn extra_body(text: Option<&str>) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(text) = text else {
+        return Ok(serde_json::Map::new());
+    };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(UsageError(
+            "--extra-body must be a JSON object, e.g. '{\"top_k\": 1}'".into(),
+        )
+        .into()),
+        Err(e) => Err(UsageError(format!("--extra-body is not valid JSON: {e}")).into()),
+    }
 }
 
 fn load_tokenizer(args: &Args, embedded: bool) -> anyhow::Result<speedmatrix_workload::Tokenizer> {
