@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use speedmatrix_client::{ChatRequest, Client, CompletionRequest, Message, ResponseStream};
+use speedmatrix_client::{
+    ChatRequest, Client, CompletionRequest, Generation, Message, ResponseStream, StreamOptions,
+};
 use speedmatrix_metrics::{Chunk, Outcome, RequestTimeline, Timestamp, Usage};
 use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +61,20 @@ fn retry_delay(e: &speedmatrix_client::Error, retries_so_far: u32) -> Option<Dur
 }
 
 impl RequestShape {
+    /// The sampling and streaming fields every request of this shape carries.
+    fn generation(&self) -> Generation {
+        let mut g = Generation::default();
+        g.max_tokens = Some(self.max_tokens);
+        g.ignore_eos = Some(self.ignore_eos);
+        g.min_tokens = self.min_tokens.then_some(self.max_tokens);
+        g.stream_options = Some(StreamOptions {
+            include_usage: true,
+            continuous_usage_stats: true,
+        });
+        g.extra = (*self.extra).clone();
+        g
+    }
+
     async fn send(
         &self,
         client: &Client,
@@ -66,29 +82,13 @@ impl RequestShape {
     ) -> Result<ResponseStream, speedmatrix_client::Error> {
         match self.api {
             Api::Completions => {
-                let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned())
-                    .max_tokens(self.max_tokens)
-                    .ignore_eos(self.ignore_eos)
-                    .continuous_usage(true);
-                if self.min_tokens {
-                    req = req.min_tokens(self.max_tokens);
-                }
-                for (key, value) in self.extra.iter() {
-                    req = req.extra(key.clone(), value.clone());
-                }
+                let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned());
+                req.generation = self.generation();
                 client.stream_completion(&req).await
             }
             Api::Chat => {
-                let mut req = ChatRequest::new(self.model.clone(), vec![Message::user(prompt)])
-                    .max_tokens(self.max_tokens)
-                    .ignore_eos(self.ignore_eos)
-                    .continuous_usage(true);
-                if self.min_tokens {
-                    req = req.min_tokens(self.max_tokens);
-                }
-                for (key, value) in self.extra.iter() {
-                    req = req.extra(key.clone(), value.clone());
-                }
+                let mut req = ChatRequest::new(self.model.clone(), vec![Message::user(prompt)]);
+                req.generation = self.generation();
                 client.stream_chat(&req).await
             }
         }
