@@ -19,4 +19,5 @@ mod prompts;
 mod reliability;
 mod security;
 mod stage;
+mod streams;
 mod support;

@@ -192,3 +192,73 @@ fn extra_body_fields_reach_the_server_and_the_report() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("JSON object"));
 }
+
+#[test]
+fn prefill_measured_during_decode_warm_up_is_cold_and_said_so() {
+    let dir = temp_dir("prefill-warmup");
+    let (mut profile, profile_path) = test_profile(&dir);
+    // Prefill slow enough that a cached prompt would show: 1K tokens ≈ 50 ms.
+    profile.cost.prefill_per_token_us = 50.0;
+    std::fs::write(&profile_path, serde_json::to_string(&profile).unwrap()).unwrap();
+    let out = dir.join("out");
+    let status = bin()
+        .args(["run", "--quiet", "--sim-profile"])
+        .arg(&profile_path)
+        .args(["--contexts", "0,1k", "--concurrency", "2,4"])
+        .args(["--prefill-contexts", "512,1k", "--prefill-mode", "warmup"])
+        .args(["--duration", "1s", "--max-tokens", "128", "--out"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "run failed: {status}");
+    let report = read_report(&out);
+    assert_eq!(
+        report.run.prefill_mode,
+        speedmatrix_report::PrefillMode::Warmup
+    );
+    let cold = |tokens: u64| {
+        profile
+            .cost
+            .prefill(tokens, u64::from(profile.max_num_batched_tokens))
+            .as_secs_f64()
+            * 1e3
+    };
+    for row in &report.prefill {
+        assert!(row.status.is_valid(), "{:?}", row.status);
+        assert_eq!(row.prompt_tokens_reported, Some(row.context));
+        let ttft = row.ttft_ms.unwrap();
+        let model = cold(row.context.get());
+        // A cold prompt costs its whole prefill: a cached one would be a step or so.
+        assert!(
+            (ttft / model - 1.0).abs() < 0.35,
+            "prefill {}: {ttft} ms vs {model} ms cold",
+            row.context
+        );
+    }
+    // The 1K row came from the first warm-up of the 1K × 2 cell, journaled
+    // before it; 512 has no decode row and was measured cold before the cells.
+    let records: Vec<(String, u64)> = journal_lines(&out)
+        .iter()
+        .filter(|l| l["record"] != "start")
+        .map(|l| {
+            let r = l["record"].as_str().unwrap().to_owned();
+            let ctx = if r == "prefill" {
+                &l["row"]
+            } else {
+                &l["cell"]
+            }["context"]
+                .as_u64()
+                .unwrap();
+            (r, ctx)
+        })
+        .collect();
+    let at = |r: &str, c: u64| records.iter().position(|x| x.0 == r && x.1 == c).unwrap();
+    assert_eq!(at("prefill", 512), 0, "{records:?}");
+    assert!(at("decode", 0) < at("prefill", 1024), "{records:?}");
+    assert_eq!(at("prefill", 1024) + 1, at("decode", 1024), "{records:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("**Prefill mode:** Measured during decode warm-up"),
+        "{md}"
+    );
+}

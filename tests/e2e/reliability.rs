@@ -13,7 +13,8 @@ use std::time::Duration;
 use speedmatrix_report::{CellStatus, TokenCountSource};
 
 use crate::stage::{
-    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, profile_with, run_against, run_cmd, run_staged,
+    LONG_BODY, Outcome, Stage, TWO_CELLS, Trouble, one_cell, profile_with, run_against, run_cmd,
+    run_staged,
 };
 use crate::support::{
     SimProcess, decode_records, free_port, run_sim_profile, run_url, temp_dir, test_profile,
@@ -221,22 +222,28 @@ fn a_server_that_ignores_ignore_eos_is_reported_by_finish_reason() {
 }
 
 #[test]
-fn a_server_that_sends_no_usage_falls_back_to_counting_chunks_and_says_so() {
+fn a_server_that_sends_no_usage_gets_an_uncalibrated_estimate_marked_as_such() {
     let o = run_staged("no-usage", Trouble::Strip(&["stream_options"]), &TWO_CELLS);
     o.assert_no_panic();
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     for c in o.report().decode {
-        let m = c.measurements.expect("measured");
-        assert_eq!(m.token_count_source, TokenCountSource::ChunkCount);
+        let m = c.measurements.as_ref().expect("measured");
+        assert_eq!(m.token_count_source, TokenCountSource::Tokenizer);
         assert!(m.output_tokens.get() > 0);
+        let t = m.token_count.as_ref().expect("token count detail");
+        // No request, not even a calibration request, reported usage.
+        assert!(t.estimated && t.calibration_requests == 0 && t.uncertainty_pct.is_none());
+        assert_eq!(c.status_label(), "Estimated (uncalibrated)");
     }
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
     assert!(
-        md.contains(TokenCountSource::ChunkCount.describe()),
+        md.contains(TokenCountSource::Tokenizer.describe()),
         "report.md does not name the token source"
     );
+    assert!(md.contains("| Estimated (uncalibrated) |"), "{md}");
+    assert!(md.contains("≈"), "matrix cells of estimates are not marked");
     let csv = std::fs::read_to_string(o.out.join("measurements.csv")).unwrap();
-    assert!(csv.contains("chunk_count"));
+    assert!(csv.contains(",tokenizer,true,,"), "{csv}");
 }
 
 #[test]
@@ -389,5 +396,49 @@ fn profile_wide_500s_fail_every_step_and_the_run_says_nothing_was_measured() {
     for c in [0, 256] {
         assert_eq!(o.error_of(c).0, "http_status");
     }
+    o.assert_nothing_lost();
+}
+
+#[test]
+fn a_cell_where_one_request_fails_keeps_its_measurements_as_partial() {
+    // The second stream's first request is cut after 30 tokens; it is
+    // replaced, and the other two streams run the whole window.
+    let dir = temp_dir("partial");
+    let (profile, _) = test_profile(&dir);
+    let trouble = Trouble::FaultNth {
+        spec: "close-after=30".into(),
+        nth: &[1],
+    };
+    let stage = Stage::new(profile, trouble);
+    let args = one_cell(3, "2s", 1024);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run_against(&stage.url, &dir, &args);
+    o.assert_no_panic();
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let cell = o.cell(0);
+    match &cell.status {
+        CellStatus::Partial {
+            failed_requests,
+            good_requests,
+            error_kinds,
+            message,
+        } => {
+            assert_eq!(*failed_requests, 1);
+            assert!(*good_requests >= 3, "{good_requests}");
+            assert_eq!(error_kinds.get("disconnected"), Some(&1), "{error_kinds:?}");
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected a partial cell, got {other:?}; {}", o.stderr),
+    }
+    let m = cell
+        .measurements
+        .as_ref()
+        .expect("a partial cell keeps its numbers");
+    assert!(m.total_tokens_per_s > 0.0 && m.ttft_ms.p50 > 0.0);
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    assert!(md.contains("| Partial |"), "{md}");
+    assert!(md.contains("‡"), "{md}");
+    let csv = std::fs::read_to_string(o.out.join("measurements.csv")).unwrap();
+    assert!(csv.contains("decode,0,3,partial,"), "{csv}");
     o.assert_nothing_lost();
 }

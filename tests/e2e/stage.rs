@@ -35,6 +35,9 @@ pub enum Trouble {
         min_body: usize,
         decode_only: bool,
     },
+    /// Add `x-sim-fault: SPEC` to the decode requests (more than one token)
+    /// whose order of arrival, counting from 0, is in `nth`.
+    FaultNth { spec: String, nth: &'static [usize] },
     /// Remove these top-level fields from every generation request body.
     Strip(&'static [&'static str]),
     /// Answer generation requests 200 with an HTML page (a login portal, say).
@@ -202,6 +205,25 @@ pub const TWO_CELLS: [&str; 10] = [
     "256",
 ];
 
+/// One decode cell at context 0: `concurrency` streams, a `duration` window,
+/// `max_tokens` per request, no prefill.
+pub fn one_cell(concurrency: u32, duration: &str, max_tokens: u32) -> Vec<String> {
+    [
+        "--contexts",
+        "0",
+        "--concurrency",
+        &concurrency.to_string(),
+        "--prefill-contexts",
+        "none",
+        "--duration",
+        duration,
+        "--max-tokens",
+        &max_tokens.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// The byte threshold that tells the 256-token row from the 0 row.
 pub const LONG_BODY: usize = 600;
 
@@ -306,6 +328,11 @@ async fn forward(
                 decode_only,
             } => {
                 if body.len() > *min_body && (decode || !decode_only) {
+                    fault = Some(spec.clone());
+                }
+            }
+            Trouble::FaultNth { spec, nth } => {
+                if decode && nth.contains(&state.1.fetch_add(1, Ordering::SeqCst)) {
                     fault = Some(spec.clone());
                 }
             }

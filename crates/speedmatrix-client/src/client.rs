@@ -308,29 +308,31 @@ impl Client {
             return Err(self.status_error(response, url).await);
         }
         let content_type = content_type_of(&response);
-        if !content_type
+        let mut stream = ResponseStream::new(
+            response.into_body(),
+            url.clone(),
+            self.inner.timeouts.idle,
+            self.inner.max_event_bytes,
+            RequestTimings::new(sent_at, headers_at),
+        );
+        if content_type
             .to_ascii_lowercase()
             .starts_with("text/event-stream")
         {
-            let body = self
-                .read_limited(response, &url, 4096)
-                .await
-                .unwrap_or_default();
-            return Err(Error::UnexpectedContentType {
+            return Ok(stream);
+        }
+        // Some servers and proxies send an event stream with no or a generic
+        // Content-Type: the body decides, and an HTML or JSON one is an error.
+        match stream.sniff(&content_type).await? {
+            None => Ok(stream),
+            Some(start) => Err(Error::UnexpectedContentType {
                 url,
                 status: status.as_u16(),
                 content_type,
                 expected: "text/event-stream",
-                snippet: snippet(&body),
-            });
+                snippet: snippet(&start),
+            }),
         }
-        Ok(ResponseStream::new(
-            response.into_body(),
-            url,
-            self.inner.timeouts.idle,
-            self.inner.max_event_bytes,
-            RequestTimings::new(sent_at, headers_at),
-        ))
     }
 
     /// `GET path`, kept verbatim whatever the status (for tools that record

@@ -45,6 +45,10 @@ pub struct StreamEvent {
     pub usage: Option<Usage>,
     /// False for the usage-only chunk (`"choices": []`).
     pub has_choices: bool,
+    /// Output tokens so far by the engine's own running count outside
+    /// `usage`: llama.cpp's `timings.predicted_n` (sent on every chunk when
+    /// the request sets `timings_per_token`).
+    pub engine_tokens: Option<Tokens>,
 }
 
 impl StreamEvent {
@@ -84,6 +88,7 @@ pub struct StreamDecoder {
     sse: SseDecoder,
     received_at: Instant,
     done: bool,
+    done_at: Option<Instant>,
 }
 
 impl Default for StreamDecoder {
@@ -104,6 +109,7 @@ impl StreamDecoder {
             sse: SseDecoder::with_max_event_bytes(max),
             received_at: Instant::now(),
             done: false,
+            done_at: None,
         }
     }
 
@@ -130,7 +136,7 @@ impl StreamDecoder {
             };
             match parsed {
                 Ok(Parsed::Event(event)) => return Some(Ok(event)),
-                Ok(Parsed::Done) => self.done = true,
+                Ok(Parsed::Done) => self.mark_done(at),
                 Ok(Parsed::Skip) => {}
                 Err(err) => return Some(Err(err)),
             }
@@ -151,7 +157,7 @@ impl StreamDecoder {
         match parsed {
             Ok(Parsed::Event(event)) => Some(Ok(event)),
             Ok(Parsed::Done) => {
-                self.done = true;
+                self.mark_done(at);
                 None
             }
             Ok(Parsed::Skip) => None,
@@ -162,6 +168,16 @@ impl StreamDecoder {
     /// True once `data: [DONE]` was decoded.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// When the bytes of `data: [DONE]` arrived, once it was decoded.
+    pub fn done_at(&self) -> Option<Instant> {
+        self.done_at
+    }
+
+    fn mark_done(&mut self, at: Instant) {
+        self.done = true;
+        self.done_at.get_or_insert(at);
     }
 }
 
@@ -212,6 +228,7 @@ fn empty_event(received_at: Instant) -> StreamEvent {
         finish_reason: None,
         usage: None,
         has_choices: false,
+        engine_tokens: None,
     }
 }
 
@@ -266,6 +283,13 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
                     self.event.usage = map
                         .next_value::<Option<RawUsage>>()?
                         .map(RawUsage::into_usage);
+                }
+                "timings" => {
+                    self.event.engine_tokens = map
+                        .next_value::<Option<RawTimings>>()?
+                        .and_then(|t| t.predicted_n)
+                        .and_then(|n| n.0)
+                        .map(Tokens::new);
                 }
                 "error" => *self.is_error |= map.next_value::<Option<IgnoredAny>>()?.is_some(),
                 "object" => {
@@ -331,8 +355,11 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
                 }
                 "delta" => map.next_value_seed(DeltaSeed(self.0))?,
                 "finish_reason" => {
-                    self.0.finish_reason =
-                        map.next_value::<Option<Text<'de>>>()?.map(Text::into_owned);
+                    // TGI sends `""` on every chunk but the last: not a finish.
+                    self.0.finish_reason = map
+                        .next_value::<Option<Text<'de>>>()?
+                        .filter(|t| !t.as_str().is_empty())
+                        .map(Text::into_owned);
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -388,6 +415,42 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// llama.cpp's `timings` object; only the running output count is read.
+#[derive(Deserialize)]
+struct RawTimings {
+    #[serde(default)]
+    predicted_n: Option<Count>,
+}
+
+/// A token count that is read when it is a non-negative integer and ignored
+/// (`None`) otherwise, so that an odd value never breaks a stream.
+struct Count(Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        impl<'de> Visitor<'de> for CountVisitor {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a token count")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(Some(v)))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
+                Ok(Count(None))
+            }
+        }
+        deserializer.deserialize_any(CountVisitor)
     }
 }
 
@@ -523,6 +586,24 @@ mod tests {
         assert_eq!(events[1].content, "a\nb\u{e9}");
         assert_eq!(events[2].reasoning_content, "r2");
         assert_eq!(events[3].reasoning_content, "r3");
+    }
+
+    #[test]
+    fn engine_counts_and_empty_finish_reasons() {
+        let events: Vec<StreamEvent> = decode(
+            b"data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":\"\"}],\"timings\":{\"prompt_n\":-1,\"predicted_n\":7}}\n\n\
+              data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"\"}],\"timings\":{\"predicted_n\":-1}}\n\n\
+              data: {\"choices\":[{\"index\":0,\"text\":\" c\",\"finish_reason\":\"eos_token\"}],\"timings\":{\"predicted_n\":9.5}}\n\n",
+        )
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+        assert_eq!(events[0].engine_tokens, Some(Tokens::new(7)));
+        assert_eq!(events[0].finish_reason, None);
+        // An odd count is ignored, never a broken stream.
+        assert_eq!(events[1].engine_tokens, None);
+        assert_eq!(events[2].engine_tokens, None);
+        assert_eq!(events[2].finish_reason.as_deref(), Some("eos_token"));
     }
 
     #[test]

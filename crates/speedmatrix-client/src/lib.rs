@@ -59,13 +59,16 @@
 //! # Probing
 //!
 //! [`Client::probe`] asks `GET /v1/models`, `/version`, `/metrics`, and the
-//! capacity endpoints of llama.cpp (`/props`, [`LlamaCppProps`]) and SGLang
-//! (`/get_server_info`, [`SglangServerInfo`]) at once;
+//! endpoints of llama.cpp (`/props`, [`LlamaCppProps`]), SGLang
+//! (`/get_server_info`, [`SglangServerInfo`]), TGI (`/info`, [`TgiInfo`]) and
+//! Ollama (`/api/version`) at once, and [`Engine`] tells which engine answered
+//! and what that changes about its streams;
 //! [`Client::tokenize`] calls vLLM's `/tokenize`. Endpoints a server lacks
 //! come back as `None`. [`ServerMetrics`] parses Prometheus text and reads
 //! vLLM's KV cache settings ([`CacheConfig`]).
 
 mod client;
+mod engine;
 mod error;
 mod event;
 mod probe;
@@ -76,10 +79,11 @@ mod stream;
 mod tls;
 
 pub use client::{ApiKey, Client, ClientConfig, RawResponse, Timeouts};
+pub use engine::Engine;
 pub use error::{Error, ErrorKind};
 pub use event::{StreamDecoder, StreamEvent, Usage};
 pub use probe::{
-    LlamaCppProps, ModelInfo, ServerInfo, SglangServerInfo, TokenizeRequest, Tokenized,
+    LlamaCppProps, ModelInfo, ServerInfo, SglangServerInfo, TgiInfo, TokenizeRequest, Tokenized,
 };
 pub use prometheus::{CacheConfig, MetricType, Sample, ServerMetrics};
 pub use request::{ChatRequest, CompletionRequest, Generation, Message, Prompt, StreamOptions};

@@ -4,6 +4,7 @@ use http::Method;
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::Tokens;
 
+use crate::engine::Engine;
 use crate::error::snippet;
 use crate::prometheus::{CacheConfig, ServerMetrics};
 use crate::request::Message;
@@ -103,6 +104,10 @@ pub struct ServerInfo {
     pub llamacpp_props: Option<LlamaCppProps>,
     /// SGLang's `GET /get_server_info`.
     pub sglang: Option<SglangServerInfo>,
+    /// Hugging Face TGI's `GET /info`.
+    pub tgi: Option<TgiInfo>,
+    /// Ollama's `GET /api/version`.
+    pub ollama_version: Option<String>,
     /// Optional endpoints that answered but could not be used, one line each.
     pub warnings: Vec<String>,
 }
@@ -111,6 +116,53 @@ impl ServerInfo {
     /// vLLM's KV cache settings, when `/metrics` exports them.
     pub fn cache_config(&self) -> Option<CacheConfig> {
         self.metrics.as_ref()?.cache_config()
+    }
+
+    /// Which engine answered, by the endpoints only it has (see [`Engine::identify`]).
+    pub fn engine(&self) -> Engine {
+        Engine::identify(self)
+    }
+}
+
+/// What Hugging Face TGI's `GET /info` says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TgiInfo {
+    /// The served model (`model_id`).
+    pub model_id: String,
+    /// The router's version (`version`).
+    pub version: Option<String>,
+    /// Longest prompt + output of one request (`max_total_tokens`).
+    pub max_total_tokens: Option<Tokens>,
+    /// Requests the router accepts at once (`max_concurrent_requests`).
+    pub max_concurrent_requests: Option<u32>,
+}
+
+impl TgiInfo {
+    /// Reads `/info`; `None` unless it is TGI's (a `model_id` beside the
+    /// router's `text-generation-router` name or its `max_total_tokens`).
+    pub fn from_json(info: &serde_json::Value) -> Option<TgiInfo> {
+        let model_id = info.get("model_id")?.as_str()?.to_owned();
+        let is_router = info.get("router").and_then(serde_json::Value::as_str)
+            == Some("text-generation-router");
+        let max_total_tokens = info
+            .get("max_total_tokens")
+            .and_then(serde_json::Value::as_u64);
+        if !is_router && max_total_tokens.is_none() {
+            return None;
+        }
+        Some(TgiInfo {
+            model_id,
+            version: info
+                .get("version")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+            max_total_tokens: max_total_tokens.map(Tokens::new),
+            max_concurrent_requests: info
+                .get("max_concurrent_requests")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+        })
     }
 }
 
@@ -246,6 +298,29 @@ impl Client {
             .and_then(SglangServerInfo::from_json))
     }
 
+    /// Hugging Face TGI's `GET /info`; `None` when the server has no such
+    /// endpoint or its answer is not TGI's.
+    pub async fn tgi_info(&self) -> Result<Option<TgiInfo>, Error> {
+        Ok(self
+            .get_json("/info")
+            .await?
+            .as_ref()
+            .and_then(TgiInfo::from_json))
+    }
+
+    /// Ollama's `GET /api/version`; `None` when the server has no such endpoint.
+    pub async fn ollama_version(&self) -> Result<Option<String>, Error> {
+        let Some(body) = self
+            .fetch_optional(Method::GET, "/api/version", None)
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice::<Version>(&body)
+            .ok()
+            .map(|v| v.version))
+    }
+
     /// vLLM's `POST /tokenize`.
     pub async fn tokenize(&self, request: &TokenizeRequest) -> Result<Option<Tokenized>, Error> {
         let body = serde_json::to_vec(request).map_err(|err| Error::InvalidRequest {
@@ -260,24 +335,30 @@ impl Client {
         decode::<Tokenized>(&answer, "the /tokenize answer").map(Some)
     }
 
-    /// Asks models, version, metrics and the engines' capacity endpoints
-    /// (`/props`, `/get_server_info`) at once.
+    /// Asks models, version, metrics and the engines' own endpoints
+    /// (`/props`, `/get_server_info`, `/info`, `/api/version`) at once.
     ///
     /// Fails only if the server cannot be reached or `/v1/models` fails;
     /// problems with the optional endpoints land in [`ServerInfo::warnings`].
     pub async fn probe(&self) -> Result<ServerInfo, Error> {
-        let (models, version, metrics, props, sglang) = tokio::join!(
+        let (models, version, metrics, props, sglang, tgi, ollama) = tokio::join!(
             self.models(),
             self.version(),
             self.metrics(),
             self.llamacpp_props(),
-            self.sglang_server_info()
+            self.sglang_server_info(),
+            self.tgi_info(),
+            self.ollama_version(),
         );
         let mut warnings = Vec::new();
         let version = optional(&mut warnings, "/version", version);
         let metrics = optional(&mut warnings, "/metrics", metrics);
         let llamacpp_props = optional(&mut warnings, "/props", props);
         let sglang = optional(&mut warnings, "/get_server_info", sglang);
+        // Other engines answer /info and /api/version with pages of their own:
+        // anything but TGI's or Ollama's answer just means "not this engine".
+        let tgi = tgi.ok().flatten();
+        let ollama_version = ollama.ok().flatten();
         Ok(ServerInfo {
             base_url: self.base_url().to_owned(),
             models: models?,
@@ -285,6 +366,8 @@ impl Client {
             metrics,
             llamacpp_props,
             sglang,
+            tgi,
+            ollama_version,
             warnings,
         })
     }
@@ -324,6 +407,53 @@ mod tests {
         assert!(LlamaCppProps::from_json(&json!({"total_slots": 8})).is_none());
         let negative = json!({"default_generation_settings": {"n_ctx": -1}, "total_slots": 1});
         assert!(LlamaCppProps::from_json(&negative).is_none());
+    }
+
+    #[test]
+    fn tgi_info_is_told_from_other_info_pages() {
+        let info = json!({"model_id": "m", "router": "text-generation-router", "version": "3.3.6",
+            "max_total_tokens": 4096, "max_concurrent_requests": 128});
+        let t = TgiInfo::from_json(&info).unwrap();
+        assert_eq!(t.max_total_tokens, Some(Tokens::new(4_096)));
+        assert_eq!(t.max_concurrent_requests, Some(128));
+        assert!(TgiInfo::from_json(&json!({"model_id": "m"})).is_none());
+        assert!(TgiInfo::from_json(&json!({"name": "other"})).is_none());
+    }
+
+    fn bare() -> ServerInfo {
+        ServerInfo {
+            base_url: "http://127.0.0.1".into(),
+            models: None,
+            version: None,
+            metrics: None,
+            llamacpp_props: None,
+            sglang: None,
+            tgi: None,
+            ollama_version: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn engines_are_told_by_their_own_endpoints() {
+        assert_eq!(bare().engine(), Engine::Unknown);
+        let mut i = bare();
+        i.metrics = Some(ServerMetrics::parse("vllm:num_requests_running 0\n"));
+        assert_eq!(i.engine(), Engine::Vllm);
+        i.ollama_version = Some("0.12.0".into());
+        assert_eq!(i.engine(), Engine::Ollama);
+        i.llamacpp_props = LlamaCppProps::from_json(
+            &json!({"default_generation_settings": {"n_ctx": 8}, "total_slots": 1}),
+        );
+        assert_eq!(i.engine(), Engine::LlamaCpp);
+        assert_eq!(
+            Engine::LlamaCpp.stream_fields().get("timings_per_token"),
+            Some(&serde_json::Value::Bool(true))
+        );
+        i.tgi = TgiInfo::from_json(&json!({"model_id": "m", "max_total_tokens": 8}));
+        assert_eq!(i.engine(), Engine::Tgi);
+        assert!(Engine::Tgi.one_event_per_token());
+        assert!(Engine::Vllm.stream_fields().is_empty());
     }
 
     #[test]

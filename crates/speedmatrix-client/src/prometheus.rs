@@ -119,6 +119,11 @@ impl ServerMetrics {
         self.samples.iter().filter(move |s| s.name == name)
     }
 
+    /// Whether any sample's name starts with `prefix` (e.g. `"vllm:"`).
+    pub fn has_prefix(&self, prefix: &str) -> bool {
+        self.samples.iter().any(|s| s.name.starts_with(prefix))
+    }
+
     /// Value of the first sample named `name`.
     pub fn value(&self, name: &str) -> Option<f64> {
         self.find(name).next().map(|s| s.value)

@@ -19,7 +19,9 @@ pub struct RequestTimings {
     pub headers_at: Instant,
     /// When the first body bytes arrived.
     pub first_byte_at: Option<Instant>,
-    /// When `data: [DONE]` (or the clean end of the body) arrived.
+    /// When the stream's last bytes that mattered arrived: those of
+    /// `data: [DONE]`, else the last event of a body that ended after a
+    /// finish reason. Never the socket's close, which a server may delay.
     pub done_at: Option<Instant>,
 }
 
@@ -34,8 +36,13 @@ impl RequestTimings {
     }
 }
 
-/// After `[DONE]`, how long to keep reading so the connection can be reused.
+/// After `[DONE]`, how long a background task keeps reading so the
+/// connection can be reused (the stream itself is over at once).
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// How much of a body without an event-stream Content-Type is read to see
+/// whether it is an event stream anyway.
+const SNIFF_LIMIT: usize = 4096;
 
 /// The events of one streaming response, read on demand.
 ///
@@ -45,7 +52,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// drops it mid-wait, no event is lost.
 #[derive(Debug)]
 pub struct ResponseStream {
-    body: Incoming,
+    /// `None` once the stream is over and the rest of the body was handed
+    /// to a background task to drain.
+    body: Option<Incoming>,
     decoder: StreamDecoder,
     url: String,
     idle: Option<Duration>,
@@ -54,6 +63,8 @@ pub struct ResponseStream {
     finish_reason: Option<String>,
     body_ended: bool,
     finished: bool,
+    last_event_at: Option<Instant>,
+    sniffed_content_type: Option<String>,
 }
 
 /// Everything a finished stream delivered, from [`ResponseStream::collect`].
@@ -83,7 +94,7 @@ impl ResponseStream {
         timings: RequestTimings,
     ) -> Self {
         ResponseStream {
-            body,
+            body: Some(body),
             decoder: StreamDecoder::with_max_event_bytes(max_event_bytes),
             url,
             idle,
@@ -92,7 +103,39 @@ impl ResponseStream {
             finish_reason: None,
             body_ended: false,
             finished: false,
+            last_event_at: None,
+            sniffed_content_type: None,
         }
+    }
+
+    /// For a response whose Content-Type is not `text/event-stream`: reads
+    /// until the body's first non-blank bytes show whether it is an event
+    /// stream anyway (`data:`, `event:`, `id:`, `retry:` or a `:` comment).
+    /// `Ok(None)` when it is (the bytes stay queued for [`Self::next`]),
+    /// `Ok(Some(start))` with the body's start when it is not.
+    pub(crate) async fn sniff(&mut self, content_type: &str) -> Result<Option<Vec<u8>>, Error> {
+        let mut start = Vec::new();
+        loop {
+            match looks_like_sse(&start) {
+                Some(true) => {
+                    self.sniffed_content_type = Some(content_type.to_owned());
+                    return Ok(None);
+                }
+                Some(false) => return Ok(Some(start)),
+                None if self.body_ended || start.len() >= SNIFF_LIMIT => return Ok(Some(start)),
+                None => {}
+            }
+            if let Some(data) = self.read_frame().await? {
+                start.extend_from_slice(&data[..data.len().min(SNIFF_LIMIT)]);
+                self.feed(data);
+            }
+        }
+    }
+
+    /// The Content-Type the server sent (empty when none) when it was not
+    /// `text/event-stream` but the body was an event stream anyway.
+    pub fn unexpected_content_type(&self) -> Option<&str> {
+        self.sniffed_content_type.as_deref()
     }
 
     /// The next event; `Ok(None)` once the stream is complete.
@@ -108,8 +151,9 @@ impl ResponseStream {
             }
             if self.decoder.is_done() {
                 self.finished = true;
-                self.timings.done_at.get_or_insert_with(Instant::now);
-                self.drain().await;
+                let at = self.decoder.done_at().unwrap_or_else(Instant::now);
+                self.timings.done_at.get_or_insert(at);
+                self.drain_in_background();
                 return Ok(None);
             }
             if self.body_ended {
@@ -175,6 +219,7 @@ impl ResponseStream {
     ) -> Result<Option<StreamEvent>, Error> {
         match result {
             Ok(event) => {
+                self.last_event_at = Some(event.received_at);
                 if let Some(usage) = event.usage {
                     self.usage = Some(usage);
                 }
@@ -192,35 +237,46 @@ impl ResponseStream {
 
     /// Reads one body frame into the decoder, stamping its arrival.
     async fn read(&mut self) -> Result<(), Error> {
+        if let Some(data) = self.read_frame().await? {
+            self.feed(data);
+        }
+        Ok(())
+    }
+
+    /// Reads one body frame; `None` for a frame without data or at the end
+    /// of the body (then `body_ended` is set).
+    async fn read_frame(&mut self) -> Result<Option<bytes::Bytes>, Error> {
+        let Some(body) = self.body.as_mut() else {
+            self.body_ended = true;
+            return Ok(None);
+        };
         let frame = match self.idle {
-            Some(after) => tokio::time::timeout(after, self.body.frame())
+            Some(after) => tokio::time::timeout(after, body.frame())
                 .await
                 .map_err(|_| Error::TimeoutIdle {
                     url: self.url.clone(),
                     after,
                 })?,
-            None => self.body.frame().await,
+            None => body.frame().await,
         };
-        let received_at = Instant::now();
         match frame {
-            None => self.body_ended = true,
-            Some(Err(err)) => {
-                return Err(Error::Disconnected {
-                    url: self.url.clone(),
-                    reason: "the connection failed in the middle of the stream".to_owned(),
-                    cause: Some(crate::error::chain_text(&err)),
-                });
+            None => {
+                self.body_ended = true;
+                Ok(None)
             }
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data()
-                    && !data.is_empty()
-                {
-                    self.timings.first_byte_at.get_or_insert(received_at);
-                    self.decoder.feed_bytes(data, received_at);
-                }
-            }
+            Some(Err(err)) => Err(Error::Disconnected {
+                url: self.url.clone(),
+                reason: "the connection failed in the middle of the stream".to_owned(),
+                cause: Some(crate::error::chain_text(&err)),
+            }),
+            Some(Ok(frame)) => Ok(frame.into_data().ok().filter(|d| !d.is_empty())),
         }
-        Ok(())
+    }
+
+    fn feed(&mut self, data: bytes::Bytes) {
+        let received_at = Instant::now();
+        self.timings.first_byte_at.get_or_insert(received_at);
+        self.decoder.feed_bytes(data, received_at);
     }
 
     /// The body ended: a trailing event may remain; without `[DONE]` or a
@@ -231,7 +287,12 @@ impl ResponseStream {
         }
         self.finished = true;
         if self.decoder.is_done() || self.finish_reason.is_some() {
-            self.timings.done_at.get_or_insert_with(Instant::now);
+            let at = self
+                .decoder
+                .done_at()
+                .or(self.last_event_at)
+                .unwrap_or_else(Instant::now);
+            self.timings.done_at.get_or_insert(at);
             return Ok(None);
         }
         Err(Error::Disconnected {
@@ -241,15 +302,84 @@ impl ResponseStream {
         })
     }
 
-    /// Reads what follows `[DONE]` (normally just the chunked terminator) so
-    /// the pool can reuse the connection; gives up quietly after a short wait.
-    async fn drain(&mut self) {
-        let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
-        while !self.body.is_end_stream() {
-            match tokio::time::timeout_at(deadline, self.body.frame()).await {
-                Ok(Some(Ok(_))) => {}
-                _ => break,
-            }
+    /// Hands what follows `[DONE]` (normally just the chunked terminator)
+    /// to a background task that reads it so the pool can reuse the
+    /// connection, giving up quietly after a short wait. The stream is over
+    /// at once: a server that keeps the body open never delays the caller.
+    fn drain_in_background(&mut self) {
+        let Some(mut body) = self.body.take() else {
+            return;
+        };
+        if body.is_end_stream() {
+            return;
+        }
+        // Outside a runtime the body is dropped, which closes the connection.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
+                while !body.is_end_stream() {
+                    match tokio::time::timeout_at(deadline, body.frame()).await {
+                        Ok(Some(Ok(_))) => {}
+                        _ => break,
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Whether `start`, the first bytes of a body, begin an event stream:
+/// `Some` once enough non-blank bytes arrived to tell, `None` before.
+fn looks_like_sse(start: &[u8]) -> Option<bool> {
+    let body = start.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(start);
+    let first = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &body[first..];
+    let mut undecided = false;
+    for field in [&b"data:"[..], b"event:", b"id:", b"retry:", b":"] {
+        if rest.starts_with(field) {
+            return Some(true);
+        }
+        undecided |= field.starts_with(rest);
+    }
+    if undecided { None } else { Some(false) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_sse;
+
+    #[test]
+    fn event_streams_are_told_from_other_bodies() {
+        for sse in [
+            &b"data: {}"[..],
+            b"\r\n\r\ndata:{}",
+            b": ping",
+            b"event: x",
+            b"\xEF\xBB\xBFdata: 1",
+            b"retry: 5",
+        ] {
+            assert_eq!(
+                looks_like_sse(sse),
+                Some(true),
+                "{:?}",
+                String::from_utf8_lossy(sse)
+            );
+        }
+        for other in [&b"<!doctype html>"[..], b"{\"error\":1}", b"OK", b"  [1]"] {
+            assert_eq!(
+                looks_like_sse(other),
+                Some(false),
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        for short in [&b""[..], b"   ", b"da", b"\n\nret"] {
+            assert_eq!(
+                looks_like_sse(short),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(short)
+            );
         }
     }
 }

@@ -673,3 +673,102 @@ async fn raw_exchanges_keep_status_and_bytes() {
     assert_eq!(info.sglang, Some(sglang));
     assert!(info.warnings.is_empty(), "{:?}", info.warnings);
 }
+
+#[tokio::test]
+async fn a_body_held_open_after_done_ends_the_stream_at_done() {
+    let (tx, response) = channel_sse();
+    let slot = Arc::new(std::sync::Mutex::new(Some(response)));
+    let server = serve(move |_req| {
+        let slot = slot.clone();
+        async move { slot.lock().unwrap().take().unwrap() }
+    })
+    .await;
+    let c = client(&server.url);
+    let mut stream = open(&c, &request()).await;
+    send_text(&tx, " a").await;
+    let done = format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        text_chunk("", Some("length"), Some((2, 1)))
+    );
+    tx.send(Ok(Bytes::from(done))).await.unwrap();
+    // The server keeps the body open: the stream must still be over at [DONE].
+    let started = std::time::Instant::now();
+    while stream.next().await.unwrap().is_some() {}
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    let t = stream.timings();
+    let done_at = t.done_at.expect("done");
+    assert!(done_at <= std::time::Instant::now());
+    assert_eq!(stream.finish_reason(), Some("length"));
+    drop(tx);
+}
+
+#[tokio::test]
+async fn an_event_stream_without_its_content_type_is_read_and_noted() {
+    for content_type in [None, Some("application/octet-stream"), Some("text/plain")] {
+        let server = serve(move |_req| async move {
+            let body = format!(
+                "\n: hello\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+                text_chunk(" a", None, None),
+                text_chunk(" b", Some("length"), Some((3, 2)))
+            );
+            let mut b = Response::builder().status(200);
+            if let Some(ct) = content_type {
+                b = b.header("content-type", ct);
+            }
+            b.body(
+                Full::new(Bytes::from(body))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap()
+        })
+        .await;
+        let c = client(&server.url);
+        let stream = open(&c, &request()).await;
+        assert_eq!(
+            stream.unexpected_content_type(),
+            Some(content_type.unwrap_or(""))
+        );
+        let got = stream.collect().await.unwrap();
+        assert_eq!(got.content, " a b", "{content_type:?}");
+    }
+    // An HTML or JSON body keeps its typed error.
+    for (ct, body) in [
+        ("", "<html>login</html>"),
+        ("application/json", "{\"ok\":true}"),
+    ] {
+        let server = serve(move |_req| async move { full(200, ct, body) }).await;
+        let err = client(&server.url)
+            .stream_completion(&request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ContentType, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn tgi_style_empty_finish_reasons_do_not_end_a_stream() {
+    let server = serve(|_req| async move {
+        let mut events: Vec<String> = (0..3)
+            .map(|i| {
+                serde_json::json!({"id": "", "object": "text_completion", "choices": [{"index": 0,
+                    "text": format!(" t{i}"), "logprobs": null, "finish_reason": ""}],
+                    "model": "m", "system_fingerprint": "3.3.6-native"})
+                .to_string()
+            })
+            .collect();
+        events.push(text_chunk(" end", Some("length"), Some((2, 4))));
+        events.push("[DONE]".into());
+        sse(events)
+    })
+    .await;
+    let got = collect_ok(&client(&server.url), &request()).await;
+    let finishes: Vec<Option<String>> =
+        got.events.iter().map(|e| e.finish_reason.clone()).collect();
+    assert_eq!(finishes, vec![None, None, None, Some("length".into())]);
+    assert_eq!(got.finish_reason.as_deref(), Some("length"));
+}

@@ -58,6 +58,7 @@
 //! # Ok::<(), speedmatrix_metrics::MetricsError>(())
 //! ```
 
+mod calibrate;
 mod error;
 mod rate;
 mod request;
@@ -67,13 +68,14 @@ mod timeline;
 mod tokens;
 mod window;
 
+pub use crate::calibrate::{CONFIDENCE, Calibration};
 pub use crate::error::MetricsError;
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
 pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};
-pub use crate::tokens::TokenSource;
+pub use crate::tokens::{EstimateMethod, TokenSource};
 pub use crate::window::{
-    GaugeAverages, GaugeSample, WindowMetrics, average_gauges, window_metrics,
+    GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, window_metrics,
 };

@@ -36,6 +36,15 @@ pub struct Chunk {
     /// The usage the event carried, if any (cumulative, as vLLM and SGLang
     /// send with `stream_options.continuous_usage_stats`).
     pub usage: Option<Usage>,
+    /// Output tokens so far by a running count the engine put in the event
+    /// other than `usage` (llama.cpp's `timings.predicted_n`; for TGI, which
+    /// sends one event per generated token, the number of events so far).
+    /// Exact, like usage.
+    pub engine_count: Option<Tokens>,
+    /// Tokens of the request's whole output text, tokenized at once with the
+    /// run's tokenizer, whose last byte arrived in this event: an estimate
+    /// (see `docs/metrics.md`). `None` when the text was not tokenized.
+    pub text_tokens: Option<u32>,
 }
 
 impl Chunk {
@@ -46,6 +55,8 @@ impl Chunk {
             content: true,
             reasoning: false,
             usage: None,
+            engine_count: None,
+            text_tokens: None,
         }
     }
 
@@ -56,6 +67,8 @@ impl Chunk {
             content: false,
             reasoning: true,
             usage: None,
+            engine_count: None,
+            text_tokens: None,
         }
     }
 
@@ -66,12 +79,26 @@ impl Chunk {
             content: false,
             reasoning: false,
             usage: None,
+            engine_count: None,
+            text_tokens: None,
         }
     }
 
     /// The same chunk carrying `usage`.
     pub const fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
+        self
+    }
+
+    /// The same chunk carrying the engine's running output-token count.
+    pub const fn with_engine_count(mut self, count: Tokens) -> Self {
+        self.engine_count = Some(count);
+        self
+    }
+
+    /// The same chunk with `n` tokens of the re-tokenized text ending in it.
+    pub const fn with_text_tokens(mut self, n: u32) -> Self {
+        self.text_tokens = Some(n);
         self
     }
 
@@ -116,7 +143,10 @@ pub struct RequestTimeline {
     pub chunks: Vec<Chunk>,
     /// When the stream ended: `[DONE]`, the last byte, the error, or the cancellation.
     pub ended_at: Timestamp,
-    /// The usage of the final usage-only event, if it was recorded apart from `chunks`.
+    /// The server's totals for a stream that ended normally: the last usage it
+    /// sent. Leave it `None` for a stream that was cancelled or failed, even if
+    /// a usage-only event (`choices: []`) arrived mid-stream: only the usage of
+    /// a finished stream is its total.
     pub final_usage: Option<Usage>,
     /// How the request ended.
     pub outcome: Outcome,

@@ -4,21 +4,57 @@ use std::time::Duration;
 
 use speedmatrix_units::Tokens;
 
-use crate::{MetricsError, RequestTimeline, Timestamp};
+use crate::{Chunk, MetricsError, Outcome, RequestTimeline, Timestamp};
 
 /// Where a request's output-token counts came from, from least to most exact
 /// (the derived order is that ranking, so `min` picks the weakest).
+///
+/// The first two are estimates, scaled by a [`Calibration`](crate::Calibration) inside a window;
+/// the other three are the server's own counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TokenSource {
-    /// No usage from the server: every chunk with text counts as one token.
-    /// Under-counts when a chunk carries several tokens (speculative decoding).
+    /// No count from the server and no tokenized text: every chunk with text
+    /// counts as one token (times the calibration factor in a window).
     ChunkCount,
-    /// Only a final `usage.completion_tokens`: the total is exact, and it is
-    /// shared out evenly over the chunks with text.
+    /// No count from the server: the request's whole text, tokenized at once
+    /// by the run's tokenizer (times the calibration factor in a window).
+    Tokenizer,
+    /// The server's total at the end of a finished request
+    /// (`usage.completion_tokens`): exact in sum, shared out over the chunks
+    /// with text in proportion to their tokenized text (evenly without it).
     FinalUsage,
+    /// A running count the engine put in every chunk with text, other than
+    /// `usage` (llama.cpp's `timings.predicted_n`, TGI's one event per token).
+    EngineCount,
     /// Cumulative usage on every chunk with text: each chunk's tokens are the
     /// growth of `completion_tokens` since the previous report.
     ContinuousUsage,
+}
+
+impl TokenSource {
+    /// Every source is exact except the two estimates.
+    pub const fn is_exact(self) -> bool {
+        !matches!(self, TokenSource::ChunkCount | TokenSource::Tokenizer)
+    }
+}
+
+/// How an estimate is made when the server gives no count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EstimateMethod {
+    /// Tokens of the whole output text, tokenized at once.
+    Tokenizer,
+    /// Chunks with text.
+    ChunkCount,
+}
+
+impl EstimateMethod {
+    /// The token source a request counted this way has.
+    pub const fn source(self) -> TokenSource {
+        match self {
+            EstimateMethod::Tokenizer => TokenSource::Tokenizer,
+            EstimateMethod::ChunkCount => TokenSource::ChunkCount,
+        }
+    }
 }
 
 /// Tokens that arrived together in one chunk.
@@ -37,30 +73,62 @@ pub(crate) struct Arrivals {
 }
 
 impl Arrivals {
-    /// Checks `t` and finds where its tokens arrived.
+    /// Checks `t` and finds where its tokens arrived, by the most exact
+    /// source the timeline holds (estimates unscaled).
     pub(crate) fn of(t: &RequestTimeline) -> Result<Self, MetricsError> {
         t.check()?;
-        let continuous = t.chunks.iter().any(|c| c.usage.is_some())
-            && t.chunks.iter().all(|c| !c.has_text() || c.usage.is_some());
-        if continuous {
-            return from_cumulative_usage(t);
+        if counts_every_text_chunk(t, |c| c.usage.map(|u| u.completion_tokens)) {
+            return from_running_count(t, TokenSource::ContinuousUsage, |c| {
+                c.usage.map(|u| u.completion_tokens)
+            });
         }
-        let text: Vec<Timestamp> = t
-            .chunks
-            .iter()
-            .filter(|c| c.has_text())
-            .map(|c| c.at)
-            .collect();
-        Ok(match t.final_usage {
-            Some(u) => Arrivals {
+        if counts_every_text_chunk(t, |c| c.engine_count) {
+            return from_running_count(t, TokenSource::EngineCount, |c| c.engine_count);
+        }
+        if let Some(u) = t.final_usage.filter(|_| t.is_finished()) {
+            let weights: Vec<(Timestamp, u64)> = match tokenized(t) {
+                Some(w) if w.iter().any(|(_, n)| *n > 0) => w,
+                _ => text_chunks(t).map(|c| (c.at, 1)).collect(),
+            };
+            return Ok(Arrivals {
                 source: TokenSource::FinalUsage,
-                list: share_out(&text, u.completion_tokens.get()),
-            },
-            None => Arrivals {
-                source: TokenSource::ChunkCount,
-                list: text.iter().map(|&at| Arrival { at, tokens: 1 }).collect(),
-            },
-        })
+                list: share_out(&weights, u.completion_tokens.get()),
+            });
+        }
+        let method = if tokenized(t).is_some() {
+            EstimateMethod::Tokenizer
+        } else {
+            EstimateMethod::ChunkCount
+        };
+        Ok(Self::estimate(t, method).unwrap_or_else(|| Self::estimate_by_chunks(t)))
+    }
+
+    /// The request's tokens as `method` estimates them (unscaled); `None`
+    /// when the timeline lacks what the method needs (tokenized text).
+    pub(crate) fn estimate(t: &RequestTimeline, method: EstimateMethod) -> Option<Self> {
+        match method {
+            EstimateMethod::ChunkCount => Some(Self::estimate_by_chunks(t)),
+            EstimateMethod::Tokenizer => Some(Arrivals {
+                source: TokenSource::Tokenizer,
+                list: tokenized(t)?
+                    .into_iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(at, tokens)| Arrival { at, tokens })
+                    .collect(),
+            }),
+        }
+    }
+
+    fn estimate_by_chunks(t: &RequestTimeline) -> Self {
+        Arrivals {
+            source: TokenSource::ChunkCount,
+            list: text_chunks(t)
+                .map(|c| Arrival {
+                    at: c.at,
+                    tokens: 1,
+                })
+                .collect(),
+        }
     }
 
     /// All output tokens, saturating at `u64::MAX` for absurd server reports.
@@ -77,13 +145,34 @@ impl Arrivals {
     /// tokens splits the gap since the previous chunk into `k` equal parts.
     /// Only chunks accepted by `keep` contribute.
     pub(crate) fn token_intervals(&self, keep: impl Fn(Timestamp) -> bool) -> Vec<(Duration, u64)> {
+        self.scaled_intervals(1.0, keep)
+    }
+
+    /// [`Self::token_intervals`] with every chunk taken to carry `scale`
+    /// times its tokens (an estimate's calibration): `k · scale` intervals,
+    /// rounded to a whole number of at least one, splitting the gap.
+    pub(crate) fn scaled_intervals(
+        &self,
+        scale: f64,
+        keep: impl Fn(Timestamp) -> bool,
+    ) -> Vec<(Duration, u64)> {
+        let scaled = |k: u64| -> u64 {
+            if scale == 1.0 {
+                k
+            } else {
+                ((k as f64 * scale).round() as u64).max(1)
+            }
+        };
         let mut out = Vec::new();
         if let Some(first) = self.list.first().filter(|a| keep(a.at)) {
-            out.push((Duration::ZERO, first.tokens - 1));
+            out.push((Duration::ZERO, scaled(first.tokens) - 1));
         }
         for w in self.list.windows(2) {
             if keep(w[1].at) {
-                out.extend(spread(w[1].at.saturating_since(w[0].at), w[1].tokens));
+                out.extend(spread(
+                    w[1].at.saturating_since(w[0].at),
+                    scaled(w[1].tokens),
+                ));
             }
         }
         out
@@ -99,40 +188,87 @@ impl Arrivals {
     }
 }
 
-fn from_cumulative_usage(t: &RequestTimeline) -> Result<Arrivals, MetricsError> {
+impl RequestTimeline {
+    /// The stream ended normally (not cancelled, not failed).
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.outcome, Outcome::Finished { .. })
+    }
+}
+
+fn text_chunks(t: &RequestTimeline) -> impl Iterator<Item = &Chunk> {
+    t.chunks.iter().filter(|c| c.has_text())
+}
+
+/// Whether `count` is on every chunk with text (and on at least one chunk)
+/// and grows above zero on some chunk with text. Counts that stay at zero
+/// beside text are not a running count: some servers (Ollama's completions)
+/// put an all-zero `usage` on every chunk.
+fn counts_every_text_chunk(t: &RequestTimeline, count: impl Fn(&Chunk) -> Option<Tokens>) -> bool {
+    let mut grows = false;
+    t.chunks.iter().any(|c| count(c).is_some())
+        && text_chunks(t).all(|c| {
+            let n = count(c);
+            grows |= n.is_some_and(|n| n.get() > 0);
+            n.is_some()
+        })
+        && grows
+}
+
+/// `(arrival, tokens)` of every chunk with text, when every one of them has
+/// its tokenized-text count.
+fn tokenized(t: &RequestTimeline) -> Option<Vec<(Timestamp, u64)>> {
+    let mut any = false;
+    let list = text_chunks(t)
+        .map(|c| {
+            any = true;
+            c.text_tokens.map(|n| (c.at, u64::from(n)))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    any.then_some(list)
+}
+
+fn from_running_count(
+    t: &RequestTimeline,
+    source: TokenSource,
+    count: impl Fn(&Chunk) -> Option<Tokens>,
+) -> Result<Arrivals, MetricsError> {
     let mut list = Vec::new();
     let mut so_far = Tokens::ZERO;
     for (chunk, c) in t.chunks.iter().enumerate() {
-        let Some(u) = c.usage else { continue };
-        if u.completion_tokens < so_far {
+        let Some(n) = count(c) else { continue };
+        if n < so_far {
             return Err(MetricsError::TokenCountDecreased {
                 chunk,
                 from: so_far,
-                to: u.completion_tokens,
+                to: n,
             });
         }
-        let tokens = u.completion_tokens.get() - so_far.get();
+        let tokens = n.get() - so_far.get();
         if tokens > 0 {
             list.push(Arrival { at: c.at, tokens });
         }
-        so_far = u.completion_tokens;
+        so_far = n;
     }
-    Ok(Arrivals {
-        source: TokenSource::ContinuousUsage,
-        list,
-    })
+    Ok(Arrivals { source, list })
 }
 
-/// Gives chunk `j` of `k` the tokens `⌊(j+1)n/k⌋ − ⌊jn/k⌋`: whole tokens,
-/// as even as whole tokens allow, summing to `n`.
-fn share_out(at: &[Timestamp], n: u64) -> Vec<Arrival> {
-    let k = at.len() as u128;
-    let upto = |j: u128| (j * u128::from(n) / k.max(1)) as u64;
-    at.iter()
-        .enumerate()
-        .map(|(j, &at)| Arrival {
-            at,
-            tokens: upto(j as u128 + 1) - upto(j as u128),
+/// Shares `n` whole tokens out over the chunks in proportion to their
+/// weights: chunk `j` gets `⌊W_(j+1)·n/W⌋ − ⌊W_j·n/W⌋` where `W_j` is the sum
+/// of the weights before it, so the shares sum to `n` and never differ from
+/// the exact proportion by a whole token.
+fn share_out(weights: &[(Timestamp, u64)], n: u64) -> Vec<Arrival> {
+    let total: u128 = weights.iter().map(|(_, w)| u128::from(*w)).sum();
+    let upto = |cum: u128| (cum * u128::from(n) / total.max(1)) as u64;
+    let mut cum = 0u128;
+    weights
+        .iter()
+        .map(|&(at, w)| {
+            let before = upto(cum);
+            cum += u128::from(w);
+            Arrival {
+                at,
+                tokens: upto(cum) - before,
+            }
         })
         .filter(|a| a.tokens > 0)
         .collect()
@@ -166,8 +302,23 @@ mod tests {
         t
     }
 
+    fn finished(chunks: Vec<Chunk>) -> RequestTimeline {
+        let mut t = timeline(chunks);
+        t.outcome = Outcome::Finished {
+            finish_reason: Some("length".into()),
+        };
+        t
+    }
+
     fn usage(n: u64) -> Usage {
         Usage::new(Tokens::new(10), Tokens::new(n))
+    }
+
+    fn pairs(a: &Arrivals) -> Vec<(u64, u64)> {
+        a.list
+            .iter()
+            .map(|x| (x.at.offset().as_millis() as u64, x.tokens))
+            .collect()
     }
 
     #[test]
@@ -181,12 +332,7 @@ mod tests {
         ]);
         let a = Arrivals::of(&t).unwrap();
         assert_eq!(a.source, TokenSource::ContinuousUsage);
-        let got: Vec<(u64, u64)> = a
-            .list
-            .iter()
-            .map(|x| (x.at.offset().as_millis() as u64, x.tokens))
-            .collect();
-        assert_eq!(got, vec![(10, 1), (20, 3), (31, 2)]);
+        assert_eq!(pairs(&a), vec![(10, 1), (20, 3), (31, 2)]);
         assert_eq!(a.total(), Tokens::new(6));
     }
 
@@ -203,6 +349,32 @@ mod tests {
     }
 
     #[test]
+    fn zero_usage_beside_text_is_not_a_running_count() {
+        // Ollama's completions: an all-zero usage on every chunk, the real one at the end.
+        let mut t = finished(vec![
+            Chunk::content(ms(10)).with_usage(usage(0)),
+            Chunk::content(ms(20)).with_usage(usage(0)),
+            Chunk::empty(ms(21)).with_usage(usage(8)),
+        ]);
+        t.final_usage = Some(usage(8));
+        let a = Arrivals::of(&t).unwrap();
+        assert_eq!(a.source, TokenSource::FinalUsage);
+        assert_eq!(a.total(), Tokens::new(8));
+    }
+
+    #[test]
+    fn engine_counts_are_exact_running_counts() {
+        let t = timeline(vec![
+            Chunk::content(ms(10)).with_engine_count(Tokens::new(1)),
+            Chunk::content(ms(20)).with_engine_count(Tokens::new(3)),
+            Chunk::content(ms(30)).with_engine_count(Tokens::new(5)),
+        ]);
+        let a = Arrivals::of(&t).unwrap();
+        assert_eq!(a.source, TokenSource::EngineCount);
+        assert_eq!(pairs(&a), vec![(10, 1), (20, 2), (30, 2)]);
+    }
+
+    #[test]
     fn a_text_chunk_without_usage_falls_back() {
         let mut t = timeline(vec![
             Chunk::content(ms(10)).with_usage(usage(1)),
@@ -212,11 +384,42 @@ mod tests {
         let a = Arrivals::of(&t).unwrap();
         assert_eq!(a.source, TokenSource::ChunkCount);
         assert_eq!(a.total(), Tokens::new(3));
+        // A final usage only counts when the stream finished.
         t.final_usage = Some(usage(7));
+        assert_eq!(Arrivals::of(&t).unwrap().source, TokenSource::ChunkCount);
+        t.outcome = Outcome::Finished {
+            finish_reason: None,
+        };
         let a = Arrivals::of(&t).unwrap();
         assert_eq!(a.source, TokenSource::FinalUsage);
         let shares: Vec<u64> = a.list.iter().map(|x| x.tokens).collect();
         assert_eq!(shares, vec![2, 2, 3]);
+    }
+
+    #[test]
+    fn tokenized_text_estimates_and_weights_the_final_usage() {
+        let mut t = timeline(vec![
+            Chunk::content(ms(10)).with_text_tokens(1),
+            Chunk::content(ms(20)).with_text_tokens(3),
+            Chunk::empty(ms(25)),
+            Chunk::content(ms(30)).with_text_tokens(0),
+            Chunk::content(ms(40)).with_text_tokens(4),
+        ]);
+        let a = Arrivals::of(&t).unwrap();
+        assert_eq!(a.source, TokenSource::Tokenizer);
+        assert_eq!(pairs(&a), vec![(10, 1), (20, 3), (40, 4)]);
+        let by_chunks = Arrivals::estimate(&t, EstimateMethod::ChunkCount).unwrap();
+        assert_eq!(by_chunks.total(), Tokens::new(4));
+        t.outcome = Outcome::Finished {
+            finish_reason: None,
+        };
+        t.final_usage = Some(usage(16));
+        let a = Arrivals::of(&t).unwrap();
+        assert_eq!(a.source, TokenSource::FinalUsage);
+        assert_eq!(pairs(&a), vec![(10, 2), (20, 6), (40, 8)]);
+        // Without tokenized text on every chunk there is no tokenizer estimate.
+        t.chunks[0].text_tokens = None;
+        assert!(Arrivals::estimate(&t, EstimateMethod::Tokenizer).is_none());
     }
 
     #[test]
@@ -237,6 +440,19 @@ mod tests {
         let ten = Duration::from_millis(10);
         assert_eq!(sorted, vec![z, z, ten, ten, ten]);
         assert_eq!(a.chunk_gaps(|_| true), vec![Duration::from_millis(30)]);
+    }
+
+    #[test]
+    fn scaled_intervals_split_gaps_by_the_estimated_tokens() {
+        let t = timeline(vec![Chunk::content(ms(100)), Chunk::content(ms(130))]);
+        let a = Arrivals::of(&t).unwrap();
+        let iv = a.scaled_intervals(3.0, |_| true);
+        let n: u64 = iv.iter().map(|p| p.1).sum();
+        assert_eq!(n, 5, "{iv:?}");
+        assert!(
+            iv.iter()
+                .any(|(d, k)| *d == Duration::from_millis(10) && *k == 3)
+        );
     }
 
     proptest! {
@@ -270,10 +486,21 @@ mod tests {
         }
 
         #[test]
-        fn shares_sum_to_the_total(k in 1usize..50, n in 0u64..100_000) {
-            let at: Vec<Timestamp> = (0..k as u64).map(ms).collect();
-            let total: u64 = share_out(&at, n).iter().map(|a| a.tokens).sum();
-            prop_assert_eq!(total, n);
+        fn shares_sum_to_the_total_and_follow_the_weights(
+            weights in prop::collection::vec(0u64..20, 1..50),
+            n in 0u64..100_000,
+        ) {
+            let w: Vec<(Timestamp, u64)> =
+                weights.iter().enumerate().map(|(i, w)| (ms(i as u64), *w)).collect();
+            let shares = share_out(&w, n);
+            let total: u64 = shares.iter().map(|a| a.tokens).sum();
+            let weight: u64 = weights.iter().sum();
+            prop_assert_eq!(total, if weight == 0 { 0 } else { n });
+            for a in &shares {
+                let i = a.at.offset().as_millis() as usize;
+                let exact = weights[i] as f64 * n as f64 / weight.max(1) as f64;
+                prop_assert!((a.tokens as f64 - exact).abs() < 1.0 + 1e-9);
+            }
         }
     }
 }

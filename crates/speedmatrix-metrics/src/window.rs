@@ -1,11 +1,13 @@
 //! Throughput and latency of a sustained-decode window.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use speedmatrix_units::Tokens;
 
+use crate::calibrate::{Calibration, Calibrator};
 use crate::request::duration_summary;
-use crate::tokens::Arrivals;
+use crate::tokens::{Arrivals, EstimateMethod};
 use crate::{
     MetricsError, Outcome, RequestTimeline, Summary, Timestamp, TokenSource, TokensPerSecond,
     Window,
@@ -28,7 +30,7 @@ pub struct WindowMetrics {
     /// Requests between their first and last token, averaged over the window
     /// by time; `total_output_rate ≈ per_request_rate × average_decoding_requests`.
     pub average_decoding_requests: f64,
-    /// Requests whose life overlaps the window.
+    /// Requests whose life overlaps the window (failed ones left out).
     pub requests: u64,
     /// Requests that finished normally inside the window.
     pub completed_requests: u64,
@@ -43,10 +45,47 @@ pub struct WindowMetrics {
     /// The least exact token source among requests with tokens in the window;
     /// `None` when no tokens arrived.
     pub token_source: Option<TokenSource>,
+    /// How the window's output tokens were counted, and how sure the count is.
+    pub token_count: TokenCount,
+}
+
+/// How a window's output tokens were counted.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TokenCount {
+    /// Requests with tokens in the window, by how their tokens were counted.
+    pub requests_by_source: BTreeMap<TokenSource, u64>,
+    /// Share of the window's output tokens that are estimates, 0–1.
+    pub estimated_share: f64,
+    /// How the estimates were scaled; `None` when no estimated token
+    /// arrived in the window.
+    pub calibration: Option<Calibration>,
+}
+
+impl TokenCount {
+    /// Whether any of the window's tokens are estimates.
+    pub fn is_estimated(&self) -> bool {
+        self.calibration.is_some()
+    }
+
+    /// The uncertainty of the window's output-token count (and so of its
+    /// tok/s) relative to it: 0 when every count is exact, the estimated
+    /// share times the calibration's uncertainty otherwise, `None` when an
+    /// estimate could not be calibrated.
+    pub fn relative_uncertainty(&self) -> Option<f64> {
+        match &self.calibration {
+            None => Some(0.0),
+            Some(c) => c.relative_uncertainty.map(|u| u * self.estimated_share),
+        }
+    }
 }
 
 /// Computes [`WindowMetrics`] of `requests` (every request of the cell, in
 /// any order; those outside the window contribute nothing) over `window`.
+///
+/// Failed requests contribute only to `failed_requests`: their tokens and
+/// latencies are left out. Estimated token counts (requests the server gave
+/// no count for) are scaled by a [`Calibration`] on the finished requests
+/// among `requests` that have an exact count.
 ///
 /// # Errors
 /// The timeline errors of [`crate::request_metrics`] for any request.
@@ -55,15 +94,55 @@ pub fn window_metrics(
     window: Window,
 ) -> Result<WindowMetrics, MetricsError> {
     let mut acc = Accumulator::default();
+    let mut calibrator = Calibrator::default();
+    let mut counted = Vec::with_capacity(requests.len());
     for t in requests {
-        acc.add(t, &Arrivals::of(t)?, window);
+        let arrivals = Arrivals::of(t)?;
+        calibrator.offer(t, &arrivals);
+        counted.push(arrivals);
     }
-    Ok(acc.finish(window))
+    let overlaps = |t: &RequestTimeline| t.sent_at < window.end() && t.ended_at > window.start();
+    let estimated: Vec<usize> = (0..requests.len())
+        .filter(|&i| {
+            !counted[i].source.is_exact() && !is_failed(&requests[i]) && overlaps(&requests[i])
+        })
+        .collect();
+    let calibration = (!estimated.is_empty()).then(|| {
+        let tokenized = estimated
+            .iter()
+            .filter(|&&i| Arrivals::estimate(&requests[i], EstimateMethod::Tokenizer).is_some())
+            .count();
+        calibrator.best(estimated.len() as u64, tokenized as u64)
+    });
+    for (t, arrivals) in requests.iter().zip(counted) {
+        if is_failed(t) {
+            acc.add_failed(t, window);
+            continue;
+        }
+        match (&calibration, arrivals.source.is_exact()) {
+            (Some(c), false) => {
+                let by = Arrivals::estimate(t, c.method).unwrap_or(arrivals);
+                let scale = if by.source == c.method.source() {
+                    c.factor
+                } else {
+                    1.0
+                };
+                acc.add(t, &by, scale, window);
+            }
+            _ => acc.add(t, &arrivals, 1.0, window),
+        }
+    }
+    Ok(acc.finish(window, calibration))
+}
+
+fn is_failed(t: &RequestTimeline) -> bool {
+    matches!(t.outcome, Outcome::Failed { .. })
 }
 
 #[derive(Debug, Default)]
 struct Accumulator {
     tokens: f64,
+    estimated_tokens: f64,
     decode_tokens: f64,
     decode_time: Duration,
     active_time: Duration,
@@ -74,11 +153,18 @@ struct Accumulator {
     intervals: Vec<(Duration, u64)>,
     chunk_gaps: Vec<(Duration, u64)>,
     source: Option<TokenSource>,
+    by_source: BTreeMap<TokenSource, u64>,
 }
 
 impl Accumulator {
-    fn add(&mut self, t: &RequestTimeline, arrivals: &Arrivals, w: Window) {
-        let curve = Curve::of(arrivals);
+    fn add_failed(&mut self, t: &RequestTimeline, w: Window) {
+        if w.contains(t.ended_at) {
+            self.failed += 1;
+        }
+    }
+
+    fn add(&mut self, t: &RequestTimeline, arrivals: &Arrivals, scale: f64, w: Window) {
+        let curve = Curve::of(arrivals, scale);
         // The curve only grows; the clamp absorbs rounding at segment joins.
         let tokens = (curve.at(w.end()) - curve.at(w.start())).max(0.0);
         self.tokens += tokens;
@@ -87,6 +173,10 @@ impl Accumulator {
                 self.source
                     .map_or(arrivals.source, |s| s.min(arrivals.source)),
             );
+            *self.by_source.entry(arrivals.source).or_insert(0) += 1;
+            if !arrivals.source.is_exact() {
+                self.estimated_tokens += tokens;
+            }
         }
         if let Some((from, to)) = curve.span() {
             let (a, b) = (from.max(w.start()), to.min(w.end()));
@@ -103,22 +193,24 @@ impl Accumulator {
                 self.ttft.push((c.at.saturating_since(t.sent_at), 1));
             }
         }
-        if w.contains(t.ended_at) {
-            match t.outcome {
-                Outcome::Finished { .. } => self.completed += 1,
-                Outcome::Failed { .. } => self.failed += 1,
-                Outcome::Cancelled => {}
-            }
+        if w.contains(t.ended_at) && t.is_finished() {
+            self.completed += 1;
         }
         let inside = |at: Timestamp| w.contains(at);
-        self.intervals.extend(arrivals.token_intervals(inside));
+        self.intervals
+            .extend(arrivals.scaled_intervals(scale, inside));
         self.chunk_gaps
             .extend(arrivals.chunk_gaps(inside).into_iter().map(|d| (d, 1)));
     }
 
-    fn finish(self, w: Window) -> WindowMetrics {
+    fn finish(self, w: Window, calibration: Option<Calibration>) -> WindowMetrics {
         let d = w.duration();
         let by_time = |busy: Duration| busy.as_secs_f64() / d.as_secs_f64();
+        let estimated_share = if self.tokens > 0.0 {
+            (self.estimated_tokens / self.tokens).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         WindowMetrics {
             window: w,
             output_tokens: Tokens::new(self.tokens.round() as u64),
@@ -133,6 +225,11 @@ impl Accumulator {
             time_between_tokens: duration_summary(self.intervals),
             chunk_gaps: duration_summary(self.chunk_gaps),
             token_source: self.source,
+            token_count: TokenCount {
+                requests_by_source: self.by_source,
+                estimated_share,
+                calibration: calibration.filter(|_| self.estimated_tokens > 0.0),
+            },
         }
     }
 }
@@ -152,13 +249,14 @@ pub(crate) struct Curve {
 }
 
 impl Curve {
-    pub(crate) fn of(arrivals: &Arrivals) -> Self {
+    /// The curve of `arrivals` with every chunk carrying `scale` times its tokens.
+    pub(crate) fn of(arrivals: &Arrivals, scale: f64) -> Self {
         let mut total = 0.0;
         let cumulative = arrivals
             .list
             .iter()
             .map(|a| {
-                total += a.tokens as f64;
+                total += a.tokens as f64 * scale;
                 total
             })
             .collect();

@@ -154,11 +154,12 @@ fn active_requests_completions_and_failures() {
     failed.headers_at = Some(ms(1_300));
     let long_ago = stream(0, 10, 10, 5, 1); // over before the window
     let m = window_metrics(&[done, restarted, failed, long_ago], w).unwrap();
-    assert_eq!(m.requests, 3);
+    // A failed request is counted as failed and left out of everything else.
+    assert_eq!(m.requests, 2);
     assert_eq!(m.completed_requests, 1);
     assert_eq!(m.failed_requests, 1);
-    // 0.5 s + 0.5 s + 0.1 s of activity in a 1 s window.
-    assert!(close(m.average_active_requests, 1.1));
+    // 0.5 s + 0.5 s of activity in a 1 s window.
+    assert!(close(m.average_active_requests, 1.0));
     // TTFTs of the overlapping requests that got tokens: 100 ms and 100 ms.
     let ttft = m.ttft.unwrap();
     assert_eq!(ttft.count, 2);
@@ -225,7 +226,13 @@ fn streams() -> impl Strategy<Value = Vec<RequestTimeline>> {
                 .map(|(dt, k)| {
                     at += dt;
                     cum += k;
-                    Chunk::content(ms(at)).with_usage(Usage::new(Tokens::new(10), Tokens::new(cum)))
+                    // A chunk that brings no token brings no text either.
+                    let chunk = if *k == 0 {
+                        Chunk::empty(ms(at))
+                    } else {
+                        Chunk::content(ms(at))
+                    };
+                    chunk.with_usage(Usage::new(Tokens::new(10), Tokens::new(cum)))
                 })
                 .collect();
             let mut t = RequestTimeline::new(ms(sent), ms(at + 5), Outcome::Cancelled);

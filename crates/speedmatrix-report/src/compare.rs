@@ -308,10 +308,10 @@ fn judge(
     let pair = |x: Option<f64>, y: Option<f64>| Some(Pair { a: x?, b: y? });
     row.tokens_per_s = pair(a.tokens_per_s, b.tokens_per_s);
     row.ttft_ms = pair(a.ttft_ms, b.ttft_ms);
-    row.verdict = match (a.status.is_valid(), b.status.is_valid()) {
+    row.verdict = match (a.status.is_measured(), b.status.is_measured()) {
         (true, true) => judge_numbers(row.tokens_per_s, row.ttft_ms, threshold),
         (true, false) if !matches!(b.status, CellStatus::Skipped { .. }) => Verdict::Regressed {
-            why: format!("valid in A, {} in B", page::status_text(&b.status)),
+            why: format!("measured in A, {} in B", page::status_text(&b.status)),
         },
         (false, true) => Verdict::Improved,
         _ => Verdict::Unmeasured {

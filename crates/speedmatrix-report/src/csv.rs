@@ -1,10 +1,10 @@
 //! All measurements as CSV (RFC 4180): one row per prefill point and decode cell.
 
-use crate::model::{CellStatus, DecodeCell, PrefillRow, Report, TokenCountSource};
+use crate::model::{CellStatus, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 25] = [
+pub const CSV_COLUMNS: [&str; 27] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -28,6 +28,8 @@ pub const CSV_COLUMNS: [&str; 25] = [
     "queueing_detected",
     "prompt_token_mismatches",
     "token_count_source",
+    "token_count_estimated",
+    "token_count_uncertainty_pct",
     "server_generation_tokens",
     "server_tokens_per_s",
 ];
@@ -46,7 +48,7 @@ pub fn to_csv(report: &Report) -> String {
     out
 }
 
-fn prefill_fields(row: &PrefillRow) -> [String; 25] {
+fn prefill_fields(row: &PrefillRow) -> [String; 27] {
     let completed = row.status.is_valid().then_some(u64::from(row.repeats));
     [
         "prefill".to_owned(),
@@ -74,10 +76,12 @@ fn prefill_fields(row: &PrefillRow) -> [String; 25] {
         String::new(),
         String::new(),
         String::new(),
+        String::new(),
+        String::new(),
     ]
 }
 
-fn decode_fields(cell: &DecodeCell) -> [String; 25] {
+fn decode_fields(cell: &DecodeCell) -> [String; 27] {
     let m = cell.measurements.as_ref();
     let f = |get: fn(&crate::model::DecodeMeasurements) -> f64| num(m.map(get));
     [
@@ -104,8 +108,13 @@ fn decode_fields(cell: &DecodeCell) -> [String; 25] {
         m.map(|m| m.queueing_detected.to_string())
             .unwrap_or_default(),
         int(m.map(|m| m.prompt_token_mismatches)),
-        m.map(|m| source_name(m.token_count_source).to_owned())
+        m.map(|m| m.token_count_source.as_str().to_owned())
             .unwrap_or_default(),
+        m.map(|m| m.is_estimated().to_string()).unwrap_or_default(),
+        num(m.and_then(|m| match &m.token_count {
+            Some(t) => t.uncertainty_pct,
+            None => (!m.token_count_source.is_estimate()).then_some(0.0),
+        })),
         int(m
             .and_then(|m| m.server_counter)
             .map(|c| c.generation_tokens.get())),
@@ -117,17 +126,10 @@ fn decode_fields(cell: &DecodeCell) -> [String; 25] {
 fn status_kind(status: &CellStatus) -> &'static str {
     match status {
         CellStatus::Valid => "valid",
+        CellStatus::Partial { .. } => "partial",
         CellStatus::OverCapacity { .. } => "over_capacity",
         CellStatus::Error { .. } => "error",
         CellStatus::Skipped { .. } => "skipped",
-    }
-}
-
-fn source_name(source: TokenCountSource) -> &'static str {
-    match source {
-        TokenCountSource::UsagePerChunk => "usage_per_chunk",
-        TokenCountSource::FinalUsage => "final_usage",
-        TokenCountSource::ChunkCount => "chunk_count",
     }
 }
 

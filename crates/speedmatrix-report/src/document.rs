@@ -6,7 +6,8 @@ use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::error::{Problem, ReportError};
 use crate::model::{
-    CellStatus, DecodeCell, DecodeMeasurements, Percentiles, PrefillRow, Report, SCHEMA_VERSION,
+    CellStatus, DecodeCell, DecodeMeasurements, OLDEST_READABLE_VERSION, Percentiles, PrefillRow,
+    Report, SCHEMA_VERSION,
 };
 
 /// How far `total_tokens_per_s × measured_s` may stray from `output_tokens`: window-edge
@@ -17,23 +18,31 @@ impl Report {
     /// Parses a run document and checks it with [`Report::validate`].
     ///
     /// The version is checked before the shape, so a newer file says so instead of
-    /// failing on a field this version does not know.
+    /// failing on a field this version does not know. A version 1 document (no
+    /// partial cells, no estimated counts, cold prefill) reads as version 2
+    /// with those fields at their defaults.
     pub fn from_json(text: &str) -> Result<Report, ReportError> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| ReportError::Parse {
                 detail: e.to_string(),
             })?;
         let version = value.get("schema_version");
-        if version.and_then(serde_json::Value::as_u64) != Some(u64::from(SCHEMA_VERSION)) {
+        let readable = OLDEST_READABLE_VERSION..=SCHEMA_VERSION;
+        if !version
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .is_some_and(|v| readable.contains(&v))
+        {
             return Err(ReportError::UnsupportedVersion {
                 found: version.map_or_else(|| "missing".to_owned(), ToString::to_string),
                 supported: SCHEMA_VERSION,
             });
         }
         // Parsing the text again (not the Value) keeps line and column in errors.
-        let report: Report = serde_json::from_str(text).map_err(|e| ReportError::Parse {
+        let mut report: Report = serde_json::from_str(text).map_err(|e| ReportError::Parse {
             detail: e.to_string(),
         })?;
+        report.schema_version = SCHEMA_VERSION;
         report.validate()?;
         Ok(report)
     }
@@ -198,6 +207,9 @@ impl Report {
 fn check_cell_numbers(problems: &mut Problems, at: &str, cell: &DecodeCell) {
     match (&cell.status, &cell.measurements) {
         (CellStatus::Valid, None) => problems.push(at, "is valid but has no measurements"),
+        (CellStatus::Partial { .. }, None) => {
+            problems.push(at, "is partial but has no measurements");
+        }
         (CellStatus::OverCapacity { .. } | CellStatus::Skipped { .. }, Some(_)) => problems.push(
             at,
             format!("is {} but has measurements", cell.status.label()),
@@ -264,12 +276,30 @@ fn check_percentiles(problems: &mut Problems, at: &str, p: Percentiles) {
 }
 
 fn check_status(problems: &mut Problems, at: &str, status: &CellStatus) {
-    if let CellStatus::Error {
-        failed_requests, ..
-    } = status
-        && *failed_requests == 0
-    {
-        problems.push(format!("{at}.status"), "is an error with 0 failed requests");
+    match status {
+        CellStatus::Error {
+            failed_requests: 0, ..
+        } => problems.push(format!("{at}.status"), "is an error with 0 failed requests"),
+        CellStatus::Partial {
+            failed_requests,
+            good_requests,
+            error_kinds,
+            ..
+        } => {
+            if *failed_requests == 0 || *good_requests == 0 {
+                problems.push(
+                    format!("{at}.status"),
+                    "is partial but has no failed or no good requests",
+                );
+            }
+            if error_kinds.values().sum::<u64>() != *failed_requests {
+                problems.push(
+                    format!("{at}.status.error_kinds"),
+                    "do not add up to failed_requests",
+                );
+            }
+        }
+        _ => {}
     }
 }
 

@@ -209,6 +209,7 @@ fn notes(out: &mut String, report: &Report) {
 pub(crate) fn status_class(status: &CellStatus) -> &'static str {
     match status {
         CellStatus::Valid => "valid",
+        CellStatus::Partial { .. } => "partial",
         CellStatus::OverCapacity { .. } => "over-capacity",
         CellStatus::Error { .. } => "error",
         CellStatus::Skipped { .. } => "skipped",

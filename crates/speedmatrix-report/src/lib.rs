@@ -19,8 +19,8 @@
 //! ```
 //! use speedmatrix_report::{
 //!     compare, to_markdown, Api, CellStatus, DecodeCell, DecodeMeasurements, Engine,
-//!     Hardware, Percentiles, Report, RunSettings, Threshold, TokenCountSource, Tool,
-//!     SCHEMA_VERSION,
+//!     Hardware, Percentiles, PrefillMode, Report, RunSettings, Threshold, TokenCount,
+//!     TokenCountSource, Tool, SCHEMA_VERSION,
 //! };
 //! use speedmatrix_units::{Concurrency, Tokens};
 //!
@@ -36,6 +36,7 @@
 //!     queueing_detected: false,
 //!     prompt_token_mismatches: 0,
 //!     token_count_source: TokenCountSource::UsagePerChunk,
+//!     token_count: Some(TokenCount::exact(TokenCountSource::UsagePerChunk, 1)),
 //!     finish_reasons: Default::default(),
 //!     server_counter: None,
 //! };
@@ -55,6 +56,7 @@
 //!         concurrencies: vec![Concurrency::ONE],
 //!         prefill_contexts: vec![],
 //!         prefill_repeats: 1,
+//!         prefill_mode: PrefillMode::Cold,
 //!         window_duration_s: 30.0,
 //!         max_output_tokens: Tokens::new(8_192),
 //!         decode_cache_warmed: true,
@@ -96,6 +98,6 @@ pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
     Api, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, Gpu, Hardware, KvCapacity,
-    Percentiles, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCountSource,
-    Tool,
+    MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode, PrefillRow,
+    Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCount, TokenCountSource, Tool,
 };

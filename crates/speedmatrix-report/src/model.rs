@@ -10,10 +10,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::{ByteSize, Concurrency, Tokens};
 
-/// The version of the document layout this crate reads and writes.
+/// The version of the document layout this crate writes.
 ///
-/// Bump it on any change that an older reader would misread.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bump it on any change that an older reader would misread. Version 2 added
+/// partial cells, estimated token counts and the prefill mode; version 1
+/// documents are still read (see [`Report::from_json`]).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest document version [`Report::from_json`] reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 
 /// One speed test matrix run: the document `speedmatrix run` writes as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -155,6 +160,10 @@ pub struct RunSettings {
     pub prefill_contexts: Vec<Tokens>,
     /// Cold prefill requests per context; rows report their median.
     pub prefill_repeats: u32,
+    /// How prefill was measured: separate cold requests, or the first
+    /// (cold) warm-up request of each context's decode cells.
+    #[serde(default)]
+    pub prefill_mode: PrefillMode,
     /// Length of each decode cell's measurement window in seconds.
     pub window_duration_s: f64,
     /// `max_tokens` of every decode request.
@@ -167,6 +176,28 @@ pub struct RunSettings {
     pub started_at: String,
     /// When the run finished, RFC 3339.
     pub finished_at: String,
+}
+
+/// How the prefill rows were measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillMode {
+    /// One separate request per context with a never-seen prompt.
+    #[default]
+    Cold,
+    /// The first warm-up request of the first cell of each context (nothing
+    /// of its prompt cached), as the seed page's "Measured during decode warm-up".
+    Warmup,
+}
+
+impl PrefillMode {
+    /// The words the report shows, as the seed page spells its mode.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PrefillMode::Cold => "Separate cold request",
+            PrefillMode::Warmup => "Measured during decode warm-up",
+        }
+    }
 }
 
 /// How many tokens the server's KV cache holds, by measurement and by prediction.
@@ -210,6 +241,19 @@ impl Capacity {
 pub enum CellStatus {
     /// Measured; the numbers are trustworthy.
     Valid,
+    /// Measured, but some requests failed: the numbers cover the good
+    /// requests only (failed ones are counted, never averaged in), and at
+    /// least one stream ran the whole window.
+    Partial {
+        /// Requests that failed.
+        failed_requests: u64,
+        /// Requests that completed or were still streaming when the window closed.
+        good_requests: u64,
+        /// Failed requests by the client's error kind (`disconnected`, `http_status`, ...).
+        error_kinds: BTreeMap<String, u64>,
+        /// The first error as the client saw it.
+        message: String,
+    },
     /// Not run: the requests would not fit the server's KV cache.
     OverCapacity {
         /// The rule or figure that excluded it, e.g. `4 × 136K > 348K KV tokens`.
@@ -234,10 +278,11 @@ pub enum CellStatus {
 }
 
 impl CellStatus {
-    /// Short label for tables: `Valid`, `Over capacity`, `Error`, `Skipped`.
+    /// Short label for tables: `Valid`, `Partial`, `Over capacity`, `Error`, `Skipped`.
     pub fn label(&self) -> &'static str {
         match self {
             CellStatus::Valid => "Valid",
+            CellStatus::Partial { .. } => "Partial",
             CellStatus::OverCapacity { .. } => "Over capacity",
             CellStatus::Error { .. } => "Error",
             CellStatus::Skipped { .. } => "Skipped",
@@ -247,6 +292,11 @@ impl CellStatus {
     /// Whether this is [`CellStatus::Valid`].
     pub fn is_valid(&self) -> bool {
         matches!(self, CellStatus::Valid)
+    }
+
+    /// Whether the cell was measured: valid, or partial (some requests failed).
+    pub fn is_measured(&self) -> bool {
+        matches!(self, CellStatus::Valid | CellStatus::Partial { .. })
     }
 
     /// The reason or message behind a non-valid status, empty for `Valid`.
@@ -262,6 +312,22 @@ impl CellStatus {
             } => format!(
                 "{error_kind}: {message} ({failed_requests} failed, {good_requests} good requests)"
             ),
+            CellStatus::Partial {
+                failed_requests,
+                good_requests,
+                error_kinds,
+                message,
+            } => {
+                let kinds: Vec<String> = error_kinds
+                    .iter()
+                    .map(|(kind, n)| format!("{n} {kind}"))
+                    .collect();
+                format!(
+                    "{failed_requests} of {} requests failed ({}); numbers from the {good_requests} good ones; first error: {message}",
+                    failed_requests + good_requests,
+                    kinds.join(", ")
+                )
+            }
         }
     }
 }
@@ -290,6 +356,60 @@ pub struct PrefillRow {
     pub prompt_tokens_reported: Option<Tokens>,
     /// Cold requests measured.
     pub repeats: u32,
+}
+
+impl DecodeMeasurements {
+    /// Whether the window's output tokens are (partly) estimates.
+    pub fn is_estimated(&self) -> bool {
+        self.token_count
+            .as_ref()
+            .map_or_else(|| self.token_count_source.is_estimate(), |t| t.estimated)
+    }
+
+    /// Whether the estimate is too uncertain to show the cell as plainly valid.
+    pub fn is_too_uncertain(&self) -> bool {
+        self.token_count.as_ref().map_or_else(
+            || self.token_count_source.is_estimate(),
+            TokenCount::is_too_uncertain,
+        )
+    }
+
+    /// The estimate's mark for tables (`est. ±0.4 %`), empty when exact.
+    pub fn estimate_mark(&self) -> String {
+        match &self.token_count {
+            Some(t) => t.mark(),
+            None if self.token_count_source.is_estimate() => "est., uncalibrated".to_owned(),
+            None => String::new(),
+        }
+    }
+}
+
+impl DecodeCell {
+    /// The status as tables show it: `Valid`, `Partial`, or `Estimated`
+    /// for a measured cell whose token count is an estimate with more than
+    /// [`MAX_PLAIN_UNCERTAINTY_PCT`] or unknown uncertainty; with the
+    /// estimate's mark (`Valid (est. ±0.4 %)`) whenever it is one.
+    pub fn status_label(&self) -> String {
+        let Some(m) = self
+            .measurements
+            .as_ref()
+            .filter(|_| self.status.is_measured())
+        else {
+            return self.status.label().to_owned();
+        };
+        let mark = m.estimate_mark();
+        match (&self.status, m.is_too_uncertain()) {
+            (CellStatus::Valid, true) => {
+                format!(
+                    "Estimated ({})",
+                    mark.trim_start_matches("est.")
+                        .trim_start_matches([',', ' '])
+                )
+            }
+            (status, _) if mark.is_empty() => status.label().to_owned(),
+            (status, _) => format!("{} ({mark})", status.label()),
+        }
+    }
 }
 
 /// One sustained-decode cell: `concurrency` streams of `context`-token prompts.
@@ -321,15 +441,24 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
-/// Where output-token counts came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Where output-token counts came from, from most to least exact.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenCountSource {
-    /// Cumulative `usage` on every chunk (vLLM `continuous_usage_stats`).
+    /// Cumulative `usage` on every chunk (vLLM and SGLang `continuous_usage_stats`).
     UsagePerChunk,
-    /// `usage` on the final chunk only; per-chunk arrivals spread evenly.
+    /// A running count the engine put in every chunk besides `usage`
+    /// (llama.cpp `timings.predicted_n`; TGI's one event per token).
+    EngineCount,
+    /// `usage` at the end of a finished request: exact in sum, shared out
+    /// over its chunks by their tokenized text.
     FinalUsage,
-    /// One token per content chunk (no usage reported).
+    /// Estimated: the request's whole text tokenized with the run's
+    /// tokenizer, scaled by the cell's calibration.
+    Tokenizer,
+    /// Estimated: chunks with text, scaled by the cell's calibration.
     ChunkCount,
 }
 
@@ -338,8 +467,97 @@ impl TokenCountSource {
     pub fn describe(self) -> &'static str {
         match self {
             TokenCountSource::UsagePerChunk => "server-reported usage on every chunk",
+            TokenCountSource::EngineCount => "the engine's running token count on every chunk",
             TokenCountSource::FinalUsage => "server-reported usage at the end of each request",
-            TokenCountSource::ChunkCount => "one token per streamed chunk (no usage reported)",
+            TokenCountSource::Tokenizer => {
+                "the streamed text re-tokenized with the run's tokenizer (an estimate)"
+            }
+            TokenCountSource::ChunkCount => "streamed chunks counted (an estimate)",
+        }
+    }
+
+    /// The name used in JSON and CSV (`usage_per_chunk`, `tokenizer`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenCountSource::UsagePerChunk => "usage_per_chunk",
+            TokenCountSource::EngineCount => "engine_count",
+            TokenCountSource::FinalUsage => "final_usage",
+            TokenCountSource::Tokenizer => "tokenizer",
+            TokenCountSource::ChunkCount => "chunk_count",
+        }
+    }
+
+    /// Whether counts from this source are estimates.
+    pub fn is_estimate(self) -> bool {
+        matches!(
+            self,
+            TokenCountSource::Tokenizer | TokenCountSource::ChunkCount
+        )
+    }
+}
+
+/// The largest uncertainty of an estimated token count that is still shown
+/// as plainly valid, percent.
+pub const MAX_PLAIN_UNCERTAINTY_PCT: f64 = 1.0;
+
+/// How a cell's output tokens were counted, in detail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCount {
+    /// Requests with tokens in the window by how they were counted
+    /// ([`TokenCountSource::as_str`] → requests).
+    pub requests_by_source: BTreeMap<String, u64>,
+    /// Whether some of the window's tokens are estimates.
+    pub estimated: bool,
+    /// Share of the window's output tokens that are estimates, percent.
+    pub estimated_share_pct: f64,
+    /// What the estimates counted (`tokenizer` or `chunk_count`), when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_method: Option<TokenCountSource>,
+    /// Server tokens per estimated token, from the calibration requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_factor: Option<f64>,
+    /// Finished requests with a server count that calibrated the estimate.
+    #[serde(default)]
+    pub calibration_requests: u64,
+    /// Half-width of the 95 % interval of the window's output-token count
+    /// (and so of its tok/s), percent: 0 when every count is exact, absent
+    /// when an estimate could not be calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty_pct: Option<f64>,
+}
+
+impl TokenCount {
+    /// Every count of the window was the server's own.
+    pub fn exact(source: TokenCountSource, requests: u64) -> TokenCount {
+        TokenCount {
+            requests_by_source: BTreeMap::from([(source.as_str().to_owned(), requests)]),
+            estimated: false,
+            estimated_share_pct: 0.0,
+            estimate_method: None,
+            calibration_factor: None,
+            calibration_requests: 0,
+            uncertainty_pct: Some(0.0),
+        }
+    }
+
+    /// Whether the count is too uncertain to call the cell plainly valid:
+    /// estimated with more than [`MAX_PLAIN_UNCERTAINTY_PCT`] or an unknown uncertainty.
+    pub fn is_too_uncertain(&self) -> bool {
+        self.estimated
+            && self
+                .uncertainty_pct
+                .is_none_or(|u| u > MAX_PLAIN_UNCERTAINTY_PCT)
+    }
+
+    /// A short mark for tables: `est. ±0.4 %`, `est., uncalibrated`; empty when exact.
+    pub fn mark(&self) -> String {
+        if !self.estimated {
+            return String::new();
+        }
+        match self.uncertainty_pct {
+            Some(u) => format!("est. ±{u:.1} %"),
+            None => "est., uncalibrated".to_owned(),
         }
     }
 }
@@ -369,8 +587,13 @@ pub struct DecodeMeasurements {
     pub queueing_detected: bool,
     /// Requests whose server-reported prompt tokens differ from the prompt built.
     pub prompt_token_mismatches: u64,
-    /// Where output-token counts came from.
+    /// Where output-token counts came from: the least exact source among
+    /// the requests with tokens in the window.
     pub token_count_source: TokenCountSource,
+    /// How output tokens were counted in detail: sources, estimate and its
+    /// uncertainty. Absent in documents of schema version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_count: Option<TokenCount>,
     /// How requests ended: finish reason → count (`length`, `stop`, `abort`).
     #[serde(default)]
     pub finish_reasons: BTreeMap<String, u64>,

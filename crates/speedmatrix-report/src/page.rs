@@ -4,7 +4,10 @@
 use speedmatrix_units::{ByteSize, Tokens};
 
 use crate::format::{self, DASH};
-use crate::model::{Api, CellStatus, DecodeCell, PrefillRow, Report, TokenCountSource};
+use crate::model::{
+    Api, CellStatus, DecodeCell, MAX_PLAIN_UNCERTAINTY_PCT, PrefillMode, PrefillRow, Report,
+    TokenCountSource,
+};
 
 /// Columns of the "All measurements" table, as on the seed page.
 pub(crate) const MEASUREMENT_COLUMNS: [&str; 12] = [
@@ -163,10 +166,13 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
     if !run.prefill_contexts.is_empty() {
         facts.push((
             "Prefill mode",
-            format!(
-                "Cold requests, nothing cached; median of {}",
-                plural(run.prefill_repeats as usize, "request", "requests")
-            ),
+            match run.prefill_mode {
+                PrefillMode::Warmup => PrefillMode::Warmup.describe().to_owned(),
+                PrefillMode::Cold => format!(
+                    "Cold requests, nothing cached; median of {}",
+                    plural(run.prefill_repeats as usize, "request", "requests")
+                ),
+            },
         ));
     }
     facts.push(("Started", run.started_at.clone()));
@@ -235,10 +241,17 @@ pub(crate) fn matrix_cell(cell: Option<&DecodeCell>, break_line: &str) -> String
         return DASH.to_owned();
     };
     match (&cell.status, &cell.measurements) {
-        (CellStatus::Valid, Some(m)) => {
-            let mark = if flagged(cell) { " †" } else { "" };
+        (status, Some(m)) if status.is_measured() => {
+            let mut mark = String::new();
+            if flagged(cell) {
+                mark.push_str(" †");
+            }
+            if matches!(status, CellStatus::Partial { .. }) {
+                mark.push_str(" ‡");
+            }
+            let approx = if m.is_estimated() { "≈" } else { "" };
             format!(
-                "{}{break_line}{} TTFT{mark}",
+                "{approx}{}{break_line}{} TTFT{mark}",
                 format::tokens_per_s(m.total_tokens_per_s),
                 format::ms_whole(m.ttft_ms.p50)
             )
@@ -247,7 +260,7 @@ pub(crate) fn matrix_cell(cell: Option<&DecodeCell>, break_line: &str) -> String
     }
 }
 
-/// Whether a valid cell carries a warning worth a footnote mark.
+/// Whether a measured cell carries a warning worth a footnote mark.
 pub(crate) fn flagged(cell: &DecodeCell) -> bool {
     cell.measurements
         .as_ref()
@@ -293,11 +306,15 @@ fn prefill_measurement_row(row: &PrefillRow) -> [String; 12] {
 }
 
 fn decode_measurement_row(cell: &DecodeCell) -> [String; 12] {
+    let status = match &cell.status {
+        CellStatus::Error { .. } => status_text(&cell.status),
+        _ => cell.status_label(),
+    };
     let head = [
         "Sustained decode".to_owned(),
         cell.context.to_string(),
         cell.concurrency.to_string(),
-        status_text(&cell.status),
+        status,
     ];
     let tail = match &cell.measurements {
         Some(m) => [
@@ -353,27 +370,37 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
          requests is time-weighted.",
         format::seconds(report.run.window_duration_s)
     ));
-    notes.push(
-        "Prefill: prompt tok/s = server-reported prompt tokens / TTFT of a cold request (nothing \
-         cached); TTFT is from sending the request to the first streamed token."
+    notes.push(match report.run.prefill_mode {
+        PrefillMode::Cold => "Prefill: prompt tok/s = server-reported prompt tokens / TTFT of a \
+             cold request (nothing cached); TTFT is from sending the request to the first \
+             streamed token."
             .to_owned(),
-    );
+        PrefillMode::Warmup => "Prefill: measured during decode warm-up: the first warm-up \
+             request of each context's first cell, sent alone with nothing of its prompt cached; \
+             prompt tok/s = server-reported prompt tokens / its TTFT. Contexts without a decode \
+             row of their own get a separate cold request."
+            .to_owned(),
+    });
     notes.push(format!(
         "Output tokens are counted from {}.",
         token_sources(report)
     ));
+    notes.extend(estimate_notes(report));
     notes.extend(flag_notes(report));
     notes.extend(error_notes(report));
     notes
 }
 
 fn token_sources(report: &Report) -> String {
-    let mut sources: Vec<TokenCountSource> = report
-        .decode
-        .iter()
-        .filter_map(|c| c.measurements.as_ref().map(|m| m.token_count_source))
-        .collect();
-    sources.sort_by_key(|s| *s as u8);
+    let mut sources: Vec<TokenCountSource> = Vec::new();
+    for m in report.decode.iter().filter_map(|c| c.measurements.as_ref()) {
+        match &m.token_count {
+            // Every source any request of the cell used, not only the weakest.
+            Some(t) => sources.extend(t.requests_by_source.keys().filter_map(|k| source_named(k))),
+            None => sources.push(m.token_count_source),
+        }
+    }
+    sources.sort();
     sources.dedup();
     if sources.is_empty() {
         "server-reported usage where available".to_owned()
@@ -386,6 +413,64 @@ fn token_sources(report: &Report) -> String {
     }
 }
 
+fn source_named(name: &str) -> Option<TokenCountSource> {
+    [
+        TokenCountSource::UsagePerChunk,
+        TokenCountSource::EngineCount,
+        TokenCountSource::FinalUsage,
+        TokenCountSource::Tokenizer,
+        TokenCountSource::ChunkCount,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == name)
+}
+
+/// Where counts are estimates: how, calibrated on what, and how uncertain.
+fn estimate_notes(report: &Report) -> Vec<String> {
+    let estimated: Vec<String> = report
+        .decode
+        .iter()
+        .filter_map(|c| {
+            let m = c.measurements.as_ref().filter(|m| m.is_estimated())?;
+            let t = m.token_count.as_ref();
+            let method = t
+                .and_then(|t| t.estimate_method)
+                .unwrap_or(m.token_count_source);
+            let share = t.map_or(100.0, |t| t.estimated_share_pct);
+            let calibration = match t {
+                Some(t) if t.calibration_requests > 0 => format!(
+                    "× {:.3} from {} finished requests",
+                    t.calibration_factor.unwrap_or(1.0),
+                    t.calibration_requests
+                ),
+                _ => "uncalibrated (no finished request reported usage)".to_owned(),
+            };
+            let uncertainty = t
+                .and_then(|t| t.uncertainty_pct)
+                .map_or_else(|| "unknown".to_owned(), |u| format!("±{u:.1} %"));
+            let how = match method {
+                TokenCountSource::ChunkCount => "by counting chunks",
+                _ => "by re-tokenizing each stream's text",
+            };
+            Some(format!(
+                "{} × {}: {share:.0} % of tokens estimated {how}, {calibration}, uncertainty {uncertainty}",
+                c.context, c.concurrency,
+            ))
+        })
+        .collect();
+    if estimated.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "≈ Estimated output tokens: the server sent no count for streams cancelled at the end of \
+         the window, so their tokens were estimated and calibrated on finished requests of the \
+         same cell with a server count (the uncertainty is the half-width of a 95 % interval; a \
+         cell over ±{MAX_PLAIN_UNCERTAINTY_PCT:.0} % or uncalibrated is marked Estimated, not \
+         Valid). {}.",
+        estimated.join("; ")
+    )]
+}
+
 fn flag_notes(report: &Report) -> Vec<String> {
     let cells_where = |pred: &dyn Fn(&DecodeCell) -> bool| -> Vec<String> {
         report
@@ -396,6 +481,15 @@ fn flag_notes(report: &Report) -> Vec<String> {
             .collect()
     };
     let mut notes = Vec::new();
+    let partial = cells_where(&|c| matches!(c.status, CellStatus::Partial { .. }));
+    if !partial.is_empty() {
+        notes.push(format!(
+            "‡ Partial: some requests failed in {}; the numbers are those of the good requests \
+             (failed ones are counted, never averaged in), and at least one stream ran the whole \
+             window.",
+            partial.join(", ")
+        ));
+    }
     let queued = cells_where(&|c| c.measurements.as_ref().is_some_and(|m| m.queueing_detected));
     if !queued.is_empty() {
         notes.push(format!(

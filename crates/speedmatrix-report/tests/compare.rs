@@ -88,7 +88,7 @@ fn ratios_and_verdicts_at_five_percent() {
     assert_eq!(
         r.verdict,
         Verdict::Regressed {
-            why: "valid in A, Error: timeout in B".into()
+            why: "measured in A, Error: timeout in B".into()
         }
     );
     assert_eq!(r.tokens_per_s, None);

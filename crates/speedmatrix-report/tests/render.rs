@@ -268,3 +268,77 @@ fn partial_runs_render_only_what_they_have() {
     assert!(!to_markdown(&decode_only).contains("## Prefill"));
     assert_eq!(to_csv(&decode_only).lines().count(), 1 + 9);
 }
+
+/// The small run with a partial cell, an estimate within 1 % and one over it.
+fn with_partial_and_estimates() -> speedmatrix_report::Report {
+    use std::collections::BTreeMap;
+
+    use speedmatrix_report::{CellStatus, TokenCount, TokenCountSource};
+    let mut r = common::small();
+    let estimate = |u: Option<f64>| TokenCount {
+        requests_by_source: BTreeMap::from([("tokenizer".to_owned(), 4)]),
+        estimated: true,
+        estimated_share_pct: 100.0,
+        estimate_method: Some(TokenCountSource::Tokenizer),
+        calibration_factor: u.map(|_| 1.012),
+        calibration_requests: if u.is_some() { 3 } else { 0 },
+        uncertainty_pct: u,
+    };
+    let set = |r: &mut speedmatrix_report::Report, i: usize, t: TokenCount| {
+        let m = r.decode[i].measurements.as_mut().unwrap();
+        m.token_count_source = TokenCountSource::Tokenizer;
+        m.token_count = Some(t);
+    };
+    set(&mut r, 0, estimate(Some(0.4)));
+    set(&mut r, 1, estimate(Some(3.0)));
+    set(&mut r, 3, estimate(None));
+    r.decode[2].status = CellStatus::Partial {
+        failed_requests: 2,
+        good_requests: 30,
+        error_kinds: BTreeMap::from([("disconnected".to_owned(), 2)]),
+        message: "the connection failed in the middle of the stream".into(),
+    };
+    r.validate().unwrap();
+    r
+}
+
+#[test]
+fn estimates_and_partial_cells_are_marked_in_every_renderer() {
+    let r = with_partial_and_estimates();
+    let md = to_markdown(&r);
+    let rows = common::table(&md, "| Phase |");
+    let status: Vec<&str> = rows
+        .iter()
+        .filter(|row| row[0] == "Sustained decode")
+        .map(|row| row[3].as_str())
+        .collect();
+    assert_eq!(status[0], "Valid (est. ±0.4 %)");
+    assert_eq!(status[1], "Estimated (±3.0 %)");
+    assert_eq!(status[2], "Partial");
+    assert_eq!(status[3], "Estimated (uncalibrated)");
+    let matrix = common::table(&md, "| Context | 1 |");
+    assert!(matrix[1][1].starts_with('≈'), "{:?}", matrix[1]);
+    assert!(matrix[1][3].contains('‡'), "{:?}", matrix[1]);
+    assert!(md.contains("≈ Estimated output tokens"), "{md}");
+    assert!(md.contains("‡ Partial"), "{md}");
+    let csv = to_csv(&r);
+    let lines: Vec<&str> = csv.lines().collect();
+    let decode: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("decode"))
+        .copied()
+        .collect();
+    assert!(decode[0].contains(",tokenizer,true,0.4,"), "{}", decode[0]);
+    assert!(
+        decode[2].starts_with("decode,0,16,partial,"),
+        "{}",
+        decode[2]
+    );
+    assert!(decode[3].contains(",tokenizer,true,,"), "{}", decode[3]);
+    let html = to_html(&r);
+    assert!(
+        html.contains("≈"),
+        "the HTML heatmap does not mark estimates"
+    );
+    assert!(html.contains("Estimated (±3.0 %)"));
+}

@@ -139,11 +139,11 @@ fn bad_files_say_what_is_wrong_and_what_to_do() {
     assert!(text.contains("line 2"), "{text}");
     assert!(text.contains("speedmatrix run"), "{text}");
 
-    let err = Report::from_json("{\"schema_version\": 2}").unwrap_err();
+    let err = Report::from_json("{\"schema_version\": 3}").unwrap_err();
     assert_eq!(
         err,
         ReportError::UnsupportedVersion {
-            found: "2".into(),
+            found: "3".into(),
             supported: SCHEMA_VERSION
         }
     );
@@ -196,4 +196,24 @@ proptest! {
         prop_assert!(rows.iter().all(|row| row.len() == 12));
         prop_assert_eq!(to_csv(&r).lines().count(), 1 + r.prefill.len() + r.decode.len());
     }
+}
+
+#[test]
+fn version_1_documents_still_read_as_the_current_version() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small-run.json"),
+    )
+    .unwrap();
+    assert!(
+        text.contains("\"schema_version\": 1"),
+        "the fixture is a version 1 file"
+    );
+    let r = Report::from_json(&text).unwrap();
+    assert_eq!(r.schema_version, SCHEMA_VERSION);
+    assert_eq!(r.run.prefill_mode, speedmatrix_report::PrefillMode::Cold);
+    assert!(r.decode.iter().all(|c| {
+        c.measurements
+            .as_ref()
+            .is_none_or(|m| m.token_count.is_none())
+    }));
 }

@@ -21,11 +21,22 @@ pub fn describe_plan(plan: &Plan, matrix: &MatrixSpec) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "{}", describe_capacity(&plan.capacity));
-    let _ = writeln!(
-        out,
-        "\nPrefill (cold, max_tokens 1, {} repeat(s)):",
-        matrix.prefill_repeats
-    );
+    match matrix.prefill_mode {
+        crate::PrefillMode::Cold => {
+            let _ = writeln!(
+                out,
+                "\nPrefill (cold, max_tokens 1, {} repeat(s)):",
+                matrix.prefill_repeats
+            );
+        }
+        crate::PrefillMode::Warmup => {
+            let _ = writeln!(
+                out,
+                "\nPrefill (the first, cold warm-up request of each context's first decode cell; \
+                 cold requests for contexts without a decode row):"
+            );
+        }
+    }
     for (c, ex) in &plan.prefill {
         let verdict = ex.as_ref().map_or("run".to_owned(), exclusion_text);
         let _ = writeln!(out, "  {:>6}  {verdict}", c.to_string());
@@ -154,13 +165,21 @@ pub(crate) fn prefill_summary(row: &PrefillRow) -> String {
 
 pub(crate) fn decode_summary(cell: &DecodeCell) -> String {
     match &cell.measurements {
-        Some(m) => format!(
-            "{:.1} tok/s total, {:.1} per request, TTFT {:.0} ms, {:.1} ms between tokens",
-            m.total_tokens_per_s,
-            m.per_request_tokens_per_s,
-            m.ttft_ms.p50,
-            m.time_between_tokens_ms.p50
-        ),
+        Some(m) => {
+            let label = cell.status_label();
+            let status = if label == "Valid" {
+                String::new()
+            } else {
+                format!(" [{label}]")
+            };
+            format!(
+                "{:.1} tok/s total, {:.1} per request, TTFT {:.0} ms, {:.1} ms between tokens{status}",
+                m.total_tokens_per_s,
+                m.per_request_tokens_per_s,
+                m.ttft_ms.p50,
+                m.time_between_tokens_ms.p50
+            )
+        }
         None => format!("{}: {}", cell.status.label(), cell.status.detail()),
     }
 }
@@ -177,8 +196,11 @@ pub(crate) fn build_report(
 ) -> Report {
     let embedded = matches!(config.target, Target::Embedded(_));
     let engine_name = config.labels.engine.clone().unwrap_or_else(|| {
+        let engine = server.info.engine();
         if embedded {
             "speedmatrix-sim".into()
+        } else if engine != speedmatrix_client::Engine::Unknown {
+            engine.name().into()
         } else if server.has_gauges() {
             "vllm".into()
         } else {
@@ -244,6 +266,7 @@ pub(crate) fn build_report(
             concurrencies: m.concurrencies.clone(),
             prefill_contexts: m.prefill_contexts.clone(),
             prefill_repeats: m.prefill_repeats,
+            prefill_mode: convert::prefill_mode(m.prefill_mode),
             window_duration_s: m.duration.as_secs_f64(),
             max_output_tokens: m.max_tokens,
             decode_cache_warmed: true,

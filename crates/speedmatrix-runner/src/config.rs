@@ -24,6 +24,21 @@ pub enum PromptSharing {
     Shared,
 }
 
+/// How the prefill rows are measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillMode {
+    /// One separate request per prefill context with a never-seen prompt,
+    /// before the decode cells.
+    #[default]
+    Cold,
+    /// The first warm-up request of the first cell of each context, sent
+    /// alone with nothing of its prompt cached (the seed page's "Measured
+    /// during decode warm-up"); prefill contexts without a decode row of
+    /// their own are measured cold.
+    Warmup,
+}
+
 /// A named set of contexts, concurrencies and timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
@@ -45,6 +60,8 @@ pub struct MatrixSpec {
     pub prefill_contexts: Vec<Tokens>,
     /// Cold prefill requests per context; the median is reported.
     pub prefill_repeats: u32,
+    /// Separate cold requests, or the decode cells' first warm-up requests.
+    pub prefill_mode: PrefillMode,
     /// Length of each decode cell's measurement window.
     pub duration: Duration,
     /// `max_tokens` of every decode request.
@@ -64,6 +81,7 @@ impl Preset {
                 concurrencies: conc(&[1, 4, 16, 64]),
                 prefill_contexts: vec![Tokens::kibi(4), Tokens::kibi(8)],
                 prefill_repeats: 1,
+                prefill_mode: PrefillMode::Cold,
                 duration: Duration::from_secs(10),
                 max_tokens: Tokens::new(8192),
             },
@@ -72,6 +90,7 @@ impl Preset {
                 concurrencies: conc(&[1, 2, 4, 8, 16, 32, 64, 128]),
                 prefill_contexts: [8, 16, 32, 64, 128].map(Tokens::kibi).to_vec(),
                 prefill_repeats: 1,
+                prefill_mode: PrefillMode::Cold,
                 duration: Duration::from_secs(30),
                 max_tokens: Tokens::new(8192),
             },
@@ -85,7 +104,7 @@ pub enum Target {
     /// A running server's base URL, e.g. `http://127.0.0.1:8000`.
     Url(String),
     /// The built-in simulator, started in-process from a profile.
-    Embedded(speedmatrix_sim::Profile),
+    Embedded(Box<speedmatrix_sim::Profile>),
 }
 
 /// How the runner learns the server's KV capacity when the server does not say.

@@ -6,11 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use speedmatrix_metrics::{GaugeSample, Outcome, Timestamp, Window, window_metrics};
+use speedmatrix_metrics::{
+    Calibration, EstimateMethod, GaugeSample, MetricsError, Outcome, Timestamp, Window,
+    WindowMetrics, window_metrics,
+};
 use speedmatrix_report::{CellStatus, DecodeMeasurements, Percentiles, ServerCounter};
 use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
+use crate::estimate::{calibration_requests, tokenize_texts};
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{CounterReading, Drain, Gauges, Server, read_generation_counter};
 use crate::{Observer, RunError};
@@ -24,6 +28,11 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) context: Tokens,
     pub(crate) shape: RequestShape,
     pub(crate) duration: Duration,
+    /// Send the first warm-up request alone and hand it back: it is the
+    /// context's prefill measurement (`--prefill-mode warmup`).
+    pub(crate) measure_first_warmup: bool,
+    /// Tokenizes streamed text for estimates when the server sends no count.
+    pub(crate) tokenizer: &'a speedmatrix_workload::Tokenizer,
 }
 
 /// What a decode cell produced.
@@ -33,10 +42,20 @@ pub(crate) struct DecodeOutcome {
     pub(crate) notices: Vec<String>,
     /// True when requests failed in a way that suggests the server is gone.
     pub(crate) server_suspect: bool,
+    /// The first warm-up request, when the spec asked to measure it.
+    pub(crate) first_warmup: Option<Recorded>,
+    /// A Content-Type the server sent instead of `text/event-stream`.
+    pub(crate) unexpected_content_type: Option<String>,
 }
 
 /// How long streams keep running after the window closes.
 const WINDOW_EDGE_GRACE: Duration = Duration::from_millis(250);
+
+/// A stream slot whose requests fail this many times in a row stops.
+const MAX_CONSECUTIVE_FAILURES: u32 = 3;
+
+/// Pause before a failed request's slot sends its next one.
+const FAILURE_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How long to wait for every stream's first token after the cache is warm.
 fn readiness_limit(context: Tokens, n: Concurrency) -> Duration {
@@ -44,7 +63,14 @@ fn readiness_limit(context: Tokens, n: Concurrency) -> Duration {
     Duration::from_secs(60) + Duration::from_secs_f64(work / 2_000.0)
 }
 
-/// Runs the cell: warm-up, streams, window, cancel, drain.
+/// One request of the cell and the stream slot that sent it.
+struct SlotRecord {
+    slot: usize,
+    record: Recorded,
+}
+
+/// Runs the cell: warm-up, streams, window, cancel, drain, then the
+/// token-count estimates and their calibration where the server sent no count.
 pub(crate) async fn run_cell(
     server: &Server,
     spec: DecodeCellSpec<'_>,
@@ -55,37 +81,39 @@ pub(crate) async fn run_cell(
     let epoch = Instant::now();
 
     observer.step_phase(spec.label, "warming the prefix cache");
-    if let Some(failure) = warm_up(server, &spec, epoch, cancel).await {
-        return Ok(error_outcome(
-            failure,
-            0,
-            spec.prompts.len() as u64,
-            notices,
-        ));
-    }
+    let (first_warmup, warm_failure) = warm_up(server, &spec, epoch, cancel).await;
     if cancel.is_cancelled() {
         return Err(RunError::Cancelled);
+    }
+    if let Some(failure) = warm_failure {
+        let mut out = error_outcome(failure, 0, spec.prompts.len() as u64, notices);
+        out.first_warmup = first_warmup;
+        return Ok(out);
     }
 
     observer.step_phase(spec.label, "starting streams");
     let stop = CancellationToken::new();
     let first_tokens = Arc::new(AtomicUsize::new(0));
-    let dead_streams = Arc::new(AtomicUsize::new(0));
+    let dead_slots = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(spec.concurrency.get() as usize);
-    for i in 0..spec.concurrency.get() as usize {
-        let prompt = Arc::clone(&spec.prompts[i % spec.prompts.len()]);
+    for slot in 0..spec.concurrency.get() as usize {
+        let prompt = Arc::clone(&spec.prompts[slot % spec.prompts.len()]);
         let client = server.client.clone();
         let shape = spec.shape.clone();
         let stop = stop.clone();
         let first = Arc::clone(&first_tokens);
-        let dead = Arc::clone(&dead_streams);
+        let dead = Arc::clone(&dead_slots);
         tasks.push(tokio::spawn(async move {
-            stream_loop(client, shape, prompt, epoch, stop, first, dead).await
+            let records = stream_loop(client, shape, prompt, epoch, stop, first, dead).await;
+            records
+                .into_iter()
+                .map(|record| SlotRecord { slot, record })
+                .collect::<Vec<_>>()
         }));
     }
 
     let n = spec.concurrency.get() as usize;
-    let ready = wait_ready(server, &spec, n, &first_tokens, &dead_streams, cancel).await;
+    let ready = wait_ready(server, &spec, n, &first_tokens, &dead_slots, cancel).await;
     let mut queueing = false;
     match ready {
         Readiness::Ready => {}
@@ -110,7 +138,8 @@ pub(crate) async fn run_cell(
     let window_start = Instant::now();
     let mut gauges = Vec::new();
     let mut counter = None;
-    if !matches!(ready, Readiness::StreamsDied) {
+    let window_opened = !matches!(ready, Readiness::StreamsDied);
+    if window_opened {
         observer.step_phase(spec.label, "measuring");
         // The counter scrapes run beside the window, never inside its timing.
         let opening = server
@@ -128,7 +157,7 @@ pub(crate) async fn run_cell(
         }
     }
     stop.cancel();
-    let mut recorded: Vec<Recorded> = Vec::new();
+    let mut recorded: Vec<SlotRecord> = Vec::new();
     for t in tasks {
         if let Ok(mut r) = t.await {
             recorded.append(&mut r);
@@ -144,35 +173,56 @@ pub(crate) async fn run_cell(
             spec.label
         ));
     }
-    let mut outcome = summarize(
-        &spec,
+    let window = Window::new(Timestamp::from_instant(epoch, window_start), spec.duration);
+    let cell = Cell {
+        spec: &spec,
         epoch,
-        window_start,
-        &recorded,
-        &gauges,
+        window_opened,
         queueing,
-        notices,
-    );
+    };
+    let mut outcome = match window {
+        Ok(window) => {
+            cell.summarize(server, observer, cancel, window, recorded, &gauges, notices)
+                .await
+        }
+        Err(e) => error_outcome(("metrics".into(), e.to_string()), 0, 0, notices),
+    };
     if let Some(m) = outcome.measurements.as_mut() {
         m.server_counter = counter;
     }
+    outcome.first_warmup = first_warmup;
     Ok(outcome)
 }
 
+/// Sends the cell's prompts once with `max_tokens` 1 so the server's prefix
+/// cache holds them. With `measure_first_warmup` the first goes alone and
+/// is returned: nothing of it was cached, so it is a cold prefill.
 async fn warm_up(
     server: &Server,
     spec: &DecodeCellSpec<'_>,
     epoch: Instant,
     cancel: &CancellationToken,
-) -> Option<(String, String)> {
+) -> (Option<Recorded>, Option<(String, String)>) {
     let shape = RequestShape {
         max_tokens: Tokens::new(1),
         ignore_eos: false,
         min_tokens: false,
         ..spec.shape.clone()
     };
+    let mut prompts = spec.prompts.iter();
+    let mut first = None;
+    if spec.measure_first_warmup
+        && let Some(prompt) = prompts.next()
+    {
+        let r = record_one(&server.client, &shape, prompt, epoch, cancel, None).await;
+        let failure = r.error.clone();
+        first = Some(r);
+        if failure.is_some() {
+            return (first, failure);
+        }
+    }
     let mut set = tokio::task::JoinSet::new();
-    for prompt in &spec.prompts {
+    for prompt in prompts {
         let client = server.client.clone();
         let shape = shape.clone();
         let prompt = Arc::clone(prompt);
@@ -187,9 +237,12 @@ async fn warm_up(
             failure = r.error;
         }
     }
-    failure
+    (first, failure)
 }
 
+/// Keeps one stream slot busy until `stop`: a finished request is replaced
+/// at once, a failed one after a short pause, and a slot whose requests fail
+/// [`MAX_CONSECUTIVE_FAILURES`] times in a row stops (counted in `dead`).
 async fn stream_loop(
     client: speedmatrix_client::Client,
     shape: RequestShape,
@@ -201,6 +254,7 @@ async fn stream_loop(
 ) -> Vec<Recorded> {
     let mut out = Vec::new();
     let mut counted = false;
+    let mut failures_in_a_row = 0;
     while !stop.is_cancelled() {
         let counter = (!counted).then_some(&first_tokens);
         let before = first_tokens.load(Ordering::Relaxed);
@@ -208,9 +262,18 @@ async fn stream_loop(
         counted |= counter.is_some() && first_tokens.load(Ordering::Relaxed) > before;
         let failed = r.error.is_some();
         out.push(r);
-        if failed {
+        if !failed {
+            failures_in_a_row = 0;
+            continue;
+        }
+        failures_in_a_row += 1;
+        if failures_in_a_row >= MAX_CONSECUTIVE_FAILURES {
             dead.fetch_add(1, Ordering::Relaxed);
             break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FAILURE_BACKOFF) => {}
+            () = stop.cancelled() => {}
         }
     }
     out
@@ -223,6 +286,9 @@ enum Readiness {
     Cancelled,
 }
 
+/// Waits until every live slot has its first token (and the server's gauges
+/// say they all run, where it exports them); a slot that stopped after
+/// repeated failures no longer counts, and with none left the streams died.
 async fn wait_ready(
     server: &Server,
     spec: &DecodeCellSpec<'_>,
@@ -237,15 +303,16 @@ async fn wait_ready(
         if cancel.is_cancelled() {
             return Readiness::Cancelled;
         }
-        if dead.load(Ordering::Relaxed) > 0 {
+        let live = n.saturating_sub(dead.load(Ordering::Relaxed));
+        if live == 0 {
             return Readiness::StreamsDied;
         }
-        if first_tokens.load(Ordering::Relaxed) >= n {
+        if first_tokens.load(Ordering::Relaxed) >= live {
             if !gauges {
                 return Readiness::Ready;
             }
             if let Some(g) = server.gauges().await
-                && g.running >= n as f64
+                && g.running >= live as f64
                 && g.waiting == 0.0
             {
                 return Readiness::Ready;
@@ -293,131 +360,294 @@ async fn measure_window(
     }
 }
 
-fn summarize(
-    spec: &DecodeCellSpec<'_>,
+/// What summarizing a cell needs to know besides its requests.
+struct Cell<'s, 'a> {
+    spec: &'s DecodeCellSpec<'a>,
     epoch: Instant,
-    window_start: Instant,
-    recorded: &[Recorded],
-    gauges: &[Gauges],
-    mut queueing: bool,
-    mut notices: Vec<String>,
-) -> DecodeOutcome {
-    let retried: u32 = recorded.iter().map(|r| r.retries).sum();
-    if retried > 0 {
-        notices.push(format!(
-            "{}: the server turned requests away with HTTP 429/503 {retried} times; each was sent again after its Retry-After delay (at most {} times)",
-            spec.label,
-            crate::request::MAX_RETRIES
-        ));
+    window_opened: bool,
+    queueing: bool,
+}
+
+impl Cell<'_, '_> {
+    #[allow(clippy::too_many_arguments)]
+    async fn summarize(
+        &self,
+        server: &Server,
+        observer: &dyn Observer,
+        cancel: &CancellationToken,
+        window: Window,
+        recorded: Vec<SlotRecord>,
+        gauges: &[Gauges],
+        mut notices: Vec<String>,
+    ) -> DecodeOutcome {
+        let spec = self.spec;
+        let retried: u32 = recorded.iter().map(|r| r.record.retries).sum();
+        if retried > 0 {
+            notices.push(format!(
+                "{}: the server turned requests away with HTTP 429/503 {retried} times; each was sent again after its Retry-After delay (at most {} times)",
+                spec.label,
+                crate::request::MAX_RETRIES
+            ));
+        }
+        let unexpected_content_type = recorded
+            .iter()
+            .find_map(|r| r.record.unexpected_content_type.clone());
+        let health = Health::of(&recorded, window, self.window_opened);
+        if let Some(failure) = health.error() {
+            let mut out = error_outcome(failure, health.failed, health.good, notices);
+            out.server_suspect = health.connection_lost;
+            out.unexpected_content_type = unexpected_content_type;
+            return out;
+        }
+        let mut recorded: Vec<Recorded> = recorded.into_iter().map(|r| r.record).collect();
+        recorded = tokenize_texts(spec.tokenizer, recorded).await;
+        let mut m = match metrics_of(&recorded, window) {
+            Ok(m) => m,
+            Err(e) => {
+                return error_outcome(("metrics".into(), e.to_string()), 0, health.good, notices);
+            }
+        };
+        // The cell's own finished requests calibrate estimates when they can;
+        // else a few requests run to their end now, after the window.
+        if m.token_count.calibration.is_some_and(|c| c.requests < 2) && !cancel.is_cancelled() {
+            observer.step_phase(spec.label, "calibrating the token estimate");
+            let extra = calibration_requests(
+                server,
+                &spec.shape,
+                &spec.prompts,
+                spec.concurrency,
+                self.epoch,
+                cancel,
+            )
+            .await;
+            recorded.extend(tokenize_texts(spec.tokenizer, extra).await);
+            match metrics_of(&recorded, window) {
+                Ok(again) => m = again,
+                Err(e) => {
+                    return error_outcome(
+                        ("metrics".into(), e.to_string()),
+                        0,
+                        health.good,
+                        notices,
+                    );
+                }
+            }
+        }
+        let mut outcome = self.measured(&recorded, &m, gauges, notices);
+        if let Some(status) = health.partial() {
+            outcome.status = status;
+        }
+        outcome.unexpected_content_type = unexpected_content_type;
+        outcome
     }
-    let failed: Vec<&Recorded> = recorded.iter().filter(|r| r.error.is_some()).collect();
-    let good = (recorded.len() - failed.len()) as u64;
-    if let Some(first) = failed.first().and_then(|r| r.error.clone()) {
-        let mut out = error_outcome(first, failed.len() as u64, good, notices);
-        out.server_suspect = failed.iter().any(|r| {
-            r.error.as_ref().is_some_and(|(kind, _)| {
-                matches!(
-                    kind.as_str(),
-                    "connect" | "disconnected" | "timeout_connect"
-                )
+
+    fn measured(
+        &self,
+        recorded: &[Recorded],
+        m: &WindowMetrics,
+        gauges: &[Gauges],
+        mut notices: Vec<String>,
+    ) -> DecodeOutcome {
+        let spec = self.spec;
+        let mut queueing = self.queueing;
+        let samples: Vec<GaugeSample> = gauges
+            .iter()
+            .map(|g| GaugeSample {
+                at: Timestamp::from_instant(self.epoch, g.at),
+                running: g.running,
+                waiting: g.waiting,
             })
-        });
-        return out;
-    }
-    let timelines: Vec<_> = recorded.iter().map(|r| r.timeline.clone()).collect();
-    let start = Timestamp::from_instant(epoch, window_start);
-    let window = match Window::new(start, spec.duration) {
-        Ok(w) => w,
-        Err(e) => return error_outcome(("metrics".into(), e.to_string()), 0, good, notices),
-    };
-    let m = match window_metrics(&timelines, window) {
-        Ok(m) => m,
-        Err(e) => return error_outcome(("metrics".into(), e.to_string()), 0, good, notices),
-    };
-    let samples: Vec<GaugeSample> = gauges
-        .iter()
-        .map(|g| GaugeSample {
-            at: Timestamp::from_instant(epoch, g.at),
-            running: g.running,
-            waiting: g.waiting,
-        })
-        .collect();
-    let n = f64::from(spec.concurrency.get());
-    let count = samples.len().max(1) as f64;
-    let mean_running = samples.iter().map(|s| s.running).sum::<f64>() / count;
-    let mean_waiting = samples.iter().map(|s| s.waiting).sum::<f64>() / count;
-    // A replaced stream shows up as a short dip; queueing is a persistent shortfall.
-    if !samples.is_empty() && (mean_waiting >= 0.5 || mean_running < 0.9 * n) {
-        queueing = true;
-        notices.push(format!(
-            "{}: the server reported fewer than {} running requests or some waiting during the window",
-            spec.label, spec.concurrency
-        ));
-    }
-    let mismatches = recorded
-        .iter()
-        .filter(|r| {
-            r.prompt_tokens_reported
-                .is_some_and(|p| p != spec.expected_prompt_tokens)
-        })
-        .count() as u64;
-    if mismatches > 0 {
-        notices.push(format!(
-            "{}: {mismatches} requests were counted by the server with a prompt length other than the {} tokens sent",
-            spec.label, spec.expected_prompt_tokens
-        ));
-    }
-    let mut finish_reasons = BTreeMap::new();
-    for r in recorded {
-        if let Outcome::Finished { finish_reason } = &r.timeline.outcome {
-            let key = finish_reason.clone().unwrap_or_else(|| "none".into());
-            *finish_reasons.entry(key).or_insert(0u64) += 1;
+            .collect();
+        let n = f64::from(spec.concurrency.get());
+        let count = samples.len().max(1) as f64;
+        let mean_running = samples.iter().map(|s| s.running).sum::<f64>() / count;
+        let mean_waiting = samples.iter().map(|s| s.waiting).sum::<f64>() / count;
+        // A replaced stream shows up as a short dip; queueing is a persistent shortfall.
+        if !samples.is_empty() && (mean_waiting >= 0.5 || mean_running < 0.9 * n) {
+            queueing = true;
+            notices.push(format!(
+                "{}: the server reported fewer than {} running requests or some waiting during the window",
+                spec.label, spec.concurrency
+            ));
+        }
+        let mismatches = recorded
+            .iter()
+            .filter(|r| {
+                r.prompt_tokens_reported
+                    .is_some_and(|p| p != spec.expected_prompt_tokens)
+            })
+            .count() as u64;
+        if mismatches > 0 {
+            notices.push(format!(
+                "{}: {mismatches} requests were counted by the server with a prompt length other than the {} tokens sent",
+                spec.label, spec.expected_prompt_tokens
+            ));
+        }
+        let mut finish_reasons = BTreeMap::new();
+        for r in recorded {
+            if let Outcome::Finished { finish_reason } = &r.timeline.outcome {
+                let key = finish_reason.clone().unwrap_or_else(|| "none".into());
+                *finish_reasons.entry(key).or_insert(0u64) += 1;
+            }
+        }
+        if finish_reasons.contains_key("stop") {
+            notices.push(format!(
+                "{}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (try --min-tokens)",
+                spec.label
+            ));
+        }
+        if let Some(c) = &m.token_count.calibration {
+            notices.push(estimate_notice(spec.label, m, c));
+        }
+        let ms = |s: Option<speedmatrix_metrics::Summary<Duration>>| {
+            s.map(|s| Percentiles {
+                p50: s.p50.as_secs_f64() * 1e3,
+                p90: s.p90.as_secs_f64() * 1e3,
+                p99: s.p99.as_secs_f64() * 1e3,
+            })
+        };
+        let (Some(ttft), Some(tbt)) = (ms(m.ttft), ms(m.time_between_tokens)) else {
+            return error_outcome(
+                (
+                    "no_tokens".into(),
+                    "no output token arrived inside the measurement window".into(),
+                ),
+                0,
+                recorded.len() as u64,
+                notices,
+            );
+        };
+        let measurements = DecodeMeasurements {
+            total_tokens_per_s: m.total_output_rate.get(),
+            per_request_tokens_per_s: m.per_request_rate.map_or(0.0, |r| r.get()),
+            ttft_ms: ttft,
+            time_between_tokens_ms: tbt,
+            average_active_requests: m.average_active_requests,
+            completed_requests: m.completed_requests,
+            output_tokens: m.output_tokens,
+            measured_s: m.window.duration().as_secs_f64(),
+            queueing_detected: queueing,
+            prompt_token_mismatches: mismatches,
+            token_count_source: crate::convert::token_source(m.token_source),
+            token_count: Some(crate::convert::token_count(&m.token_count)),
+            finish_reasons,
+            server_counter: None,
+        };
+        DecodeOutcome {
+            status: CellStatus::Valid,
+            measurements: Some(measurements),
+            notices,
+            server_suspect: false,
+            first_warmup: None,
+            unexpected_content_type: None,
         }
     }
-    if finish_reasons.contains_key("stop") {
-        notices.push(format!(
-            "{}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (try --min-tokens)",
-            spec.label
-        ));
+}
+
+fn metrics_of(recorded: &[Recorded], window: Window) -> Result<WindowMetrics, MetricsError> {
+    let timelines: Vec<_> = recorded.iter().map(|r| r.timeline.clone()).collect();
+    window_metrics(&timelines, window)
+}
+
+/// The notice a cell with estimated counts gives: how, on what, how sure.
+fn estimate_notice(label: &str, m: &WindowMetrics, c: &Calibration) -> String {
+    let method = match c.method {
+        EstimateMethod::Tokenizer => "re-tokenizing each stream's whole text",
+        EstimateMethod::ChunkCount => "counting chunks",
+    };
+    let share = m.token_count.estimated_share * 100.0;
+    let calibration = if c.requests > 0 {
+        format!(
+            "calibrated on {} finished requests (× {:.3})",
+            c.requests, c.factor
+        )
+    } else {
+        "uncalibrated: no finished request reported its usage".to_owned()
+    };
+    let uncertainty = m
+        .token_count
+        .relative_uncertainty()
+        .map_or_else(|| "unknown".to_owned(), |u| format!("±{:.1} %", u * 100.0));
+    format!(
+        "{label}: the server sent no token count for streams cancelled at the window's end; \
+         {share:.0} % of the window's tokens were estimated by {method}, {calibration}; \
+         uncertainty {uncertainty}"
+    )
+}
+
+/// Failed and good requests of a cell, and whether any stream slot ran the
+/// whole window without a failure.
+struct Health {
+    failed: u64,
+    good: u64,
+    kinds: BTreeMap<String, u64>,
+    first: Option<(String, String)>,
+    clean_slot: bool,
+    connection_lost: bool,
+}
+
+impl Health {
+    fn of(recorded: &[SlotRecord], w: Window, window_opened: bool) -> Health {
+        let mut kinds = BTreeMap::new();
+        let mut first = None;
+        let mut failed = 0;
+        let mut connection_lost = false;
+        for r in recorded {
+            if let Some((kind, message)) = &r.record.error {
+                failed += 1;
+                *kinds.entry(kind.clone()).or_insert(0) += 1;
+                first.get_or_insert_with(|| (kind.clone(), message.clone()));
+                connection_lost |= matches!(
+                    kind.as_str(),
+                    "connect" | "disconnected" | "timeout_connect"
+                );
+            }
+        }
+        let slots: std::collections::BTreeSet<usize> = recorded.iter().map(|r| r.slot).collect();
+        let clean_slot = window_opened
+            && slots.iter().any(|&s| {
+                let mine = || recorded.iter().filter(move |r| r.slot == s);
+                let in_flight_at = |t: Timestamp| {
+                    mine().any(|r| {
+                        r.record.error.is_none()
+                            && r.record.timeline.sent_at <= t
+                            && r.record.timeline.ended_at >= t
+                    })
+                };
+                let failed_inside = mine().any(|r| {
+                    r.record.error.is_some()
+                        && r.record.timeline.ended_at > w.start()
+                        && r.record.timeline.sent_at < w.end()
+                });
+                !failed_inside && in_flight_at(w.start()) && in_flight_at(w.end())
+            });
+        Health {
+            failed,
+            good: recorded.len() as u64 - failed,
+            kinds,
+            first,
+            clean_slot,
+            connection_lost,
+        }
     }
-    let ms = |s: Option<speedmatrix_metrics::Summary<Duration>>| {
-        s.map(|s| Percentiles {
-            p50: s.p50.as_secs_f64() * 1e3,
-            p90: s.p90.as_secs_f64() * 1e3,
-            p99: s.p99.as_secs_f64() * 1e3,
+
+    /// The cell's error when requests failed and no stream ran the whole window.
+    fn error(&self) -> Option<(String, String)> {
+        if self.failed == 0 || self.clean_slot {
+            return None;
+        }
+        self.first.clone()
+    }
+
+    /// The partial status when requests failed but a stream ran the whole window.
+    fn partial(&self) -> Option<CellStatus> {
+        let (_, message) = self.first.clone().filter(|_| self.clean_slot)?;
+        Some(CellStatus::Partial {
+            failed_requests: self.failed,
+            good_requests: self.good,
+            error_kinds: self.kinds.clone(),
+            message,
         })
-    };
-    let (Some(ttft), Some(tbt)) = (ms(m.ttft), ms(m.time_between_tokens)) else {
-        return error_outcome(
-            (
-                "no_tokens".into(),
-                "no output token arrived inside the measurement window".into(),
-            ),
-            0,
-            good,
-            notices,
-        );
-    };
-    let measurements = DecodeMeasurements {
-        total_tokens_per_s: m.total_output_rate.get(),
-        per_request_tokens_per_s: m.per_request_rate.map_or(0.0, |r| r.get()),
-        ttft_ms: ttft,
-        time_between_tokens_ms: tbt,
-        average_active_requests: m.average_active_requests,
-        completed_requests: m.completed_requests,
-        output_tokens: m.output_tokens,
-        measured_s: m.window.duration().as_secs_f64(),
-        queueing_detected: queueing,
-        prompt_token_mismatches: mismatches,
-        token_count_source: crate::convert::token_source(m.token_source),
-        finish_reasons,
-        server_counter: None,
-    };
-    DecodeOutcome {
-        status: CellStatus::Valid,
-        measurements: Some(measurements),
-        notices,
-        server_suspect: false,
     }
 }
 
@@ -455,6 +685,8 @@ fn error_outcome(
         measurements: None,
         notices,
         server_suspect: false,
+        first_warmup: None,
+        unexpected_content_type: None,
     }
 }
 

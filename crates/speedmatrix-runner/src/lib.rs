@@ -44,7 +44,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let profile = speedmatrix_sim::Profile::builtin("tiny").ok_or("no such profile")?;
 //! let config = RunConfig {
-//!     target: Target::Embedded(profile),
+//!     target: Target::Embedded(Box::new(profile)),
 //!     api_key: None,
 //!     insecure: false,
 //!     model: None,
@@ -69,6 +69,7 @@ mod assemble;
 mod config;
 mod convert;
 mod decode;
+mod estimate;
 mod journal;
 mod observer;
 mod plan;
@@ -90,7 +91,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::assemble::describe_plan;
 pub use crate::config::{
-    Api, CapacityHints, MatrixSpec, Preset, PromptSharing, RunConfig, RunLabels, Target,
+    Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
+    Target,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents, read_journal};
 pub use crate::observer::{Observer, Silent};
@@ -368,9 +370,11 @@ async fn run_on(
             ignore_eos: true,
             min_tokens: config.send_min_tokens,
             secret: secret_of(config),
-            extra: Arc::new(config.extra_body.clone()),
+            extra: Arc::new(request_fields(server, config)),
+            one_event_per_token: server.info.engine().one_event_per_token(),
         },
         nonce: run_nonce(),
+        unexpected_content_type: None,
     };
     let measured = session.measure(&the_plan).await?;
     let report = build_report(
@@ -446,7 +450,8 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 ignore_eos: false,
                 min_tokens: false,
                 secret: secret_of(config),
-                extra: Arc::new(config.extra_body.clone()),
+                extra: Arc::new(request_fields(server, config)),
+                one_event_per_token: false,
             };
             let r = request::record_one(
                 &server.client,
@@ -475,6 +480,17 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
         }
     };
     ChatOverhead::from_probe(&config.tokenizer, count).map_err(RunError::Workload)
+}
+
+/// The fields merged into every request body: those that make the engine
+/// count tokens on every chunk, then the user's `--extra-body`, which wins.
+fn request_fields(
+    server: &Server,
+    config: &RunConfig,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = server.info.engine().stream_fields();
+    fields.extend(config.extra_body.clone());
+    fields
 }
 
 fn secret_of(config: &RunConfig) -> Option<Arc<str>> {

@@ -9,34 +9,60 @@ use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
 use crate::RunError;
-use crate::request::{RequestShape, record_one};
+use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::Server;
 
-/// Measures one prefill context with the given prompts (one per repeat).
+/// Measures one prefill context with the given prompts (one per repeat);
+/// also returns a Content-Type the server sent instead of `text/event-stream`.
 pub(crate) async fn run_prefill(
     server: &Server,
     shape: &RequestShape,
     context: Tokens,
     prompts: &[String],
     cancel: &CancellationToken,
-) -> Result<PrefillRow, RunError> {
+) -> Result<(PrefillRow, Option<String>), RunError> {
     let shape = RequestShape {
         max_tokens: Tokens::new(1),
         ignore_eos: false,
         min_tokens: false,
         ..shape.clone()
     };
-    let mut ttfts = Vec::new();
-    let mut rates = Vec::new();
-    let mut reported = None;
+    let mut recorded = Vec::with_capacity(prompts.len());
     for prompt in prompts {
         let epoch = Instant::now();
         let r = record_one(&server.client, &shape, prompt, epoch, cancel, None).await;
         if cancel.is_cancelled() {
             return Err(RunError::Cancelled);
         }
-        if let Some((kind, message)) = r.error {
-            return Ok(error_row(context, kind, message, prompts.len() as u32));
+        let failed = r.error.is_some();
+        recorded.push(r);
+        if failed {
+            break;
+        }
+    }
+    let content_type = recorded
+        .iter()
+        .find_map(|r| r.unexpected_content_type.clone());
+    Ok((
+        row_from(context, &recorded, prompts.len() as u32)?,
+        content_type,
+    ))
+}
+
+/// The prefill row of `recorded`, cold requests of a `context`-token prompt
+/// (`repeats` asked for): the first failure makes it an error row, else the
+/// medians of prompt tok/s and TTFT.
+pub(crate) fn row_from(
+    context: Tokens,
+    recorded: &[Recorded],
+    repeats: u32,
+) -> Result<PrefillRow, RunError> {
+    let mut ttfts = Vec::new();
+    let mut rates = Vec::new();
+    let mut reported = None;
+    for r in recorded {
+        if let Some((kind, message)) = &r.error {
+            return Ok(error_row(context, kind.clone(), message.clone(), repeats));
         }
         reported = r.prompt_tokens_reported.or(reported);
         match prefill_metrics(&r.timeline) {
@@ -45,12 +71,7 @@ pub(crate) async fn run_prefill(
                 rates.push(m.prompt_rate.get());
             }
             Err(e) => {
-                return Ok(error_row(
-                    context,
-                    "metrics".into(),
-                    e.to_string(),
-                    prompts.len() as u32,
-                ));
+                return Ok(error_row(context, "metrics".into(), e.to_string(), repeats));
             }
         }
     }
@@ -63,7 +84,7 @@ pub(crate) async fn run_prefill(
         ttft_ms: Some(ms(ttft.p50)),
         prompt_tokens_requested: context,
         prompt_tokens_reported: reported,
-        repeats: prompts.len() as u32,
+        repeats: recorded.len() as u32,
     })
 }
 

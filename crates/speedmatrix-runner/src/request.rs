@@ -25,8 +25,12 @@ pub(crate) struct RequestShape {
     /// The API key, so that a server echoing it in an error message does not
     /// carry it into the journal, the report or the logs.
     pub(crate) secret: Option<Arc<str>>,
-    /// Engine-specific fields merged into every request body (`--extra-body`).
+    /// Fields merged into every request body: the engine's own (that make it
+    /// count tokens on every chunk), then the user's `--extra-body`, which win.
     pub(crate) extra: Arc<serde_json::Map<String, serde_json::Value>>,
+    /// The engine sends one event per generated token (TGI), so counting
+    /// events counts tokens.
+    pub(crate) one_event_per_token: bool,
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -38,6 +42,38 @@ pub(crate) struct Recorded {
     pub(crate) error: Option<(String, String)>,
     /// How often the server turned the request away (429/503) before it was served.
     pub(crate) retries: u32,
+    /// The streamed text, kept when the server's own counts do not cover
+    /// every chunk with text: what the tokenizer estimate counts.
+    pub(crate) text: Option<OutputText>,
+    /// The Content-Type the server sent when it was not `text/event-stream`
+    /// but the body was an event stream anyway.
+    pub(crate) unexpected_content_type: Option<String>,
+}
+
+/// A request's whole output text and where each chunk with text ends in it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OutputText {
+    pub(crate) text: String,
+    /// `(index in the timeline's chunks, byte offset where its text ends)`.
+    pub(crate) ends: Vec<(usize, usize)>,
+}
+
+impl OutputText {
+    /// Sets each chunk's `text_tokens` from `token_ends`, the byte offsets
+    /// where the tokens of the whole text end: a token belongs to the chunk
+    /// in which its last byte arrived.
+    pub(crate) fn assign(&self, token_ends: &[usize], chunks: &mut [Chunk]) {
+        let mut next = 0;
+        for &(index, end) in &self.ends {
+            let start = next;
+            while next < token_ends.len() && token_ends[next] <= end {
+                next += 1;
+            }
+            if let Some(c) = chunks.get_mut(index) {
+                c.text_tokens = Some(u32::try_from(next - start).unwrap_or(u32::MAX));
+            }
+        }
+    }
 }
 
 /// Most retries of a request the server turns away with 429 or 503.
@@ -114,6 +150,8 @@ pub(crate) async fn record_one(
             prompt_tokens_reported: None,
             error: None,
             retries,
+            text: None,
+            unexpected_content_type: None,
         };
         let result = tokio::select! {
             r = shape.send(client, prompt) => r,
@@ -142,11 +180,11 @@ pub(crate) async fn record_one(
         }
     };
     let timings = stream.timings();
-    let mut timeline =
-        RequestTimeline::new(at(timings.sent_at), at(timings.sent_at), Outcome::Cancelled);
-    timeline.headers_at = Some(at(timings.headers_at));
-    let mut prompt_tokens = None;
-    let mut counted_first = false;
+    let mut recorder = Recorder::new(
+        at(timings.sent_at),
+        at(timings.headers_at),
+        shape.one_event_per_token,
+    );
     let outcome = loop {
         let next = tokio::select! {
             n = stream.next() => n,
@@ -154,31 +192,10 @@ pub(crate) async fn record_one(
         };
         match next {
             Ok(Some(ev)) => {
-                let mut chunk = if !ev.content.is_empty() {
-                    Chunk::content(at(ev.received_at))
-                } else if !ev.reasoning_content.is_empty() {
-                    Chunk::reasoning(at(ev.received_at))
-                } else {
-                    Chunk::empty(at(ev.received_at))
-                };
-                chunk.reasoning = !ev.reasoning_content.is_empty();
-                if let Some(u) = ev.usage {
-                    prompt_tokens = Some(u.prompt_tokens);
-                    let usage = Usage::new(u.prompt_tokens, u.completion_tokens);
-                    if ev.has_choices {
-                        chunk = chunk.with_usage(usage);
-                    } else {
-                        timeline.final_usage = Some(usage);
-                    }
-                }
-                if ev.has_choices {
-                    if chunk.has_text() && !counted_first {
-                        counted_first = true;
-                        if let Some(n) = first_tokens {
-                            n.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    timeline.chunks.push(chunk);
+                if recorder.event(&ev, at(ev.received_at))
+                    && let Some(n) = first_tokens
+                {
+                    n.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Ok(None) => {
@@ -188,37 +205,164 @@ pub(crate) async fn record_one(
             }
             Err(e) => {
                 let mut r = failed(
-                    timeline.sent_at,
+                    recorder.timeline.sent_at,
                     at(Instant::now()),
                     &e,
                     shape.secret.as_deref(),
                 );
-                r.timeline.chunks = std::mem::take(&mut timeline.chunks);
-                r.timeline.headers_at = timeline.headers_at;
+                r.timeline.chunks = std::mem::take(&mut recorder.timeline.chunks);
+                r.timeline.headers_at = recorder.timeline.headers_at;
                 r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
-                r.prompt_tokens_reported = prompt_tokens;
+                r.prompt_tokens_reported = recorder.prompt_tokens;
                 r.retries = retries;
                 return r;
             }
         }
     };
     let timings = stream.timings();
-    timeline.first_byte_at = timings.first_byte_at.map(at);
-    timeline.ended_at = at(Instant::now());
-    if timeline.final_usage.is_none()
-        && let Some(u) = stream.usage()
-    {
-        prompt_tokens = prompt_tokens.or(Some(u.prompt_tokens));
-        if matches!(outcome, Outcome::Finished { .. }) {
-            timeline.final_usage = Some(Usage::new(u.prompt_tokens, u.completion_tokens));
-        }
-    }
-    timeline.outcome = outcome;
+    let finished = matches!(outcome, Outcome::Finished { .. });
+    // A finished stream ends with its last event, not when the server gets
+    // round to closing the socket.
+    let ended_at = match timings.done_at.filter(|_| finished) {
+        Some(done) => at(done),
+        None => at(Instant::now()),
+    };
+    let (timeline, prompt_tokens_reported, text) =
+        recorder.finish(outcome, ended_at, timings.first_byte_at.map(at));
     Recorded {
         timeline,
-        prompt_tokens_reported: prompt_tokens,
+        prompt_tokens_reported,
         error: None,
         retries,
+        text,
+        unexpected_content_type: stream.unexpected_content_type().map(str::to_owned),
+    }
+}
+
+/// Turns one stream's events into its metrics timeline: sans-IO, so what
+/// counts as a token can be tested on bytes.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    timeline: RequestTimeline,
+    prompt_tokens: Option<Tokens>,
+    one_event_per_token: bool,
+    events_with_choices: u64,
+    text: OutputText,
+    /// The text is kept until the first chunk with text shows the server's
+    /// own count; a later chunk without one then means the text is lost.
+    keep_text: bool,
+    text_lost: bool,
+    /// Index of the last chunk with text, and the last usage with its index.
+    last_text: Option<usize>,
+    last_usage: Option<(usize, Usage)>,
+}
+
+impl Recorder {
+    pub(crate) fn new(
+        sent_at: Timestamp,
+        headers_at: Timestamp,
+        one_event_per_token: bool,
+    ) -> Self {
+        let mut timeline = RequestTimeline::new(sent_at, sent_at, Outcome::Cancelled);
+        timeline.headers_at = Some(headers_at);
+        Recorder {
+            timeline,
+            prompt_tokens: None,
+            one_event_per_token,
+            events_with_choices: 0,
+            text: OutputText::default(),
+            keep_text: true,
+            text_lost: false,
+            last_text: None,
+            last_usage: None,
+        }
+    }
+
+    /// Records one event that arrived at `at`; true when it is the first
+    /// with text.
+    pub(crate) fn event(&mut self, ev: &speedmatrix_client::StreamEvent, at: Timestamp) -> bool {
+        if ev.has_choices {
+            self.events_with_choices += 1;
+        }
+        let Some(chunk) = self.chunk_of(ev, at) else {
+            return false;
+        };
+        let index = self.timeline.chunks.len();
+        if let Some(u) = chunk.usage {
+            self.prompt_tokens = Some(u.prompt_tokens);
+            self.last_usage = Some((index, u));
+        }
+        let first = chunk.has_text() && self.last_text.is_none();
+        if chunk.has_text() {
+            self.last_text = Some(index);
+            let counted = chunk.usage.is_some_and(|u| u.completion_tokens.get() > 0)
+                || chunk.engine_count.is_some_and(|n| n.get() > 0);
+            if first && counted {
+                // The server counts on its chunks: no estimate needs the text.
+                self.keep_text = false;
+            } else if !self.keep_text && !counted {
+                self.text_lost = true;
+            }
+            if self.keep_text {
+                self.text.text.push_str(&ev.reasoning_content);
+                self.text.text.push_str(&ev.content);
+                self.text.ends.push((index, self.text.text.len()));
+            }
+        }
+        self.timeline.chunks.push(chunk);
+        first
+    }
+
+    /// The metrics chunk of one event: its text flags and the server's
+    /// counts; `None` for an event with neither choices nor counts.
+    fn chunk_of(&self, ev: &speedmatrix_client::StreamEvent, at: Timestamp) -> Option<Chunk> {
+        let engine_count = match ev.engine_tokens {
+            Some(n) => Some(n),
+            None if self.one_event_per_token && ev.has_choices => {
+                Some(Tokens::new(self.events_with_choices))
+            }
+            None => None,
+        };
+        if !ev.has_choices && ev.usage.is_none() && engine_count.is_none() {
+            return None;
+        }
+        let mut chunk = Chunk::empty(at);
+        chunk.content = !ev.content.is_empty();
+        chunk.reasoning = !ev.reasoning_content.is_empty();
+        chunk.usage = ev
+            .usage
+            .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens));
+        chunk.engine_count = engine_count;
+        Some(chunk)
+    }
+
+    /// The timeline of a stream that ended with `outcome` at `ended_at`, the
+    /// server's prompt count, and the text an estimate needs (if it does).
+    ///
+    /// Only a finished stream has a final usage, and only when its last usage
+    /// came after its last text: a usage-only event in the middle of a
+    /// stream is a report of the tokens so far, not the total.
+    pub(crate) fn finish(
+        mut self,
+        outcome: Outcome,
+        ended_at: Timestamp,
+        first_byte_at: Option<Timestamp>,
+    ) -> (RequestTimeline, Option<Tokens>, Option<OutputText>) {
+        let finished = matches!(outcome, Outcome::Finished { .. });
+        if let Some((index, usage)) = self.last_usage
+            && finished
+            && self.last_text.is_none_or(|t| index >= t)
+        {
+            self.timeline.final_usage = Some(usage);
+        }
+        // A timeline's chunks never come after its end.
+        let last_chunk = self.timeline.chunks.last().map(|c| c.at);
+        self.timeline.ended_at = last_chunk.map_or(ended_at, |c| c.max(ended_at));
+        self.timeline.first_byte_at = first_byte_at;
+        self.timeline.outcome = outcome;
+        let text =
+            (self.keep_text && !self.text_lost && self.last_text.is_some()).then_some(self.text);
+        (self.timeline, self.prompt_tokens, text)
     }
 }
 
@@ -235,6 +379,8 @@ fn failed(
         prompt_tokens_reported: None,
         error: Some((kind, message)),
         retries: 0,
+        text: None,
+        unexpected_content_type: None,
     }
 }
 
@@ -275,6 +421,102 @@ mod tests {
         for code in [400, 401, 404, 500, 502] {
             assert_eq!(retry_delay(&status(code, Some(1)), 0), None, "{code}");
         }
+    }
+
+    /// Records the events of an SSE body, one event per millisecond.
+    fn record(body: &str, one_event_per_token: bool) -> Recorder {
+        let mut decoder = speedmatrix_client::StreamDecoder::new();
+        decoder.feed(body.as_bytes(), Instant::now());
+        let ms = Timestamp::from_millis;
+        let mut r = Recorder::new(ms(0), ms(1), one_event_per_token);
+        let mut t = 1;
+        while let Some(ev) = decoder.next_event() {
+            t += 1;
+            r.event(&ev.unwrap(), ms(t));
+        }
+        r
+    }
+
+    fn finished() -> Outcome {
+        Outcome::Finished {
+            finish_reason: Some("length".into()),
+        }
+    }
+
+    const CHUNK: &str = r#"data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}"#;
+
+    #[test]
+    fn a_usage_only_event_mid_stream_is_not_the_total() {
+        let body = format!(
+            "{CHUNK}\n\ndata: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":1}}}}\n\n{CHUNK}\n\n{CHUNK}\n\n"
+        );
+        let (t, prompt, text) =
+            record(&body, false).finish(finished(), Timestamp::from_millis(99), None);
+        assert_eq!(t.final_usage, None, "a mid-stream usage is not the total");
+        assert_eq!(prompt, Some(Tokens::new(3)));
+        assert_eq!(text.expect("kept for the estimate").text, " a a a");
+        // The same usage after the last text is the total of a finished stream...
+        let body = format!(
+            "{CHUNK}\n\n{CHUNK}\n\ndata: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":2}}}}\n\n"
+        );
+        let r = record(&body, false);
+        let (t, _, _) = r.finish(finished(), Timestamp::from_millis(99), None);
+        assert_eq!(
+            t.final_usage.map(|u| u.completion_tokens),
+            Some(Tokens::new(2))
+        );
+        // ...but not of a cancelled one.
+        let r = record(&body, false);
+        let (t, _, _) = r.finish(Outcome::Cancelled, Timestamp::from_millis(99), None);
+        assert_eq!(t.final_usage, None);
+    }
+
+    #[test]
+    fn tgi_events_count_one_token_each_even_without_text() {
+        let body = "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"\"}]}\n\n\
+                    data: {\"choices\":[{\"index\":0,\"text\":\"é\",\"finish_reason\":\"\"}]}\n\n\
+                    data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"\"}]}\n\n";
+        let (t, _, text) =
+            record(body, true).finish(Outcome::Cancelled, Timestamp::from_millis(99), None);
+        let counts: Vec<Option<u64>> = t
+            .chunks
+            .iter()
+            .map(|c| c.engine_count.map(Tokens::get))
+            .collect();
+        assert_eq!(counts, vec![Some(1), Some(2), Some(3)]);
+        assert!(text.is_none(), "an exact count needs no text");
+    }
+
+    #[test]
+    fn text_is_dropped_once_the_server_counts_every_chunk() {
+        let counted = |n: u64| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"text\":\" a\"}}],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{n}}}}}\n\n"
+            )
+        };
+        let body = format!("{}{}", counted(1), counted(3));
+        let (_, _, text) =
+            record(&body, false).finish(Outcome::Cancelled, Timestamp::from_millis(99), None);
+        assert!(text.is_none());
+        // Ollama's all-zero usage is no count: the text is kept.
+        let body = format!("{}{}", counted(0), counted(0));
+        let (_, _, text) =
+            record(&body, false).finish(Outcome::Cancelled, Timestamp::from_millis(99), None);
+        assert_eq!(text.map(|t| t.ends.len()), Some(2));
+    }
+
+    #[test]
+    fn tokens_belong_to_the_chunk_their_last_byte_arrived_in() {
+        let text = OutputText {
+            text: " the café".into(),
+            // Chunks 0 (" the"), 2 (" caf"), 3 ("é"); chunk 1 had no text.
+            ends: vec![(0, 4), (2, 8), (3, 10)],
+        };
+        let mut chunks = vec![Chunk::empty(Timestamp::EPOCH); 4];
+        // Tokens " the", " ca", "f", "Ã", "©": the last two end with the character.
+        text.assign(&[4, 7, 8, 10, 10], &mut chunks);
+        let got: Vec<Option<u32>> = chunks.iter().map(|c| c.text_tokens).collect();
+        assert_eq!(got, vec![Some(1), None, Some(2), Some(2)]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use speedmatrix_report::{CellStatus, DecodeCell, PrefillRow};
 use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::journal::{self, CorruptTail, Journal, JournalContents, read_journal};
-use crate::{Api, JournalOptions, RunConfig, RunError};
+use crate::{Api, JournalOptions, PrefillMode, RunConfig, RunError};
 
 /// One journal line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -81,6 +81,9 @@ pub(crate) struct MatrixKey {
     duration_s: f64,
     max_tokens: Tokens,
     api: Api,
+    /// Journals written before prefill modes existed measured cold.
+    #[serde(default)]
+    prefill_mode: PrefillMode,
 }
 
 impl MatrixKey {
@@ -93,6 +96,7 @@ impl MatrixKey {
             duration_s: m.duration.as_secs_f64(),
             max_tokens: m.max_tokens,
             api: config.api,
+            prefill_mode: m.prefill_mode,
         }
     }
 }
@@ -139,7 +143,8 @@ pub(crate) fn open_journal(
                 if matrix != key {
                     return Err(RunError::ResumeMismatch {
                         path: path.clone(),
-                        what: "contexts, concurrencies, window, max tokens or API differ".into(),
+                        what: "contexts, concurrencies, window, max tokens, API or prefill mode differ"
+                            .into(),
                     });
                 }
                 started = true;
@@ -151,7 +156,9 @@ pub(crate) fn open_journal(
             JournalRecord::Decode { cell }
                 if matches!(
                     cell.status,
-                    CellStatus::Valid | CellStatus::OverCapacity { .. }
+                    CellStatus::Valid
+                        | CellStatus::Partial { .. }
+                        | CellStatus::OverCapacity { .. }
                 ) =>
             {
                 done.decode.insert((cell.context, cell.concurrency), cell);

@@ -59,7 +59,7 @@ impl Server {
             Target::Url(url) => (url.clone(), None),
             Target::Embedded(profile) => {
                 let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-                let sim = speedmatrix_sim::SimServer::start(profile.clone(), addr)
+                let sim = speedmatrix_sim::SimServer::start((**profile).clone(), addr)
                     .await
                     .map_err(RunError::Simulator)?;
                 (sim.url(), Some(sim))

@@ -1,6 +1,7 @@
 //! The measuring part of a run: every prefill point, then every decode cell,
 //! each recorded in the journal as soon as it ends.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,9 @@ use crate::plan::{Exclusion, Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len}
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
 use crate::server::Server;
-use crate::{Observer, PromptSharing, RunConfig, RunError, StopReason, decode, prefill};
+use crate::{
+    Observer, PrefillMode, PromptSharing, RunConfig, RunError, StopReason, decode, prefill,
+};
 
 /// What the steps produced.
 pub(crate) struct Measured {
@@ -41,6 +44,8 @@ pub(crate) struct Session<'a> {
     pub(crate) shape: RequestShape,
     /// Mixed into every cache marker so no prompt of this run was seen before.
     pub(crate) nonce: u64,
+    /// The first Content-Type the server sent instead of `text/event-stream`.
+    pub(crate) unexpected_content_type: Option<String>,
 }
 
 impl Session<'_> {
@@ -58,7 +63,12 @@ impl Session<'_> {
             the_plan.prefill.len() + the_plan.cells.len(),
             the_plan.estimated,
         );
+        let from_warmup = self.prefill_from_warmup(the_plan);
+        let mut rows = BTreeMap::new();
         for (i, (context, excluded)) in the_plan.prefill.iter().enumerate() {
+            if from_warmup.values().any(|c| c == context) {
+                continue;
+            }
             let row = match out.stopped {
                 Some(_) => skipped_prefill(*context, "the run stopped before this step"),
                 None => {
@@ -66,17 +76,59 @@ impl Session<'_> {
                         .await?
                 }
             };
-            out.prefill.push(row);
+            rows.insert(*context, row);
         }
         for (i, planned) in the_plan.cells.iter().enumerate() {
+            let prefill = from_warmup.get(&i).copied();
             let cell = match out.stopped {
                 Some(_) => skipped_cell(planned, "the run stopped before this cell"),
-                None => self.decode_cell(i, planned, &mut out).await?,
+                None => {
+                    self.decode_cell(i, planned, prefill, &mut rows, &mut out)
+                        .await?
+                }
             };
             out.decode.push(cell);
         }
+        // Rows in the plan's order; a warm-up the run never reached is skipped.
+        out.prefill = the_plan
+            .prefill
+            .iter()
+            .map(|(context, _)| {
+                rows.remove(context).unwrap_or_else(|| {
+                    skipped_prefill(*context, "the run stopped before this step")
+                })
+            })
+            .collect();
         out.notes.extend(self.closing_notes(out.stopped.as_ref()));
         Ok(out)
+    }
+
+    /// With `--prefill-mode warmup`: for each prefill context that has a
+    /// decode row of the same prompt length, the index of the row's first
+    /// cell that will run, whose first warm-up request is its measurement.
+    /// Contexts already in the journal, excluded or without such a cell are
+    /// measured cold as usual.
+    fn prefill_from_warmup(&self, the_plan: &Plan) -> BTreeMap<usize, Tokens> {
+        if self.config.matrix.prefill_mode != PrefillMode::Warmup {
+            return BTreeMap::new();
+        }
+        the_plan
+            .prefill
+            .iter()
+            .filter(|(context, excluded)| {
+                excluded.is_none()
+                    && prompt_len(*context) == *context
+                    && !self.done.prefill.contains_key(context)
+            })
+            .filter_map(|(context, _)| {
+                let i = the_plan.cells.iter().position(|c| {
+                    c.context == *context
+                        && c.excluded.is_none()
+                        && !self.done.decode.contains_key(&(c.context, c.concurrency))
+                })?;
+                Some((i, *context))
+            })
+            .collect()
     }
 
     fn prompt(&self, n: Tokens, key: CacheKey) -> Result<Prompt, RunError> {
@@ -122,7 +174,10 @@ impl Session<'_> {
             match prefill::run_prefill(self.server, &self.shape, context, &prompts, self.cancel)
                 .await
             {
-                Ok(row) => row,
+                Ok((row, content_type)) => {
+                    self.note_content_type(content_type);
+                    row
+                }
                 Err(RunError::Cancelled) => {
                     *stopped = Some(StopReason::Cancelled);
                     return Ok(skipped_prefill(context, "interrupted"));
@@ -140,10 +195,20 @@ impl Session<'_> {
         Ok(row)
     }
 
+    fn note_content_type(&mut self, content_type: Option<String>) {
+        if self.unexpected_content_type.is_none() {
+            self.unexpected_content_type = content_type;
+        }
+    }
+
+    /// Runs one decode cell; with `prefill`, its first warm-up request is
+    /// also that context's prefill row, journaled before the cell.
     async fn decode_cell(
         &mut self,
         i: usize,
         planned: &PlannedCell,
+        prefill: Option<Tokens>,
+        rows: &mut BTreeMap<Tokens, PrefillRow>,
         out: &mut Measured,
     ) -> Result<DecodeCell, RunError> {
         let label = format!("decode {} × {}", planned.context, planned.concurrency);
@@ -176,6 +241,8 @@ impl Session<'_> {
             context: planned.context,
             shape: self.shape.clone(),
             duration: self.config.matrix.duration,
+            measure_first_warmup: prefill.is_some(),
+            tokenizer: &self.config.tokenizer,
         };
         let result = match decode::run_cell(self.server, spec, self.observer, self.cancel).await {
             Ok(result) => result,
@@ -185,6 +252,20 @@ impl Session<'_> {
             }
             Err(e) => return Err(e),
         };
+        self.note_content_type(result.unexpected_content_type.clone());
+        if let (Some(context), Some(first)) = (prefill, &result.first_warmup) {
+            let row = prefill::row_from(context, std::slice::from_ref(first), 1)?;
+            let label = format!("prefill {context}");
+            self.observer.step_finished(
+                &label,
+                &format!("{} (decode warm-up)", prefill_summary(&row)),
+            );
+            record(
+                &mut self.journal,
+                &JournalRecord::Prefill { row: row.clone() },
+            )?;
+            rows.insert(context, row);
+        }
         for n in &result.notices {
             self.observer.notice(n);
         }
@@ -241,6 +322,26 @@ impl Session<'_> {
             notes.push(format!(
                 "Every request carried these extra body fields (--extra-body): {}",
                 serde_json::Value::Object(self.config.extra_body.clone())
+            ));
+        }
+        let engine = self.server.info.engine();
+        let engine_fields = engine.stream_fields();
+        if !engine_fields.is_empty() {
+            notes.push(format!(
+                "Every request to this {} server carried {} so that it reports its running output-token count on every chunk.",
+                engine.name(),
+                serde_json::Value::Object(engine_fields)
+            ));
+        }
+        if let Some(ct) = &self.unexpected_content_type {
+            let sent = if ct.is_empty() {
+                "no Content-Type".to_owned()
+            } else {
+                format!("Content-Type `{ct}`")
+            };
+            notes.push(format!(
+                "The server answered streaming requests with {sent} instead of text/event-stream; \
+                 the bodies were event streams and were read as such."
             ));
         }
         if self.config.insecure {

@@ -32,6 +32,9 @@ pub(crate) struct GenerateRequest {
     pub(crate) stream: Option<bool>,
     #[serde(default)]
     pub(crate) stream_options: Option<StreamOptions>,
+    /// llama.cpp's request for `timings` (with the running output count) on every chunk.
+    #[serde(default)]
+    pub(crate) timings_per_token: Option<bool>,
     /// Faults for this request, as in the `x-sim-fault` header (which wins when both are given).
     #[serde(default)]
     pub(crate) sim_fault: Option<String>,

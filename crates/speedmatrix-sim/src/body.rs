@@ -11,11 +11,12 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
-use crate::api::{ResponseMeta, UsageJson};
+use crate::TextStyle;
 use crate::driver::{EngineHandle, Output};
-use crate::engine::{FinishReason, ReqId};
+use crate::engine::ReqId;
 use crate::fault::Fault;
 use crate::text::TextModel;
+use crate::wire::{Grouping, Wire, complete_text};
 
 /// How long a `close-after` fault waits between its last chunk and breaking the connection.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
@@ -88,15 +89,10 @@ enum State {
     Streaming,
     /// Send what is pending, then break the connection.
     Closing,
+    /// Send what is pending, then keep the body open a while before ending it.
+    HoldingOpen,
     /// Send what is pending, then end the body.
     Done,
-}
-
-/// How a stream reports usage.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct UsageMode {
-    pub(crate) include: bool,
-    pub(crate) continuous: bool,
 }
 
 /// An SSE response fed by one request's engine outputs.
@@ -104,42 +100,57 @@ pub(crate) struct UsageMode {
 pub(crate) struct SseStream {
     rx: mpsc::UnboundedReceiver<Output>,
     guard: AbortGuard,
-    meta: ResponseMeta,
+    wire: Wire,
     text: Arc<TextModel>,
-    prompt_tokens: u32,
-    usage: UsageMode,
+    style: TextStyle,
     fault: Fault,
+    /// Output tokens so far.
     sent: u32,
+    /// Tokens since the last chunk.
+    unsent: u32,
     role_sent: bool,
+    text_sent: bool,
+    /// Output bytes not yet sent: an incomplete character waits here.
+    bytes: Vec<u8>,
     backlog: VecDeque<Output>,
     pending: VecDeque<Bytes>,
     stall: Option<Pin<Box<Sleep>>>,
+    hold_open: Option<std::time::Duration>,
     state: State,
+}
+
+/// How one response is written, besides its outputs.
+#[derive(Debug)]
+pub(crate) struct StreamSetup {
+    pub(crate) wire: Wire,
+    pub(crate) text: Arc<TextModel>,
+    pub(crate) style: TextStyle,
+    pub(crate) fault: Fault,
+    pub(crate) hold_open: Option<std::time::Duration>,
 }
 
 impl SseStream {
     pub(crate) fn new(
         rx: mpsc::UnboundedReceiver<Output>,
         guard: AbortGuard,
-        meta: ResponseMeta,
-        text: Arc<TextModel>,
-        prompt_tokens: u32,
-        usage: UsageMode,
-        fault: Fault,
+        setup: StreamSetup,
     ) -> Self {
         let mut stream = SseStream {
             rx,
             guard,
-            meta,
-            text,
-            prompt_tokens,
-            usage,
-            fault,
+            wire: setup.wire,
+            text: setup.text,
+            style: setup.style,
+            fault: setup.fault,
             sent: 0,
+            unsent: 0,
             role_sent: false,
+            text_sent: false,
+            bytes: Vec::new(),
             backlog: VecDeque::new(),
             pending: VecDeque::new(),
             stall: None,
+            hold_open: setup.hold_open,
             state: State::Streaming,
         };
         stream.apply_faults();
@@ -156,6 +167,16 @@ impl SseStream {
             }
             match self.state {
                 State::Done => return Poll::Ready(None),
+                State::HoldingOpen => {
+                    let wait = self.hold_open.unwrap_or_default();
+                    let hold = self
+                        .stall
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
+                    ready!(hold.as_mut().poll(cx));
+                    self.stall = None;
+                    self.state = State::Done;
+                    return Poll::Ready(None);
+                }
                 State::Closing => {
                     // Let hyper flush the chunks already handed over before the connection drops.
                     let grace = self
@@ -199,64 +220,80 @@ impl SseStream {
 
     /// Turns backlog outputs into chunks until the backlog is empty or a fault interrupts.
     fn process(&mut self) {
-        let mut buf = String::new();
+        let per_token = self.wire.grouping() == Grouping::Token;
         while let Some(out) = self.backlog.pop_front() {
             match out {
                 Output::Token(id) => {
-                    buf.push_str(self.text.token_text(id));
+                    // One event per token: the previous token's goes out now, so
+                    // that the last token's event can carry the finish reason.
+                    if per_token && self.unsent > 0 {
+                        self.flush();
+                    }
+                    let bytes = self.text.output_bytes(self.style, self.sent, id);
+                    self.bytes.extend_from_slice(&bytes);
                     self.sent += 1;
+                    self.unsent += 1;
                     if self.fault_at(self.sent) {
-                        self.flush(&mut buf, None);
+                        self.flush();
                         self.apply_faults();
                         if self.state != State::Streaming || self.stall.is_some() {
                             return;
                         }
                     }
                 }
-                Output::Done(reason, usage) => {
-                    self.flush(&mut buf, Some(reason));
-                    if self.usage.include {
-                        self.pending.push_back(self.meta.usage_chunk(usage.into()));
-                    }
-                    self.pending
-                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                Output::Done(reason, _usage) => {
+                    self.send_role();
+                    let text = complete_text(&mut self.bytes);
+                    let end = self.wire.finish(&text, reason, self.sent);
+                    self.pending.extend(end);
                     self.guard.armed = false;
-                    self.state = State::Done;
+                    self.state = if self.hold_open.is_some() {
+                        State::HoldingOpen
+                    } else {
+                        State::Done
+                    };
                     return;
                 }
             }
         }
-        if !buf.is_empty() {
-            self.flush(&mut buf, None);
+        if !per_token {
+            self.flush();
         }
     }
 
-    fn running_usage(&self) -> Option<UsageJson> {
-        self.usage
-            .continuous
-            .then(|| UsageJson::new(self.prompt_tokens, self.sent))
-    }
-
     fn send_role(&mut self) {
-        if self.meta.api == crate::api::Api::Chat && !self.role_sent {
-            let usage = self
-                .usage
-                .continuous
-                .then(|| UsageJson::new(self.prompt_tokens, 0));
-            self.pending
-                .push_back(self.meta.chunk("", true, None, usage));
+        if !self.role_sent
+            && let Some(role) = self.wire.role_chunk()
+        {
+            self.pending.push_back(role);
         }
         self.role_sent = true;
     }
 
-    fn flush(&mut self, buf: &mut String, finish: Option<FinishReason>) {
-        if buf.is_empty() && finish.is_none() {
+    /// Sends the tokens since the last chunk as one chunk, unless the
+    /// dialect holds back a chunk whose text is still incomplete.
+    fn flush(&mut self) {
+        if self.unsent == 0 {
+            return;
+        }
+        let held = self.wire.grouping() == Grouping::BatchHoldingBack;
+        if held && std::str::from_utf8(&self.bytes).is_err() && self.complete_len() == 0 {
             return;
         }
         self.send_role();
-        let chunk = self.meta.chunk(buf, false, finish, self.running_usage());
+        let text = complete_text(&mut self.bytes);
+        let chunk = self.wire.text_chunk(&text, self.sent, !self.text_sent);
+        self.text_sent = true;
         self.pending.push_back(chunk);
-        buf.clear();
+        self.unsent = 0;
+    }
+
+    /// Bytes of complete characters at the front of the unsent output.
+    fn complete_len(&self) -> usize {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(_) => self.bytes.len(),
+            Err(e) => e.valid_up_to(),
+        }
     }
 
     fn fault_at(&self, n: u32) -> bool {
@@ -273,7 +310,7 @@ impl SseStream {
         if self.fault.malformed_chunk_after_tokens == Some(n) {
             self.pending.push_back(Bytes::from(format!(
                 "data: {{\"id\": \"{}\", \"choices\": [{{\"text\n\n",
-                self.meta.id
+                self.wire.id()
             )));
         }
         if let Some((bytes, at)) = self.fault.oversized_line
@@ -282,7 +319,7 @@ impl SseStream {
             let padding = "x".repeat(bytes.saturating_sub(96));
             let line = format!(
                 "data: {{\"id\":\"{}\",\"object\":\"sim.padding\",\"choices\":[],\"padding\":\"{padding}\"}}\n\n",
-                self.meta.id
+                self.wire.id()
             );
             self.pending.push_back(Bytes::from(line));
         }

@@ -123,6 +123,11 @@ struct Req {
     hashes: Vec<u64>,
     /// `blocks[..registered]` are in the prefix-cache index.
     registered: usize,
+    /// Output tokens the last step emitted (0 after a preemption): computing
+    /// them is the next decode step.
+    emitted_last: usize,
+    /// Decode steps taken, which picks the next step's token count.
+    decode_steps: usize,
 }
 
 impl Req {
@@ -156,6 +161,7 @@ pub(crate) struct Engine {
     waiting: VecDeque<ReqId>,
     running: Vec<ReqId>,
     output_vocab: Arc<[u32]>,
+    tokens_per_step: Vec<u32>,
     counters: Counters,
     clock: Duration,
 }
@@ -179,6 +185,11 @@ impl Engine {
                 Arc::from([0u32])
             } else {
                 output_vocab
+            },
+            tokens_per_step: if profile.tokens_per_step.is_empty() {
+                vec![1]
+            } else {
+                profile.tokens_per_step.clone()
             },
             counters: Counters::default(),
             clock: Duration::ZERO,
@@ -207,6 +218,8 @@ impl Engine {
                 blocks: Vec::new(),
                 hashes: Vec::new(),
                 registered: 0,
+                emitted_last: 0,
+                decode_steps: 0,
             },
         );
         self.waiting.push_back(req.id);
@@ -364,6 +377,7 @@ impl Engine {
             req.blocks.clear();
             req.computed = 0;
             req.registered = 0;
+            req.emitted_last = 0;
             self.waiting.push_front(id);
             self.counters.preemptions += 1;
         }
@@ -376,10 +390,12 @@ impl Engine {
             let Some(req) = self.reqs.get(&id) else {
                 continue;
             };
-            if n == 1 && req.computed >= req.prompt_len {
+            // A decode step computes the tokens the last step emitted (one, or
+            // several when the engine speculates).
+            if n >= 1 && n <= req.emitted_last && req.computed >= req.prompt_len {
                 batch += 1;
-                // Attention covers the cached context and the new token.
-                context += req.computed as u64 + 1;
+                // Attention covers the cached context and the new tokens.
+                context += (req.computed + n) as u64;
             } else {
                 prefill += self.cost.prefill_chunk(n as u64, req.computed as u64);
             }
@@ -399,24 +415,38 @@ impl Engine {
             if req.computed < req.tokens.len() {
                 continue; // a prefill chunk that did not reach the end of the prompt
             }
-            let token = self.output_vocab[pick(id, req.outputs()) % self.output_vocab.len()];
-            req.tokens.push(token);
-            if req.outputs() == 1 {
-                self.counters.prompt_tokens += req.prompt_len as u64;
-            }
-            self.counters.generation_tokens += 1;
-            events.push(Event::Token { id, token });
-            if let Some(reason) = finish_reason(req, self.max_model_len, self.eos_after) {
-                finished.push(id);
-                match reason {
-                    FinishReason::Stop => self.counters.finished_stop += 1,
-                    FinishReason::Length => self.counters.finished_length += 1,
+            // The first token comes from prefill; a decode step gives the
+            // profile's next count (speculative decoding accepts several).
+            let k = if req.outputs() == 0 {
+                1
+            } else {
+                let k = self.tokens_per_step[req.decode_steps % self.tokens_per_step.len()];
+                req.decode_steps += 1;
+                k as usize
+            };
+            req.emitted_last = 0;
+            for _ in 0..k {
+                let token = self.output_vocab[pick(id, req.outputs()) % self.output_vocab.len()];
+                req.tokens.push(token);
+                req.emitted_last += 1;
+                if req.outputs() == 1 {
+                    self.counters.prompt_tokens += req.prompt_len as u64;
                 }
-                let usage = Usage {
-                    prompt_tokens: count(req.prompt_len),
-                    completion_tokens: count(req.outputs()),
-                };
-                events.push(Event::Finished { id, reason, usage });
+                self.counters.generation_tokens += 1;
+                events.push(Event::Token { id, token });
+                if let Some(reason) = finish_reason(req, self.max_model_len, self.eos_after) {
+                    finished.push(id);
+                    match reason {
+                        FinishReason::Stop => self.counters.finished_stop += 1,
+                        FinishReason::Length => self.counters.finished_length += 1,
+                    }
+                    let usage = Usage {
+                        prompt_tokens: count(req.prompt_len),
+                        completion_tokens: count(req.outputs()),
+                    };
+                    events.push(Event::Finished { id, reason, usage });
+                    break;
+                }
             }
         }
         for id in finished {

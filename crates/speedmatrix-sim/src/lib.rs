@@ -78,10 +78,13 @@ mod metrics;
 mod profile;
 mod server;
 mod text;
+mod wire;
 
 pub use error::SimError;
 pub use fault::Fault;
-pub use profile::{CapacityApi, CostModel, FREE_RUNNING, Profile, RTX3090_QWEN35_4B_FP8, TINY};
+pub use profile::{
+    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, RTX3090_QWEN35_4B_FP8, TINY, TextStyle,
+};
 pub use server::{RunningSim, SimServer, VERSION};
 
 #[cfg(test)]

@@ -63,6 +63,71 @@ pub struct Profile {
     /// Which engine's endpoint reports the KV capacity (default: vLLM's `/metrics`).
     #[serde(default)]
     pub capacity_api: CapacityApi,
+    /// Which engine's stream format the server speaks (default: vLLM's); see [`Dialect`].
+    #[serde(default)]
+    pub dialect: Dialect,
+    /// Tokens each decode step gives a request, cycled step by step (speculative decoding:
+    /// the accepted draft tokens plus one, e.g. `[3, 4]`); the first token after prefill is
+    /// always one. Default `[1]`.
+    #[serde(default = "one_token_per_step")]
+    pub tokens_per_step: Vec<u32>,
+    /// What the simulated model writes (default: words); see [`TextStyle`].
+    #[serde(default)]
+    pub text_style: TextStyle,
+    /// Keep the response body open this many milliseconds after `data: [DONE]` (a server or
+    /// proxy that is slow to close); `None`: close at once.
+    #[serde(default)]
+    pub hold_open_after_done_ms: Option<u64>,
+    /// The streams' Content-Type: `None` for `text/event-stream; charset=utf-8`, an empty
+    /// string to send none at all, anything else verbatim.
+    #[serde(default)]
+    pub stream_content_type: Option<String>,
+}
+
+/// The stream format of one engine, from its documented shapes and source (see
+/// `docs/metrics.md` for the facts each is built from).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// vLLM: `continuous_usage_stats` honoured (cumulative usage on every chunk), a final
+    /// usage chunk with `choices: []`, a chunk per engine step (several tokens each when the
+    /// client reads slower or the engine speculates).
+    #[default]
+    Vllm,
+    /// SGLang: like vLLM on chat; its completions ignore `continuous_usage_stats` and send
+    /// usage at the end only. Answers `GET /get_server_info`.
+    Sglang,
+    /// llama.cpp's `llama-server`: no continuous usage, but `timings.predicted_n` (the running
+    /// output count) on every chunk when the request sets `timings_per_token`; incomplete
+    /// UTF-8 held back, so a chunk can carry several tokens. Answers `GET /props`.
+    Llamacpp,
+    /// Hugging Face TGI: one event per token (empty text while a character is incomplete),
+    /// `finish_reason: ""` on every completions chunk but the last, usage at the end only.
+    /// Answers `GET /info`.
+    Tgi,
+    /// Ollama: no running count (its completions carry an all-zero `usage` on every chunk),
+    /// usage at the end only, incomplete UTF-8 held back. Answers `GET /api/version`.
+    Ollama,
+    /// An OpenAI-style proxy in front of vLLM that drops `continuous_usage_stats`: vLLM's
+    /// chunks with usage at the end only.
+    OpenaiProxy,
+}
+
+/// What the simulated model writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TextStyle {
+    /// A space and a short word per token: any sequence re-tokenizes to the same tokens.
+    #[default]
+    Words,
+    /// Two-byte characters (`é`, `ñ`, …) written as two byte tokens each, so half of every
+    /// character is incomplete UTF-8: engines that hold it back send two tokens per chunk.
+    /// Needs a byte-level tokenizer (the bundled one is).
+    TwoByteChars,
+}
+
+fn one_token_per_step() -> Vec<u32> {
+    vec![1]
 }
 
 /// The endpoint through which the simulator tells its KV capacity, in the shape of one engine.
@@ -309,7 +374,23 @@ impl Profile {
         if let Some(spec) = &self.faults {
             crate::fault::Fault::parse(spec)?;
         }
+        if self.tokens_per_step.is_empty() || self.tokens_per_step.contains(&0) {
+            return invalid(format!(
+                "tokens_per_step must list at least one count, each at least 1, got {:?}",
+                self.tokens_per_step
+            ));
+        }
         Ok(())
+    }
+
+    /// The mean tokens a decode step gives a request (after its first token).
+    pub fn mean_tokens_per_step(&self) -> f64 {
+        let n = self.tokens_per_step.len().max(1) as f64;
+        self.tokens_per_step
+            .iter()
+            .map(|&k| f64::from(k))
+            .sum::<f64>()
+            / n
     }
 
     /// KV blocks a request can use (the pool minus the reserved null block).
@@ -367,6 +448,11 @@ fn rtx3090() -> Profile {
         tokenizer: None,
         faults: None,
         capacity_api: CapacityApi::Vllm,
+        dialect: Dialect::Vllm,
+        tokens_per_step: one_token_per_step(),
+        text_style: TextStyle::Words,
+        hold_open_after_done_ms: None,
+        stream_content_type: None,
     }
 }
 
@@ -394,6 +480,11 @@ fn tiny() -> Profile {
         tokenizer: None,
         faults: None,
         capacity_api: CapacityApi::Vllm,
+        dialect: Dialect::Vllm,
+        tokens_per_step: one_token_per_step(),
+        text_style: TextStyle::Words,
+        hold_open_after_done_ms: None,
+        stream_content_type: None,
     }
 }
 

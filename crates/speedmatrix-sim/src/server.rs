@@ -17,12 +17,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, Api, GenerateRequest, PromptInput, ResponseMeta, TokenizeRequest};
-use crate::body::{AbortGuard, SimBody, SseStream, UsageMode};
+use crate::body::{AbortGuard, SimBody, SseStream, StreamSetup};
 use crate::driver::{EngineHandle, Output};
 use crate::engine::NewRequest;
 use crate::fault::{FAULT_HEADER, Fault};
 use crate::text::{Message, TextModel};
-use crate::{CapacityApi, Profile, SimError, metrics};
+use crate::wire::{UsageMode, Wire};
+use crate::{CapacityApi, Dialect, Profile, SimError, metrics};
 
 /// What `GET /version` reports: vLLM's version, marked as the simulator.
 pub const VERSION: &str = "0.32.0-speedmatrix-sim";
@@ -219,18 +220,31 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             generate(state, req, Api::Chat, header_fault).await
         }
         (&Method::POST, "/tokenize") => tokenize(state, req).await,
-        (&Method::GET, "/props") if state.profile.capacity_api == CapacityApi::Llamacpp => {
+        (&Method::GET, "/props")
+            if state.profile.capacity_api == CapacityApi::Llamacpp
+                || state.profile.dialect == Dialect::Llamacpp =>
+        {
             json_reply(
                 StatusCode::OK,
                 api::json_bytes(&llamacpp_props(&state.profile)),
             )
         }
-        (&Method::GET, "/get_server_info") if state.profile.capacity_api == CapacityApi::Sglang => {
+        (&Method::GET, "/get_server_info")
+            if state.profile.capacity_api == CapacityApi::Sglang
+                || state.profile.dialect == Dialect::Sglang =>
+        {
             json_reply(
                 StatusCode::OK,
                 api::json_bytes(&sglang_server_info(&state.profile)),
             )
         }
+        (&Method::GET, "/info") if state.profile.dialect == Dialect::Tgi => {
+            json_reply(StatusCode::OK, api::json_bytes(&tgi_info(&state.profile)))
+        }
+        (&Method::GET, "/api/version") if state.profile.dialect == Dialect::Ollama => json_reply(
+            StatusCode::OK,
+            api::json_bytes(&json!({ "version": "0.12.3" })),
+        ),
         (
             _,
             "/health"
@@ -275,6 +289,21 @@ fn sglang_server_info(profile: &Profile) -> serde_json::Value {
         "max_total_num_tokens": profile.usable_kv_tokens(),
         "page_size": 1,
         "version": VERSION,
+    })
+}
+
+/// TGI's `/info`: the router's identity and limits.
+fn tgi_info(profile: &Profile) -> serde_json::Value {
+    json!({
+        "model_id": profile.served_model_name,
+        "model_sha": null,
+        "max_concurrent_requests": profile.max_num_seqs,
+        "max_input_tokens": profile.max_model_len.saturating_sub(1),
+        "max_total_tokens": profile.max_model_len,
+        "router": "text-generation-router",
+        "version": "3.3.6",
+        "sha": null,
+        "docker_label": null,
     })
 }
 
@@ -496,21 +525,34 @@ async fn generate(
         let usage = UsageMode {
             include,
             continuous,
+            timings: body.timings_per_token.unwrap_or(false),
         };
-        let stream = SseStream::new(
-            rx,
-            guard,
-            meta,
-            state.text.clone(),
-            prompt_tokens,
-            usage,
+        let profile = &state.profile;
+        let setup = StreamSetup {
+            wire: Wire::new(profile.dialect, meta, usage, prompt_tokens),
+            text: state.text.clone(),
+            style: profile.text_style,
             fault,
-        );
-        let mut res = respond(
-            StatusCode::OK,
-            "text/event-stream; charset=utf-8",
-            SimBody::Sse(Box::new(stream)),
-        )?;
+            hold_open: profile
+                .hold_open_after_done_ms
+                .map(std::time::Duration::from_millis),
+        };
+        let stream = SseStream::new(rx, guard, setup);
+        let mut res = Response::new(SimBody::Sse(Box::new(stream)));
+        match profile.stream_content_type.as_deref() {
+            None => {
+                res.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream; charset=utf-8"),
+                );
+            }
+            Some("") => {}
+            Some(other) => {
+                if let Ok(v) = HeaderValue::from_str(other) {
+                    res.headers_mut().insert(header::CONTENT_TYPE, v);
+                }
+            }
+        }
         res.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         return Ok(res);
@@ -526,12 +568,16 @@ async fn complete(
     meta: ResponseMeta,
     fault: Fault,
 ) -> Reply {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     let mut tokens = 0u32;
     while let Some(out) = rx.recv().await {
         match out {
             Output::Token(id) => {
-                text.push_str(state.text.token_text(id));
+                bytes.extend(
+                    state
+                        .text
+                        .output_bytes(state.profile.text_style, tokens, id),
+                );
                 tokens += 1;
                 if fault.close_after_tokens == Some(tokens) {
                     return Err(std::io::Error::other(
@@ -544,6 +590,7 @@ async fn complete(
                 if let Some((stall, _)) = fault.stall {
                     tokio::time::sleep(stall).await;
                 }
+                let text = String::from_utf8_lossy(&bytes);
                 return json_reply(StatusCode::OK, meta.full(&text, reason, usage));
             }
         }

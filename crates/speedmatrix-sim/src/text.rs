@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use serde::Deserialize;
 use speedmatrix_workload::Tokenizer;
 
-use crate::SimError;
+use crate::{SimError, TextStyle};
 
 /// How many output words the simulated model draws from.
 const OUTPUT_WORDS: usize = 256;
@@ -54,6 +54,7 @@ pub(crate) struct TextModel {
     newline: Vec<u32>,
     output_ids: Arc<[u32]>,
     output_text: TokenTexts,
+    two_byte_chars: OnceLock<Vec<char>>,
 }
 
 impl TextModel {
@@ -103,6 +104,7 @@ impl TextModel {
             newline,
             output_ids,
             output_text,
+            two_byte_chars: OnceLock::new(),
         })
     }
 
@@ -146,6 +148,49 @@ impl TextModel {
     /// The text of an output token (empty for a token the model never writes).
     pub(crate) fn token_text(&self, id: u32) -> &str {
         self.output_text.get(&id).map_or("", |t| t)
+    }
+
+    /// The bytes of output token `n` (0-based) of a request whose model writes in `style`:
+    /// the token's word, or one byte of a two-byte character (so the text is incomplete
+    /// UTF-8 after every even-numbered token).
+    pub(crate) fn output_bytes(&self, style: TextStyle, n: u32, id: u32) -> Vec<u8> {
+        match style {
+            TextStyle::Words => self.token_text(id).as_bytes().to_vec(),
+            TextStyle::TwoByteChars => {
+                let chars = self.two_byte_chars();
+                let Some(&c) = chars.get((n as usize / 2) * 7 % chars.len().max(1)) else {
+                    return self.token_text(id).as_bytes().to_vec();
+                };
+                let mut buf = [0u8; 4];
+                let bytes = c.encode_utf8(&mut buf).as_bytes();
+                vec![bytes[n as usize % 2]]
+            }
+        }
+    }
+
+    /// Two-byte characters this tokenizer splits into two tokens that each decode to an
+    /// incomplete character, and that keep that split in any sequence of them.
+    pub(crate) fn two_byte_chars(&self) -> &[char] {
+        self.two_byte_chars.get_or_init(|| {
+            let split_in_two = |c: char| {
+                let ids = encode(&self.content, &c.to_string()).unwrap_or_default();
+                ids.len() == 2
+                    && ids
+                        .iter()
+                        .all(|&id| self.content.decode(&[id]).is_ok_and(|t| t == "\u{fffd}"))
+            };
+            let chars: Vec<char> = ('\u{c0}'..='\u{24f}')
+                .filter(|c| c.is_alphabetic() && split_in_two(*c))
+                .take(16)
+                .collect();
+            // Only a set whose every sequence keeps two tokens a character will do.
+            let sample: String = (0..64)
+                .map(|i| chars[(i * 7) % chars.len().max(1)])
+                .collect();
+            let stable = !chars.is_empty()
+                && encode(&self.content, &sample).is_ok_and(|ids| ids.len() == 2 * 64);
+            if stable { chars } else { Vec::new() }
+        })
     }
 
     /// The text of any token, as `/tokenize` spells it.
@@ -260,6 +305,20 @@ mod tests {
         let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
         assert_eq!(content.encode(&text).unwrap(), seq);
         assert!(seq.iter().all(|&id| !m.token_text(id).is_empty()));
+    }
+
+    #[test]
+    fn two_byte_characters_are_two_tokens_that_reencode_to_two_tokens() {
+        let m = TextModel::bundled().unwrap();
+        assert!(m.two_byte_chars().len() >= 8, "{:?}", m.two_byte_chars());
+        let bytes: Vec<u8> = (0..400)
+            .flat_map(|n| m.output_bytes(TextStyle::TwoByteChars, n, 0))
+            .collect();
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(text.chars().count(), 200);
+        let content = Tokenizer::bundled().unwrap().with_add_special_tokens(false);
+        assert_eq!(content.encode(&text).unwrap().len(), 400);
+        assert!(std::str::from_utf8(&m.output_bytes(TextStyle::TwoByteChars, 0, 0)).is_err());
     }
 
     #[test]

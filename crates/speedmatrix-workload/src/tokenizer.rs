@@ -200,6 +200,15 @@ impl Tokenizer {
         Ok(enc.len() + self.special_tokens_count_extra())
     }
 
+    /// Where each token of `text` ends, as a byte offset into it: the text is
+    /// tokenized as a whole, with no special tokens (as a model's output
+    /// is), so `result.len()` is its token count. A token inside a multi-byte
+    /// character ends where the character ends.
+    pub fn token_ends(&self, text: &str) -> Result<Vec<usize>, Error> {
+        let enc = self.inner.encode(text, false).map_err(|e| self.error(e))?;
+        Ok(enc.get_offsets().iter().map(|&(_, end)| end).collect())
+    }
+
     /// The text of `ids`, special tokens left out (as servers return output).
     pub fn decode(&self, ids: &[u32]) -> Result<String, Error> {
         self.inner.decode(ids, true).map_err(|e| self.error(e))
@@ -295,6 +304,24 @@ mod tests {
         assert!(!looks_like_hub_id("tokenizer.json"));
         assert!(!looks_like_hub_id("./dir/tok.json"));
         assert!(!looks_like_hub_id("a/b/c"));
+    }
+
+    #[test]
+    fn token_ends_are_byte_offsets_of_the_whole_text() {
+        let tok = Tokenizer::bundled().unwrap();
+        let text = " the café of the day";
+        let ends = tok.token_ends(text).unwrap();
+        let ids = tok
+            .clone()
+            .with_add_special_tokens(false)
+            .encode(text)
+            .unwrap();
+        assert_eq!(ends.len(), ids.len());
+        assert!(ends.windows(2).all(|w| w[0] <= w[1]), "{ends:?}");
+        assert_eq!(ends.last(), Some(&text.len()));
+        // The two tokens of `é` (two bytes) both end where the character ends.
+        let e = text.find('é').unwrap() + 'é'.len_utf8();
+        assert!(ends.iter().filter(|&&x| x == e).count() >= 2, "{ends:?}");
     }
 
     #[test]

@@ -290,6 +290,7 @@ impl<'a> Reader<'a> {
             match &*key {
                 "choices" => self.choices(event)?,
                 "usage" => event.usage = self.usage()?,
+                "timings" => event.engine_tokens = self.timings()?,
                 "error" => {
                     if !self.null()? {
                         self.skip(MAX_DEPTH)?;
@@ -341,7 +342,12 @@ impl<'a> Reader<'a> {
                         self.delta(event)?;
                     }
                 }
-                "finish_reason" => event.finish_reason = self.opt_string()?.map(Cow::into_owned),
+                "finish_reason" => {
+                    event.finish_reason = self
+                        .opt_string()?
+                        .filter(|f| !f.is_empty())
+                        .map(Cow::into_owned);
+                }
                 _ => self.skip(MAX_DEPTH)?,
             }
             if !self.more(b'}')? {
@@ -401,6 +407,20 @@ impl<'a> Reader<'a> {
             completion_tokens: Tokens::new(completion.flatten().unwrap_or(0)),
             cached_prompt_tokens: cached.flatten().flatten().map(Tokens::new),
         }))
+    }
+
+    /// llama.cpp's `timings`: `null`, or an object whose `predicted_n` is
+    /// the running output count; anything but a plain count gives up.
+    fn timings(&mut self) -> Option<Option<Tokens>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let mut predicted = None;
+        self.fields(|r, key| match key {
+            "predicted_n" => set_once(&mut predicted, r.opt_u64()?),
+            _ => r.skip(MAX_DEPTH),
+        })?;
+        Some(predicted.flatten().map(Tokens::new))
     }
 
     /// `prompt_tokens_details`: `null`, or an object whose `cached_tokens` may be set.
@@ -480,6 +500,8 @@ mod tests {
             r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\n"},"logprobs":{"content":[{"token":"x","logprob":-0.25e-3,"top_logprobs":[]}]},"finish_reason":"stop"}]}"#,
             r#" { "choices" : [ { "delta" : { "reasoning" : "r1" , "reasoning_content" : "r2" } } , {"text":"second"} ] } "#,
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" é"}}],"object":"chat.completion.chunk","timings":{"cache_n":0,"prompt_n":12,"prompt_ms":3.5,"predicted_n":7,"predicted_ms":70.25}}"#,
+            r#"{"id":"","object":"text_completion","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":""}],"model":"m","system_fingerprint":"3.3.6-native"}"#,
             r#"{"choices":null,"error":null,"usage":null}"#,
             r#"{"error":{"message":"boom","code":500}}"#,
             r#"{"object":"error","message":"boom"}"#,
@@ -630,8 +652,17 @@ mod tests {
             ]),
             Just("null".to_owned()),
         ];
+        let timings = prop_oneof![
+            object(vec![
+                ("prompt_n", count()),
+                ("predicted_n", count()),
+                ("predicted_ms", number().boxed()),
+            ]),
+            Just("null".to_owned()),
+        ];
         let top = object(vec![
             ("id", string().boxed()),
+            ("timings", timings.boxed()),
             (
                 "object",
                 prop_oneof![string(), Just("\"error\"".to_owned())].boxed(),

@@ -36,7 +36,7 @@ pub(super) fn heatmap(report: &Report) -> String {
     let values: Vec<f64> = report
         .decode
         .iter()
-        .filter(|c| c.status.is_valid())
+        .filter(|c| c.status.is_measured())
         .filter_map(|c| c.measurements.as_ref().map(|m| m.total_tokens_per_s))
         .filter(|v| *v > 0.0)
         .collect();
@@ -98,21 +98,33 @@ fn heat_cell(
 ) {
     let (fill, class, lines, tip) = match cell {
         Some(c) => match (&c.status, &c.measurements) {
-            (CellStatus::Valid, Some(m)) => {
+            (status, Some(m)) if status.is_measured() => {
                 let t = scale_log(m.total_tokens_per_s, lo, hi);
+                let mark = m.estimate_mark();
                 let tip = format!(
-                    "{} context × {} requests: {} tok/s total, {} per request, TTFT {}, {} between tokens",
+                    "{} context × {} requests: {} tok/s total, {} per request, TTFT {}, {} between tokens{}{}",
                     c.context,
                     c.concurrency,
                     format::tokens_per_s(m.total_tokens_per_s),
                     format::grouped(m.per_request_tokens_per_s, 1),
                     format::ms_whole(m.ttft_ms.p50),
-                    format::ms_tenths(m.time_between_tokens_ms.p50)
+                    format::ms_tenths(m.time_between_tokens_ms.p50),
+                    if mark.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({mark})")
+                    },
+                    if status.is_valid() {
+                        String::new()
+                    } else {
+                        format!("; {}", status.detail())
+                    },
                 );
                 let text = if t > 0.55 { "#ffffff" } else { INK };
+                let approx = if m.is_estimated() { "≈" } else { "" };
                 let lines = vec![
                     (
-                        format::tokens_per_s(m.total_tokens_per_s),
+                        format!("{approx}{}", format::tokens_per_s(m.total_tokens_per_s)),
                         15.0,
                         "700",
                         text,
@@ -318,7 +330,7 @@ pub(super) fn per_request(report: &Report) -> String {
                     let m = cell
                         .measurements
                         .as_ref()
-                        .filter(|_| cell.status.is_valid())?;
+                        .filter(|_| cell.status.is_measured())?;
                     Some(m.per_request_tokens_per_s)
                 })
                 .collect(),

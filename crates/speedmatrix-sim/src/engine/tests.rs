@@ -337,3 +337,36 @@ proptest! {
         prop_assert!(c.prefix_hits <= c.prefix_queries);
     }
 }
+
+#[test]
+fn speculative_steps_emit_the_profiles_token_counts() {
+    let mut p = profile(1_001, 16, 4, 4_096);
+    p.tokens_per_step = vec![3, 4];
+    let mut e = engine(&p);
+    e.add(req(1, distinct_prompt(1, 40), 30));
+    let mut per_step = Vec::new();
+    let mut decode_steps = Vec::new();
+    while let Some(out) = e.step() {
+        let n = out
+            .events
+            .iter()
+            .filter(|ev| matches!(ev, Event::Token { .. }))
+            .count();
+        per_step.push(n);
+        decode_steps.push(out.duration);
+        if out
+            .events
+            .iter()
+            .any(|ev| matches!(ev, Event::Finished { .. }))
+        {
+            break;
+        }
+    }
+    // Prefill gives the first token, then 3, 4, 3, 4, ... up to max_tokens.
+    assert_eq!(per_step, vec![1, 3, 4, 3, 4, 3, 4, 3, 4, 1]);
+    assert_eq!(per_step.iter().sum::<usize>(), 30);
+    // A speculative step is a decode step, not a prefill chunk.
+    let decode = p.cost.step_base() + p.cost.decode(1, 40 + 1 + 3);
+    assert_eq!(decode_steps[1], p.cost.step_base() + p.cost.decode(1, 41));
+    assert_eq!(decode_steps[2], decode);
+}

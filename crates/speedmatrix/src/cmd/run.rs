@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use speedmatrix_runner::{
-    Api, CapacityHints, JournalOptions, MatrixSpec, Preset, PromptSharing, RunConfig, RunError,
-    RunLabels, RunOutcome, Target,
+    Api, CapacityHints, JournalOptions, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig,
+    RunError, RunLabels, RunOutcome, Target,
 };
 use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +42,17 @@ pub(crate) enum SharingArg {
     Unique,
     /// All streams of a cell send one prompt (measures prefix-cache sharing).
     Shared,
+}
+
+/// How the prefill rows are measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PrefillModeArg {
+    /// A separate request per prefill context, with a never-seen prompt, before the decode cells.
+    Cold,
+    /// The first warm-up request of each context's first decode cell, sent alone with nothing
+    /// cached (the seed page's "Measured during decode warm-up"); prefill contexts without a
+    /// decode row get a cold request.
+    Warmup,
 }
 
 /// Flags of `speedmatrix run`.
@@ -90,6 +101,10 @@ pub(crate) struct Args {
     /// Cold prefill requests per context; the median is reported.
     #[arg(long)]
     prefill_repeats: Option<u32>,
+    /// How prefill is measured: `cold` (separate requests) or `warmup` (the first, cold warm-up
+    /// request of each context's decode cells, as the seed page).
+    #[arg(long, value_enum, default_value = "cold")]
+    prefill_mode: PrefillModeArg,
     /// Measurement window per decode cell, e.g. 30s, 2m.
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
@@ -201,10 +216,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let tokenizer = load_tokenizer(&args, embedded)?;
     let target = match &args.url {
         Some(url) => Target::Url(url.clone()),
-        None => Target::Embedded(
+        None => Target::Embedded(Box::new(
             speedmatrix_sim::Profile::load(&args.sim_profile)
                 .map_err(|e| UsageError(format!("--sim-profile {}: {e}", args.sim_profile)))?,
-        ),
+        )),
     };
     let config = RunConfig {
         target,
@@ -287,6 +302,10 @@ fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
     if let Some(r) = args.prefill_repeats {
         m.prefill_repeats = r;
     }
+    m.prefill_mode = match args.prefill_mode {
+        PrefillModeArg::Cold => PrefillMode::Cold,
+        PrefillModeArg::Warmup => PrefillMode::Warmup,
+    };
     if let Some(d) = args.duration {
         m.duration = d;
     }
