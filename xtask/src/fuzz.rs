@@ -373,17 +373,14 @@ fn check_stream(data: &[u8], rng: &mut Rng) {
 }
 
 fn check_prometheus(data: &[u8], _rng: &mut Rng) {
-    use speedmatrix_client::ServerMetrics;
+    use speedmatrix_engines::{SchedulerState, ServerMetrics, generation_tokens, vllm};
     let text = String::from_utf8_lossy(data);
     let m = ServerMetrics::parse(&text);
-    for name in [
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "vllm:cache_config_info",
-    ] {
+    for name in [vllm::RUNNING, vllm::WAITING, vllm::CACHE_CONFIG_INFO] {
         let _ = (m.value(name), m.sum(name), m.metric_type(name));
     }
-    if let Some(c) = m.cache_config() {
+    let _ = (SchedulerState::from_metrics(&m), generation_tokens(&m));
+    if let Some(c) = vllm::cache_config(&m) {
         let _ = c.kv_cache_tokens();
     }
 }

@@ -67,12 +67,35 @@ mod tests {
         ];
         for krate in [
             "speedmatrix-units",
+            "speedmatrix-engines",
             "speedmatrix-capacity",
             "speedmatrix-metrics",
             "speedmatrix-report",
         ] {
             assert_no_deps(&deps, krate, &io);
         }
+    }
+
+    #[test]
+    fn engine_knowledge_is_a_leaf_and_the_simulator_stands_alone() {
+        let deps = dependencies();
+        let internal: Vec<&str> = deps
+            .keys()
+            .map(String::as_str)
+            .filter(|k| k.starts_with("speedmatrix") && *k != "speedmatrix-units")
+            .collect();
+        assert_no_deps(&deps, "speedmatrix-engines", &internal);
+        // The simulator is the tests' ground truth: it must not share the
+        // client's or the runner's code, or a bug in them would hide in both.
+        assert_no_deps(
+            &deps,
+            "speedmatrix-sim",
+            &[
+                "speedmatrix-client",
+                "speedmatrix-runner",
+                "speedmatrix-metrics",
+            ],
+        );
     }
 
     #[test]

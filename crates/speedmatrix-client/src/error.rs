@@ -271,43 +271,5 @@ pub(crate) fn server_message(body: &[u8]) -> (String, Option<String>) {
 
 /// The message and code of an OpenAI/vLLM-style error object, if `value` is one.
 pub(crate) fn error_message_of(value: &serde_json::Value) -> Option<(String, Option<String>)> {
-    let obj = value.as_object()?;
-    let code_of = |o: &serde_json::Map<String, serde_json::Value>| {
-        o.get("code")
-            .filter(|c| !c.is_null())
-            .or_else(|| o.get("type"))
-            .map(|c| match c {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-    };
-    if let Some(err) = obj.get("error") {
-        return match err {
-            serde_json::Value::Object(inner) => {
-                let message = inner
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .map_or_else(|| err.to_string(), str::to_owned);
-                Some((message, code_of(inner)))
-            }
-            serde_json::Value::String(s) => Some((s.clone(), None)),
-            other => Some((other.to_string(), None)),
-        };
-    }
-    if obj.get("object").and_then(|o| o.as_str()) == Some("error") {
-        let message = obj
-            .get("message")
-            .and_then(|m| m.as_str())
-            .unwrap_or("(no message)")
-            .to_owned();
-        return Some((message, code_of(obj)));
-    }
-    match obj.get("detail") {
-        Some(serde_json::Value::String(s)) => Some((s.clone(), None)),
-        Some(other) => Some((other.to_string(), None)),
-        None => obj
-            .get("message")
-            .and_then(|m| m.as_str())
-            .map(|m| (m.to_owned(), None)),
-    }
+    speedmatrix_engines::error_message(value)
 }

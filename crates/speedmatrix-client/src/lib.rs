@@ -58,34 +58,27 @@
 //!
 //! # Probing
 //!
-//! [`Client::probe`] asks `GET /v1/models`, `/version`, `/metrics`, and the
-//! endpoints of llama.cpp (`/props`, [`LlamaCppProps`]), SGLang
-//! (`/get_server_info`, [`SglangServerInfo`]), TGI (`/info`, [`TgiInfo`]) and
-//! Ollama (`/api/version`) at once, and [`Engine`] tells which engine answered
-//! and what that changes about its streams;
+//! [`Client::probe`] asks `GET /v1/models` and every engine's own endpoints
+//! (`/version`, `/metrics`, `/props`, `/get_server_info`, `/info`,
+//! `/api/version`) at once; `speedmatrix-engines` reads the answers and tells
+//! which engine answered and what that changes about its streams;
 //! [`Client::tokenize`] calls vLLM's `/tokenize`. Endpoints a server lacks
-//! come back as `None`. [`ServerMetrics`] parses Prometheus text and reads
-//! vLLM's KV cache settings ([`CacheConfig`]).
+//! come back as `None`. [`Client::metrics`] scrapes `/metrics` into the
+//! engines crate's `ServerMetrics`.
 
 mod client;
-mod engine;
 mod error;
 mod event;
 mod probe;
-mod prometheus;
 mod request;
 mod sse;
 mod stream;
 mod tls;
 
 pub use client::{ApiKey, Client, ClientConfig, RawResponse, Timeouts};
-pub use engine::Engine;
 pub use error::{Error, ErrorKind};
 pub use event::{StreamDecoder, StreamEvent, Usage};
-pub use probe::{
-    LlamaCppProps, ModelInfo, ServerInfo, SglangServerInfo, TgiInfo, TokenizeRequest, Tokenized,
-};
-pub use prometheus::{CacheConfig, MetricType, Sample, ServerMetrics};
+pub use probe::{ModelInfo, ServerInfo, TokenizeRequest, Tokenized};
 pub use request::{ChatRequest, CompletionRequest, Generation, Message, Prompt, StreamOptions};
 pub use sse::{DEFAULT_MAX_EVENT_BYTES, OwnedSseEvent, SseDecoder, SseEvent};
 pub use stream::{CollectedResponse, RequestTimings, ResponseStream};

@@ -565,8 +565,8 @@ async fn probe_reads_models_version_metrics_and_tokenize() {
     let models = info.models.clone().unwrap();
     assert_eq!(models[0].id, "llama");
     assert_eq!(models[0].max_model_len, Some(Tokens::new(8192)));
-    assert_eq!(info.version.as_deref(), Some("0.11.0"));
-    let cache = info.cache_config().unwrap();
+    assert_eq!(info.version(), Some("0.11.0"));
+    let cache = speedmatrix_engines::vllm::cache_config(info.metrics().unwrap()).unwrap();
     assert_eq!(cache.kv_cache_tokens(), Some(Tokens::new(16_000)));
     assert!(info.warnings.is_empty());
     let tokenized = client
@@ -586,7 +586,7 @@ async fn missing_endpoints_are_none() {
     let client = client(&server.url);
     let info = client.probe().await.unwrap();
     assert_eq!(
-        (info.models, info.version, info.metrics),
+        (info.models.clone(), info.version(), info.metrics()),
         (None, None, None)
     );
     assert!(
@@ -660,17 +660,17 @@ async fn raw_exchanges_keep_status_and_bytes() {
     );
     assert_eq!(&echoed.body[..], br#"{"prompt":"x"}"#);
 
-    let props = c.llamacpp_props().await.unwrap().unwrap();
+    let info = c.probe().await.unwrap();
+    assert_eq!(info.models, None);
+    let props = info.endpoints.llamacpp.unwrap();
     assert_eq!(
         (props.slot_n_ctx, props.total_slots),
         (Tokens::new(4_096), 4)
     );
-    let sglang = c.sglang_server_info().await.unwrap().unwrap();
+    let sglang = info.endpoints.sglang.unwrap();
     assert_eq!(sglang.max_total_num_tokens, Tokens::new(9_000));
-    let info = c.probe().await.unwrap();
-    assert_eq!(info.models, None);
-    assert_eq!(info.llamacpp_props, Some(props));
-    assert_eq!(info.sglang, Some(sglang));
+    // Both answered; the engine-specific SGLang endpoint decides.
+    assert_eq!(info.engine(), speedmatrix_engines::Engine::Sglang);
     assert!(info.warnings.is_empty(), "{:?}", info.warnings);
 }
 

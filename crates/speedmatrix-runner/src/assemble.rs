@@ -199,7 +199,7 @@ pub(crate) fn build_report(
         let engine = server.info.engine();
         if embedded {
             "speedmatrix-sim".into()
-        } else if engine != speedmatrix_client::Engine::Unknown {
+        } else if engine != speedmatrix_engines::Engine::Unknown {
             engine.name().into()
         } else if server.has_gauges() {
             "vllm".into()
@@ -235,7 +235,7 @@ pub(crate) fn build_report(
         hardware: config.labels.hardware.clone(),
         engine: Engine {
             name: engine_name,
-            version: server.info.version.clone(),
+            version: server.info.version().map(str::to_owned),
             quantization: config.labels.quantization.clone(),
             launch_command: config.labels.launch_command.clone(),
             ..Engine::default()

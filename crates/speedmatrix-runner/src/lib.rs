@@ -84,6 +84,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use speedmatrix_capacity::{MeasuredCapacity, ServerLimits};
+use speedmatrix_engines::ReportedCapacity;
 use speedmatrix_report::Report;
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{ChatOverhead, PromptBuilder};
@@ -396,39 +397,34 @@ async fn run_on(
 }
 
 /// The server's own account of its KV cache, from whichever engine's
-/// endpoint answered: vLLM's `/metrics` `cache_config_info`, llama.cpp's
-/// `/props`, SGLang's `/get_server_info`.
+/// endpoint answered (see `speedmatrix_engines::Endpoints::capacity`), in
+/// the capacity crate's terms.
 fn measured_capacity(server: &Server) -> Option<MeasuredCapacity> {
-    let info = &server.info;
-    if let Some(cc) = info.cache_config()
-        && let (Some(num_gpu_blocks), Some(block_size)) = (cc.num_gpu_blocks, cc.block_size)
-    {
-        return Some(MeasuredCapacity::Vllm {
+    Some(match server.info.capacity()? {
+        ReportedCapacity::Blocks {
             num_gpu_blocks,
             block_size,
-        });
-    }
-    if let Some(props) = info.llamacpp_props {
-        // `/props` gives one slot's window. With `--kv-unified` (llama-server's
-        // default when it picks the slot count) the slots share that window, so
-        // it is the whole pool; a split cache reports `kv_unified: false` only
-        // on servers that say so, otherwise sharing is the cautious reading.
-        let unified = props.kv_unified.unwrap_or(true);
-        let n_ctx = if unified {
-            props.slot_n_ctx.get()
-        } else {
-            props.slot_n_ctx.get() * u64::from(props.total_slots)
-        };
-        return Some(MeasuredCapacity::LlamaCpp {
-            n_ctx,
-            n_parallel: props.total_slots,
+        } => MeasuredCapacity::Vllm {
+            num_gpu_blocks,
+            block_size,
+        },
+        ReportedCapacity::Slots {
+            pool_tokens,
+            slots,
             unified,
-        });
-    }
-    let sglang = info.sglang?;
-    Some(MeasuredCapacity::Sglang {
-        max_total_num_tokens: sglang.max_total_num_tokens.get(),
-        max_running_requests: sglang.max_running_requests,
+        } => MeasuredCapacity::LlamaCpp {
+            n_ctx: pool_tokens,
+            n_parallel: slots,
+            unified,
+        },
+        ReportedCapacity::TokenPool {
+            tokens,
+            max_running_requests,
+        } => MeasuredCapacity::Sglang {
+            max_total_num_tokens: tokens,
+            max_running_requests,
+        },
+        _ => return None,
     })
 }
 

@@ -1,20 +1,14 @@
 //! The server under test: starting the embedded simulator, probing, and
-//! reading the scheduler gauges vLLM exports on `/metrics`.
+//! reading the scheduler gauges and token counter engines export on `/metrics`.
 
 use std::time::{Duration, Instant};
 
-use speedmatrix_client::{Client, ClientConfig, ServerInfo, ServerMetrics};
+use speedmatrix_client::{Client, ClientConfig, ServerInfo};
+use speedmatrix_engines::{SchedulerState, generation_tokens};
 use speedmatrix_units::Tokens;
 
 use crate::RunError;
 use crate::config::{RunConfig, Target};
-
-/// vLLM's gauge of requests being decoded or prefilled.
-pub(crate) const RUNNING: &str = "vllm:num_requests_running";
-/// vLLM's gauge of requests queued for admission.
-pub(crate) const WAITING: &str = "vllm:num_requests_waiting";
-/// vLLM's counter of output tokens generated (one series per engine and model).
-pub(crate) const GENERATED: &str = "vllm:generation_tokens_total";
 
 /// Consecutive failed `/metrics` reads after which draining gives up.
 const DRAIN_UNANSWERED_LIMIT: u32 = 5;
@@ -87,30 +81,28 @@ impl Server {
         })
     }
 
-    /// Whether the server exports vLLM's scheduler gauges.
+    /// Whether the server exports an engine's scheduler gauges.
     pub(crate) fn has_gauges(&self) -> bool {
         self.info
-            .metrics
-            .as_ref()
-            .is_some_and(|m| m.sum(RUNNING).is_some() && m.sum(WAITING).is_some())
+            .metrics()
+            .and_then(SchedulerState::from_metrics)
+            .is_some()
     }
 
     /// Reads the running/waiting gauges now; `None` when `/metrics` is missing or fails.
     pub(crate) async fn gauges(&self) -> Option<Gauges> {
-        let metrics: ServerMetrics = self.client.metrics().await.ok()??;
+        let metrics = self.client.metrics().await.ok()??;
+        let state = SchedulerState::from_metrics(&metrics)?;
         Some(Gauges {
             at: Instant::now(),
-            running: metrics.sum(RUNNING)?,
-            waiting: metrics.sum(WAITING)?,
+            running: state.running,
+            waiting: state.waiting,
         })
     }
 
-    /// Whether the server exports vLLM's output-token counter.
+    /// Whether the server exports an output-token counter that moves as tokens are made.
     pub(crate) fn has_generation_counter(&self) -> bool {
-        self.info
-            .metrics
-            .as_ref()
-            .is_some_and(|m| m.sum(GENERATED).is_some())
+        self.info.metrics().and_then(generation_tokens).is_some()
     }
 
     /// Whether the server still answers at all (used after failures to tell a
@@ -160,22 +152,22 @@ impl Server {
     }
 }
 
-/// One reading of [`GENERATED`] (summed over its label sets), taken at the
-/// midpoint between sending the scrape and its answer.
+/// One reading of the server's output-token counter (summed over its label
+/// sets), taken at the midpoint between sending the scrape and its answer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CounterReading {
     pub(crate) at: Instant,
     pub(crate) tokens: f64,
 }
 
-/// Reads [`GENERATED`] now; `None` when `/metrics` is missing, fails or lacks it.
+/// Reads the output-token counter now; `None` when `/metrics` is missing, fails or lacks it.
 pub(crate) async fn read_generation_counter(client: Client) -> Option<CounterReading> {
     let sent = Instant::now();
     let metrics = client.metrics().await.ok()??;
     let answered = Instant::now();
     Some(CounterReading {
         at: sent + (answered - sent) / 2,
-        tokens: metrics.sum(GENERATED)?,
+        tokens: generation_tokens(&metrics)?,
     })
 }
 

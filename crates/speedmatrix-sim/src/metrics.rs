@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use speedmatrix_engines::vllm;
+
 use crate::engine::Snapshot;
 use crate::profile::Profile;
 
@@ -20,17 +22,17 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
     let c = s.counters;
     let gauges: [(&str, &str, f64); 3] = [
         (
-            "vllm:num_requests_running",
+            vllm::RUNNING,
             "Number of requests in model execution batches.",
             s.running as f64,
         ),
         (
-            "vllm:num_requests_waiting",
+            vllm::WAITING,
             "Number of requests waiting to be processed.",
             s.waiting as f64,
         ),
         (
-            "vllm:kv_cache_usage_perc",
+            vllm::KV_CACHE_USAGE,
             "KV-cache usage. 1 means 100 percent usage.",
             s.kv_cache_usage(),
         ),
@@ -40,27 +42,27 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
     }
     let counters: [(&str, &str, u64); 5] = [
         (
-            "vllm:num_preemptions_total",
+            vllm::PREEMPTIONS,
             "Cumulative number of preemption from the engine.",
             c.preemptions,
         ),
         (
-            "vllm:prompt_tokens_total",
+            vllm::PROMPT_TOKENS,
             "Number of prefill tokens processed.",
             c.prompt_tokens,
         ),
         (
-            "vllm:generation_tokens_total",
+            vllm::GENERATION_TOKENS,
             "Number of generation tokens processed.",
             c.generation_tokens,
         ),
         (
-            "vllm:prefix_cache_queries_total",
+            vllm::PREFIX_CACHE_QUERIES,
             "Prefix cache queries, in terms of number of queried tokens.",
             c.prefix_queries,
         ),
         (
-            "vllm:prefix_cache_hits_total",
+            vllm::PREFIX_CACHE_HITS,
             "Prefix cache hits, in terms of number of cached tokens.",
             c.prefix_hits,
         ),

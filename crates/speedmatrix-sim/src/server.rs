@@ -23,6 +23,8 @@ use crate::engine::NewRequest;
 use crate::fault::{FAULT_HEADER, Fault};
 use crate::text::{Message, TextModel};
 use crate::wire::{UsageMode, Wire};
+use speedmatrix_engines::{llamacpp, ollama, sglang, tgi};
+
 use crate::{CapacityApi, Dialect, Profile, SimError, metrics};
 
 /// What `GET /version` reports: vLLM's version, marked as the simulator.
@@ -220,7 +222,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
             generate(state, req, Api::Chat, header_fault).await
         }
         (&Method::POST, "/tokenize") => tokenize(state, req).await,
-        (&Method::GET, "/props")
+        (&Method::GET, llamacpp::PROPS)
             if state.profile.capacity_api == CapacityApi::Llamacpp
                 || state.profile.dialect == Dialect::Llamacpp =>
         {
@@ -229,7 +231,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
                 api::json_bytes(&llamacpp_props(&state.profile)),
             )
         }
-        (&Method::GET, "/get_server_info")
+        (&Method::GET, sglang::SERVER_INFO)
             if state.profile.capacity_api == CapacityApi::Sglang
                 || state.profile.dialect == Dialect::Sglang =>
         {
@@ -238,12 +240,18 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
                 api::json_bytes(&sglang_server_info(&state.profile)),
             )
         }
-        (&Method::GET, "/info") if state.profile.dialect == Dialect::Tgi => {
-            json_reply(StatusCode::OK, api::json_bytes(&tgi_info(&state.profile)))
-        }
-        (&Method::GET, "/api/version") if state.profile.dialect == Dialect::Ollama => json_reply(
+        (&Method::GET, tgi::INFO) if state.profile.dialect == Dialect::Tgi => json_reply(
             StatusCode::OK,
-            api::json_bytes(&json!({ "version": "0.12.3" })),
+            api::json_bytes(&tgi::info_json(
+                &state.profile.served_model_name,
+                state.profile.max_model_len,
+                state.profile.max_num_seqs,
+                "3.3.6",
+            )),
+        ),
+        (&Method::GET, ollama::VERSION) if state.profile.dialect == Dialect::Ollama => json_reply(
+            StatusCode::OK,
+            api::json_bytes(&ollama::version_json("0.12.3")),
         ),
         (
             _,
@@ -268,43 +276,23 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
 /// llama.cpp's `/props` in the shape `llama-server --kv-unified` answers: one slot may use the
 /// whole pool, which all slots share.
 fn llamacpp_props(profile: &Profile) -> serde_json::Value {
-    json!({
-        "default_generation_settings": {
-            "n_ctx": profile.usable_kv_tokens(),
-            "params": { "n_predict": -1 },
-        },
-        "total_slots": profile.max_num_seqs,
-        "model_alias": profile.served_model_name,
-        "model_path": format!("/models/{}.gguf", profile.served_model_name),
-        "build_info": VERSION,
-    })
+    llamacpp::props_json(
+        profile.usable_kv_tokens(),
+        profile.max_num_seqs,
+        &profile.served_model_name,
+        VERSION,
+    )
 }
 
 /// SGLang's `/get_server_info`: the server arguments with the scheduler's figures.
 fn sglang_server_info(profile: &Profile) -> serde_json::Value {
-    json!({
-        "model_path": profile.served_model_name,
-        "context_length": profile.max_model_len,
-        "max_running_requests": profile.max_num_seqs,
-        "max_total_num_tokens": profile.usable_kv_tokens(),
-        "page_size": 1,
-        "version": VERSION,
-    })
-}
-
-/// TGI's `/info`: the router's identity and limits.
-fn tgi_info(profile: &Profile) -> serde_json::Value {
-    json!({
-        "model_id": profile.served_model_name,
-        "model_sha": null,
-        "max_concurrent_requests": profile.max_num_seqs,
-        "max_input_tokens": profile.max_model_len.saturating_sub(1),
-        "max_total_tokens": profile.max_model_len,
-        "router": "text-generation-router",
-        "version": "3.3.6",
-        "sha": null,
-        "docker_label": null,
-    })
+    sglang::server_info_json(
+        profile.usable_kv_tokens(),
+        profile.max_num_seqs,
+        profile.max_model_len,
+        &profile.served_model_name,
+        VERSION,
+    )
 }
 
 /// Applies `slow-headers`, then answers `status` if the fault asks for one.

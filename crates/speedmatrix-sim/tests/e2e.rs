@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use speedmatrix_client::{
     ChatRequest, Client, ClientConfig, CollectedResponse, CompletionRequest, Error, ErrorKind,
-    Message, Prompt, ServerMetrics, Timeouts, TokenizeRequest,
+    Message, Prompt, Timeouts, TokenizeRequest,
 };
+use speedmatrix_engines::{ServerMetrics, vllm};
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::Tokenizer;
@@ -183,8 +184,9 @@ async fn models_version_metrics_and_tokenize_look_like_vllm() {
     assert_eq!(models[0].id, "tiny");
     assert_eq!(models[0].max_model_len, Some(Tokens::new(2_048)));
     assert_eq!(models[0].owned_by.as_deref(), Some("vllm"));
-    assert!(info.version.as_deref().unwrap().starts_with("0.32.0"));
-    let cache = info.cache_config().unwrap();
+    assert!(info.version().unwrap().starts_with("0.32.0"));
+    assert_eq!(info.engine(), speedmatrix_engines::Engine::Vllm);
+    let cache = vllm::cache_config(info.metrics().unwrap()).unwrap();
     assert_eq!(cache.block_size, Some(16));
     assert_eq!(cache.num_gpu_blocks, Some(4_097));
     assert_eq!(

@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 
-use speedmatrix_client::ServerMetrics;
+use speedmatrix_engines::{ServerMetrics, vllm};
 
 use super::capture::Capture;
 use super::install::Venv;
@@ -122,9 +122,7 @@ impl Run<'_, '_> {
 
     fn capacity(&mut self) -> anyhow::Result<()> {
         let metrics = self.ctx.net.metrics()?;
-        let cc = metrics
-            .cache_config()
-            .context("/metrics has no vllm:cache_config_info")?;
+        let cc = vllm::cache_config(&metrics).context("/metrics has no vllm:cache_config_info")?;
         eprintln!(
             "vllm-e2e: vllm:cache_config_info labels: {}",
             cc.labels.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -516,7 +514,7 @@ fn count_field(v: &Value) -> anyhow::Result<u64> {
 /// `vllm:generation_tokens_total` summed over its label sets.
 pub(crate) fn generated_total(metrics: &ServerMetrics) -> anyhow::Result<f64> {
     metrics
-        .sum("vllm:generation_tokens_total")
+        .sum(vllm::GENERATION_TOKENS)
         .context("/metrics has no vllm:generation_tokens_total")
 }
 

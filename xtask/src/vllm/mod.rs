@@ -210,9 +210,7 @@ fn run_against(
 /// The pool the server reports on `/metrics` (already checked against its log and the
 /// predictor by [`checks`]).
 fn expected_capacity(net: &net::Net) -> anyhow::Result<matrix::Expected> {
-    let cc = net
-        .metrics()?
-        .cache_config()
+    let cc = speedmatrix_engines::vllm::cache_config(&net.metrics()?)
         .context("/metrics has no vllm:cache_config_info")?;
     let blocks = cc.num_gpu_blocks.context("no num_gpu_blocks label")?;
     let block_size = cc.block_size.context("no block_size label")?;

@@ -7,9 +7,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::Value;
-use speedmatrix_client::{
-    Client, ClientConfig, RawResponse, ServerMetrics, StreamDecoder, StreamEvent,
-};
+use speedmatrix_client::{Client, ClientConfig, RawResponse, StreamDecoder, StreamEvent};
+use speedmatrix_engines::ServerMetrics;
 
 /// A blocking client of one server.
 pub(crate) struct Net {

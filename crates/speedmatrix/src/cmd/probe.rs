@@ -4,21 +4,22 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde::Serialize;
-use speedmatrix_client::{
-    ApiKey, CacheConfig, Client, ClientConfig, Error, ModelInfo, ServerInfo, Timeouts,
-};
+use speedmatrix_client::{ApiKey, Client, ClientConfig, Error, ModelInfo, ServerInfo, Timeouts};
+use speedmatrix_engines::{ReportedCapacity, vllm};
 use speedmatrix_units::{Tokens, group_thousands};
 
 use crate::cmd::UsageError;
 
 /// Flags of `speedmatrix probe`.
 ///
-/// Asks the server for `GET /v1/models`, `GET /version` and `GET /metrics`
-/// and prints the served models with their context limit (max_model_len),
-/// the engine version, and the KV cache size (blocks × block size) when the
-/// server exports vLLM's `vllm:cache_config_info` metric. Endpoints the
-/// server lacks are reported as "not exposed". Exits 1 when the server cannot
-/// be reached or lists no models endpoint, 2 on a bad flag.
+/// Asks the server for `GET /v1/models` and every engine's own endpoints
+/// (`/version`, `/metrics`, `/props`, `/get_server_info`, `/info`,
+/// `/api/version`) and prints which engine it is, the served models with
+/// their context limit (max_model_len), the engine version, and the KV cache
+/// as the engine reports it (vLLM's `vllm:cache_config_info`, llama.cpp's
+/// `/props`, SGLang's `/get_server_info`). Endpoints the server lacks are
+/// reported as "not exposed". Exits 1 when the server cannot be reached or
+/// lists no models endpoint, 2 on a bad flag.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Server root URL (a trailing /v1 is accepted).
@@ -95,6 +96,7 @@ fn build_client(args: &Args) -> anyhow::Result<Client> {
 #[derive(Debug, Serialize)]
 struct ProbeReport {
     base_url: String,
+    engine: &'static str,
     version: Option<String>,
     models: Option<Vec<ModelInfo>>,
     kv_cache: Option<KvCache>,
@@ -102,24 +104,59 @@ struct ProbeReport {
     warnings: Vec<String>,
 }
 
+/// The KV capacity as the engine reports it.
 #[derive(Debug, Serialize)]
 struct KvCache {
+    /// Where the figure came from.
+    source: &'static str,
+    kv_cache_tokens: Option<Tokens>,
     num_gpu_blocks: Option<u64>,
     block_size: Option<u64>,
-    kv_cache_tokens: Option<Tokens>,
+    slots: Option<u32>,
+    max_running_requests: Option<u32>,
     cache_dtype: Option<String>,
     gpu_memory_utilization: Option<f64>,
 }
 
 impl KvCache {
-    fn from_config(cache: &CacheConfig) -> Self {
-        KvCache {
-            num_gpu_blocks: cache.num_gpu_blocks,
-            block_size: cache.block_size,
-            kv_cache_tokens: cache.kv_cache_tokens(),
-            cache_dtype: cache.cache_dtype.clone(),
-            gpu_memory_utilization: cache.gpu_memory_utilization,
+    fn of(info: &ServerInfo) -> Option<Self> {
+        let reported = info.capacity()?;
+        let vllm = info.metrics().and_then(vllm::cache_config);
+        let mut cache = KvCache {
+            source: reported.source(),
+            kv_cache_tokens: None,
+            num_gpu_blocks: None,
+            block_size: None,
+            slots: None,
+            max_running_requests: None,
+            cache_dtype: vllm.as_ref().and_then(|c| c.cache_dtype.clone()),
+            gpu_memory_utilization: vllm.as_ref().and_then(|c| c.gpu_memory_utilization),
+        };
+        match reported {
+            ReportedCapacity::Blocks {
+                num_gpu_blocks,
+                block_size,
+            } => {
+                cache.num_gpu_blocks = Some(num_gpu_blocks);
+                cache.block_size = Some(block_size);
+                cache.kv_cache_tokens = Tokens::new(num_gpu_blocks).checked_mul(block_size);
+            }
+            ReportedCapacity::Slots {
+                pool_tokens, slots, ..
+            } => {
+                cache.kv_cache_tokens = Some(Tokens::new(pool_tokens));
+                cache.slots = Some(slots);
+            }
+            ReportedCapacity::TokenPool {
+                tokens,
+                max_running_requests,
+            } => {
+                cache.kv_cache_tokens = Some(Tokens::new(tokens));
+                cache.max_running_requests = max_running_requests;
+            }
+            _ => {}
         }
+        Some(cache)
     }
 }
 
@@ -127,16 +164,18 @@ impl ProbeReport {
     fn from_info(info: &ServerInfo) -> Self {
         ProbeReport {
             base_url: info.base_url.clone(),
-            version: info.version.clone(),
+            engine: info.engine().name(),
+            version: info.version().map(str::to_owned),
             models: info.models.clone(),
-            kv_cache: info.cache_config().as_ref().map(KvCache::from_config),
-            metrics_exposed: info.metrics.is_some(),
+            kv_cache: KvCache::of(info),
+            metrics_exposed: info.metrics().is_some(),
             warnings: info.warnings.clone(),
         }
     }
 
     fn render(&self) -> String {
         let mut out = format!("server          {}\n", self.base_url);
+        out.push_str(&format!("engine          {}\n", self.engine));
         let version = self
             .version
             .as_deref()
@@ -167,16 +206,27 @@ impl ProbeReport {
     fn kv_cache_line(&self) -> String {
         let Some(cache) = &self.kv_cache else {
             return if self.metrics_exposed {
-                "not exposed (/metrics has no vllm:cache_config_info)".to_owned()
+                "not exposed (no engine's capacity endpoint answered, and /metrics has no vllm:cache_config_info)".to_owned()
             } else {
-                "not exposed (no /metrics)".to_owned()
+                "not exposed (no engine's capacity endpoint answered, no /metrics)".to_owned()
             };
         };
-        let blocks = cache.num_gpu_blocks.map_or("?".to_owned(), group_thousands);
-        let block = cache.block_size.map_or("?".to_owned(), group_thousands);
-        let mut line = format!("{blocks} blocks × {block} tokens");
-        if let Some(tokens) = cache.kv_cache_tokens {
-            line.push_str(&format!(" = {} tokens", group_thousands(tokens.get())));
+        let tokens = cache
+            .kv_cache_tokens
+            .map_or("?".to_owned(), |t| group_thousands(t.get()));
+        let mut line = match (cache.num_gpu_blocks, cache.block_size) {
+            (Some(blocks), Some(block)) => format!(
+                "{} blocks × {} tokens = {tokens} tokens",
+                group_thousands(blocks),
+                group_thousands(block)
+            ),
+            _ => format!("{tokens} tokens"),
+        };
+        if let Some(slots) = cache.slots {
+            line.push_str(&format!(", {slots} slots"));
+        }
+        if let Some(n) = cache.max_running_requests {
+            line.push_str(&format!(", at most {n} running requests"));
         }
         if let Some(dtype) = &cache.cache_dtype {
             line.push_str(&format!(", dtype {dtype}"));
@@ -184,6 +234,7 @@ impl ProbeReport {
         if let Some(util) = cache.gpu_memory_utilization {
             line.push_str(&format!(", gpu_memory_utilization {util}"));
         }
+        line.push_str(&format!(" (from {})", cache.source));
         line
     }
 }

@@ -1,9 +1,8 @@
 //! A small, lenient parser for the Prometheus text exposition format (what
-//! `GET /metrics` returns), with accessors for the vLLM metrics that matter.
+//! `GET /metrics` returns). What each engine's metrics mean lives in its own
+//! module.
 
 use std::collections::BTreeMap;
-
-use speedmatrix_units::Tokens;
 
 /// The declared type of a metric family (`# TYPE` line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,14 +61,14 @@ impl Sample {
 /// [`skipped_lines`](Self::skipped_lines).
 ///
 /// ```
-/// use speedmatrix_client::ServerMetrics;
+/// use speedmatrix_engines::ServerMetrics;
 ///
 /// let text = "# TYPE vllm:num_requests_running gauge\n\
 ///             vllm:num_requests_running{model_name=\"m\"} 3.0\n\
 ///             vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"2048\"} 1.0\n";
 /// let metrics = ServerMetrics::parse(text);
 /// assert_eq!(metrics.sum("vllm:num_requests_running"), Some(3.0));
-/// let cache = metrics.cache_config().unwrap();
+/// let cache = speedmatrix_engines::vllm::cache_config(&metrics).unwrap();
 /// assert_eq!(cache.kv_cache_tokens().unwrap().get(), 32_768);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,11 +118,6 @@ impl ServerMetrics {
         self.samples.iter().filter(move |s| s.name == name)
     }
 
-    /// Whether any sample's name starts with `prefix` (e.g. `"vllm:"`).
-    pub fn has_prefix(&self, prefix: &str) -> bool {
-        self.samples.iter().any(|s| s.name.starts_with(prefix))
-    }
-
     /// Value of the first sample named `name`.
     pub fn value(&self, name: &str) -> Option<f64> {
         self.find(name).next().map(|s| s.value)
@@ -157,56 +151,10 @@ impl ServerMetrics {
         self.skipped_lines
     }
 
-    /// vLLM's `vllm:cache_config_info` labels, when exported.
-    pub fn cache_config(&self) -> Option<CacheConfig> {
-        let sample = self.find("vllm:cache_config_info").next()?;
-        let labels: BTreeMap<String, String> = sample.labels.iter().cloned().collect();
-        let number = |key: &str| labels.get(key).and_then(|v| parse_count(v));
-        Some(CacheConfig {
-            num_gpu_blocks: number("num_gpu_blocks"),
-            block_size: number("block_size"),
-            num_cpu_blocks: number("num_cpu_blocks"),
-            gpu_memory_utilization: labels
-                .get("gpu_memory_utilization")
-                .and_then(|v| v.parse::<f64>().ok()),
-            cache_dtype: labels.get("cache_dtype").cloned(),
-            labels,
-        })
+    /// Whether any sample's name starts with `prefix` (e.g. `"vllm:"`).
+    pub fn has_prefix(&self, prefix: &str) -> bool {
+        self.samples.iter().any(|s| s.name.starts_with(prefix))
     }
-}
-
-/// KV cache settings vLLM exports as labels of `vllm:cache_config_info`.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct CacheConfig {
-    /// KV cache blocks on the GPU(s).
-    pub num_gpu_blocks: Option<u64>,
-    /// Tokens per block.
-    pub block_size: Option<u64>,
-    /// CPU swap blocks.
-    pub num_cpu_blocks: Option<u64>,
-    /// Fraction of GPU memory vLLM was allowed to use.
-    pub gpu_memory_utilization: Option<f64>,
-    /// KV cache data type (`auto`, `fp8`, ...).
-    pub cache_dtype: Option<String>,
-    /// All labels as exported, for anything not typed above.
-    pub labels: BTreeMap<String, String>,
-}
-
-impl CacheConfig {
-    /// Tokens the KV cache holds: `num_gpu_blocks × block_size`.
-    pub fn kv_cache_tokens(&self) -> Option<Tokens> {
-        Tokens::new(self.num_gpu_blocks?).checked_mul(self.block_size?)
-    }
-}
-
-/// A whole number from a label value such as `"2048"` or `"2048.0"`; `None` for `"None"`.
-fn parse_count(text: &str) -> Option<u64> {
-    if let Ok(n) = text.parse::<u64>() {
-        return Some(n);
-    }
-    let f = text.parse::<f64>().ok()?;
-    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64).then_some(f as u64)
 }
 
 fn parse_sample(line: &str) -> Option<Sample> {
@@ -343,17 +291,6 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",gpu_memory_utilization
     }
 
     #[test]
-    fn cache_config_labels_are_typed() {
-        let cache = ServerMetrics::parse(PAGE).cache_config().unwrap();
-        assert_eq!(cache.num_gpu_blocks, Some(27_000));
-        assert_eq!(cache.block_size, Some(16));
-        assert_eq!(cache.num_cpu_blocks, None);
-        assert_eq!(cache.gpu_memory_utilization, Some(0.9));
-        assert_eq!(cache.cache_dtype.as_deref(), Some("auto"));
-        assert_eq!(cache.kv_cache_tokens(), Some(Tokens::new(432_000)));
-    }
-
-    #[test]
     fn malformed_label_sets_are_skipped() {
         for line in [
             "a{b=\"c\" 1",
@@ -364,6 +301,27 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",gpu_memory_utilization
             "1a 2",
         ] {
             assert!(parse_sample(line).is_none(), "{line}");
+        }
+    }
+
+    proptest::proptest! {
+    #[test]
+        fn prometheus_parser_never_panics(text in "(?s).{0,400}") {
+            let metrics = ServerMetrics::parse(&text);
+            let _ = crate::vllm::cache_config(&metrics);
+            let _ = crate::SchedulerState::from_metrics(&metrics);
+            proptest::prop_assert!(metrics.samples().len() + metrics.skipped_lines() <= text.lines().count());
+        }
+
+        #[test]
+        fn prometheus_round_trips_label_escapes(value in "[ -~\n]{0,30}", number in -1e9f64..1e9) {
+            let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let text = format!("m_total{{a=\"{escaped}\",b=\"x\"}} {number}\n");
+            let metrics = ServerMetrics::parse(&text);
+            let sample = metrics.find("m_total").next().expect("sample parsed");
+            proptest::prop_assert_eq!(sample.label("a"), Some(value.as_str()));
+            proptest::prop_assert_eq!(sample.label("b"), Some("x"));
+            proptest::prop_assert_eq!(sample.value, number);
         }
     }
 }
