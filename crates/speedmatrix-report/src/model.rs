@@ -109,15 +109,7 @@ pub struct Engine {
     pub launch_command: Option<String>,
 }
 
-/// Which OpenAI endpoint carried the requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/completions`.
-    Completions,
-}
+pub use speedmatrix_units::Api;
 
 /// The benchmark tool that produced the document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

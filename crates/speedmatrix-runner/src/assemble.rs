@@ -13,7 +13,7 @@ use speedmatrix_units::Tokens;
 use crate::convert;
 use crate::plan::{CapacityPlan, CapacitySourceKind, Exclusion, Plan, PlannedCell};
 use crate::server::Server;
-use crate::{MatrixSpec, PromptSharing, RunConfig, Target};
+use crate::{MatrixSpec, RunConfig, Target};
 
 /// The plan as text: capacity source, every step with its verdict, and the
 /// estimated duration.
@@ -248,11 +248,8 @@ pub(crate) fn build_report(
                 .unwrap_or_else(|| server.model.clone()),
             served_model: server.model.clone(),
             revision: config.labels.revision.clone(),
-            api: convert::api(config.api),
-            prompt_mode: match config.prompt_sharing {
-                PromptSharing::Unique => "unique".into(),
-                PromptSharing::Shared => "shared".into(),
-            },
+            api: config.api,
+            prompt_mode: config.prompt_sharing.as_str().to_owned(),
             tokenizer: config
                 .labels
                 .tokenizer

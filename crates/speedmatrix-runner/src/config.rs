@@ -4,25 +4,7 @@ use std::time::Duration;
 
 use speedmatrix_units::{Concurrency, Tokens};
 
-/// Which OpenAI endpoint carries the requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// `POST /v1/completions` with a text prompt.
-    Completions,
-    /// `POST /v1/chat/completions` with one user message.
-    Chat,
-}
-
-/// Whether the streams of one decode cell share their prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptSharing {
-    /// Every stream has its own prompt: no KV block is shared between streams.
-    Unique,
-    /// All streams of a cell send the same prompt (prefix cache shared).
-    Shared,
-}
+pub use speedmatrix_units::{Api, PromptSharing};
 
 /// How the prefill rows are measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

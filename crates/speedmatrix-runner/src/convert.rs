@@ -42,14 +42,6 @@ pub(crate) fn token_count(t: &speedmatrix_metrics::TokenCount) -> TokenCount {
     }
 }
 
-/// The runner's API choice in the report's terms.
-pub(crate) fn api(api: crate::Api) -> speedmatrix_report::Api {
-    match api {
-        crate::Api::Completions => speedmatrix_report::Api::Completions,
-        crate::Api::Chat => speedmatrix_report::Api::Chat,
-    }
-}
-
 /// The runner's prefill mode in the report's terms.
 pub(crate) fn prefill_mode(mode: crate::PrefillMode) -> speedmatrix_report::PrefillMode {
     match mode {

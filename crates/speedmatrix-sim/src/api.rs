@@ -73,11 +73,7 @@ pub(crate) struct TokenizeRequest {
 }
 
 /// Which endpoint a generation came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Api {
-    Completions,
-    Chat,
-}
+pub(crate) use speedmatrix_units::Api;
 
 /// vLLM's error body: `{"error": {"message", "type", "param", "code"}}` with `code` the HTTP status.
 pub(crate) fn error_body(status: u16, message: &str) -> Bytes {

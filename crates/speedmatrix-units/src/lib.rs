@@ -1,4 +1,4 @@
-//! Typed units shared by every speedmatrix crate.
+//! Typed units and the shared vocabulary of every speedmatrix crate.
 //!
 //! A number in this project carries its unit in its type: a prompt length is
 //! [`Tokens`], a number of simultaneous requests is [`Concurrency`], memory is
@@ -22,12 +22,20 @@
 //! assert_eq!(mem.get(), 24 << 30);
 //! # Ok::<(), speedmatrix_units::ParseUnitError>(())
 //! ```
+//!
+//! The words every crate shares are defined here once too: [`Api`] (which
+//! endpoint) and [`PromptSharing`] (whether a cell's streams share a prompt),
+//! with `clap` and `schemars` derives behind the features of those names.
 
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+mod vocabulary;
+
+pub use crate::vocabulary::{Api, PromptSharing};
 
 /// Why a unit could not be parsed from text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

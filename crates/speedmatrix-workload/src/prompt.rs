@@ -43,26 +43,7 @@ pub enum Phase {
 }
 
 /// Which API a prompt is for: this decides which tokens the server adds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// `/v1/completions` with a text prompt: the tokenizer's special tokens
-    /// (BOS) are counted.
-    #[default]
-    Completions,
-    /// `/v1/chat/completions`: the text is one user message; the chat
-    /// template's tokens are counted.
-    Chat,
-}
-
-impl fmt::Display for Api {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Api::Completions => "completions",
-            Api::Chat => "chat",
-        })
-    }
-}
+pub use speedmatrix_units::Api;
 
 /// Identifies one request for cache control: which cell, stream and request
 /// it is, how it may share the cache, and its phase.

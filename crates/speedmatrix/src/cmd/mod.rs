@@ -6,6 +6,7 @@ use clap::Subcommand;
 
 mod capacity;
 mod compare;
+mod engine_flags;
 mod probe;
 mod prompt;
 mod report;

@@ -35,8 +35,8 @@ pub(crate) struct Args {
 
     /// The API the prompt is for: `completions` (a text prompt) or `chat` (one
     /// user message; needs --chat-overhead).
-    #[arg(long, value_enum, default_value_t = ApiArg::Completions)]
-    api: ApiArg,
+    #[arg(long, value_enum, default_value_t = Api::Completions)]
+    api: Api,
 
     /// Tokens the server's chat template adds around one user message
     /// (measure: prompt_tokens reported for a one-message chat minus the
@@ -55,12 +55,6 @@ pub(crate) struct Args {
     json: bool,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ApiArg {
-    Completions,
-    Chat,
-}
-
 /// One line of `--json` output.
 #[derive(serde::Serialize)]
 struct JsonLine<'a> {
@@ -75,7 +69,7 @@ struct JsonLine<'a> {
 /// Runs `speedmatrix prompt`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let overhead = match (args.api, args.chat_overhead) {
-        (ApiArg::Chat, None) => {
+        (Api::Chat, None) => {
             return Err(UsageError(
                 "--api chat needs --chat-overhead: the tokens the server's chat template adds \
                  (its reported prompt_tokens for a one-message chat minus the message's tokens)"
@@ -83,8 +77,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             )
             .into());
         }
-        (ApiArg::Chat, Some(k)) => Some(ChatOverhead(k)),
-        (ApiArg::Completions, _) => None,
+        (Api::Chat, Some(k)) => Some(ChatOverhead(k)),
+        (Api::Completions, _) => None,
     };
     let tokenizer = Tokenizer::load(&args.tokenizer).map_err(usage_or_failure)?;
     let name = tokenizer.name().to_owned();

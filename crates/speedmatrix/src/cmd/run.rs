@@ -14,6 +14,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd::UsageError;
+use crate::cmd::engine_flags::{EngineArgs, PredictedEngine};
 use crate::hardware;
 use crate::progress::Progress;
 
@@ -24,24 +25,6 @@ pub(crate) enum PresetArg {
     Quick,
     /// The seed page's matrix: contexts 0–248K × 1–128, prefill 8K–128K, 30 s windows, 8,192 tokens.
     Seed,
-}
-
-/// Request endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ApiArg {
-    /// POST /v1/completions with a text prompt (prompt length exact by construction).
-    Completions,
-    /// POST /v1/chat/completions; the chat template's tokens are measured and compensated.
-    Chat,
-}
-
-/// Prompt sharing between the streams of a cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SharingArg {
-    /// Each stream has its own prompt: no KV block is shared between streams.
-    Unique,
-    /// All streams of a cell send one prompt (measures prefix-cache sharing).
-    Shared,
 }
 
 /// How the prefill rows are measured.
@@ -84,7 +67,7 @@ pub(crate) struct Args {
     tokenizer: Option<String>,
     /// Endpoint for every request.
     #[arg(long, value_enum, default_value = "completions")]
-    api: ApiArg,
+    api: Api,
     /// Matrix preset; the flags below override its parts. Default: quick with the simulator,
     /// seed with --url.
     #[arg(long, value_enum)]
@@ -113,7 +96,7 @@ pub(crate) struct Args {
     max_tokens: Option<Tokens>,
     /// Whether the streams of a cell share one prompt.
     #[arg(long, value_enum, default_value = "unique")]
-    prompt_sharing: SharingArg,
+    prompt_sharing: PromptSharing,
     /// Seed of the prompt text.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -129,19 +112,16 @@ pub(crate) struct Args {
     /// KV cache capacity in tokens, when the server does not report it.
     #[arg(long, value_name = "TOKENS")]
     kv_capacity_tokens: Option<Tokens>,
-    /// The model's config.json, to predict the KV capacity offline (vLLM rules) when the server
-    /// does not report it; see `speedmatrix capacity --help` for the full set of engine flags.
+    /// The model's config.json, to predict the KV capacity offline when the server does not
+    /// report it, by the rules of the engine --engine names (vLLM when it names none we
+    /// model) with the engine flags below, the same as `speedmatrix capacity` takes.
     #[arg(long, value_name = "PATH")]
     model_config: Option<PathBuf>,
-    /// GPU for the prediction (rtx3090, h100, ... or a size like 23.5GiB).
-    #[arg(long, default_value = "rtx3090")]
-    gpu: String,
-    /// vLLM --gpu-memory-utilization, for the prediction.
-    #[arg(long, default_value_t = 0.9)]
-    gpu_memory_utilization: f64,
-    /// vLLM --max-num-seqs, for the prediction.
-    #[arg(long)]
-    max_num_seqs: Option<u32>,
+    #[command(
+        flatten,
+        next_help_heading = "Engine flags for the capacity prediction (with --model-config)"
+    )]
+    engine_flags: EngineArgs,
 
     /// Output directory; default `speedmatrix-runs/<UTC time>`.
     #[arg(long, short, value_name = "DIR")]
@@ -175,7 +155,8 @@ pub(crate) struct Args {
     /// Weight quantization, for the report (e.g. FP8).
     #[arg(long)]
     quantization: Option<String>,
-    /// Engine name for the report when the server does not tell (vllm, sglang, llama.cpp).
+    /// Engine name for the report when the server does not tell (vllm, sglang, llama.cpp); with
+    /// --model-config, also whose KV rules the prediction follows.
     #[arg(long)]
     engine: Option<String>,
     /// GPU name for the report's hardware section (detected with nvidia-smi when present).
@@ -227,15 +208,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         insecure: args.insecure,
         model: args.model.clone(),
         tokenizer,
-        api: match args.api {
-            ApiArg::Completions => Api::Completions,
-            ApiArg::Chat => Api::Chat,
-        },
+        api: args.api,
         matrix,
-        prompt_sharing: match args.prompt_sharing {
-            SharingArg::Unique => PromptSharing::Unique,
-            SharingArg::Shared => PromptSharing::Shared,
-        },
+        prompt_sharing: args.prompt_sharing,
         seed: args.seed,
         capacity: capacity_hints(&args)?,
         timeouts: speedmatrix_client::Timeouts::new(
@@ -358,19 +333,18 @@ fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
             })?;
             let model = speedmatrix_capacity::ModelConfig::from_json(&text)
                 .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
-            let gpu = speedmatrix_capacity::Gpu::lookup(&args.gpu)
-                .map_err(|e| UsageError(format!("--gpu {}: {e}", args.gpu)))?;
-            let flags = speedmatrix_capacity::VllmFlags {
-                gpu_memory_utilization: args.gpu_memory_utilization,
-                max_num_seqs: args.max_num_seqs,
-                ..speedmatrix_capacity::VllmFlags::default()
-            };
-            let p = speedmatrix_capacity::predict(
-                &model,
-                &gpu,
-                &speedmatrix_capacity::EngineFlags::Vllm(flags),
-            )
-            .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
+            let engine_flags = &args.engine_flags;
+            let gpu = engine_flags
+                .gpu()
+                .map_err(|e| UsageError(format!("--gpu {}: {e}", engine_flags.gpu)))?;
+            let engine = args
+                .engine
+                .as_deref()
+                .and_then(PredictedEngine::from_name)
+                .unwrap_or(PredictedEngine::Vllm);
+            let flags = engine_flags.engine_flags(engine)?;
+            let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
+                .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
             Some(p)
         }
     };

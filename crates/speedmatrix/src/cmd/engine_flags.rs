@@ -1,0 +1,257 @@
+//! The engine flags an offline KV-capacity prediction follows, shared by
+//! `speedmatrix capacity` and `speedmatrix run --model-config`: one set of
+//! flags, spelled as the engines spell them, so both commands predict the
+//! same server the same way.
+
+use std::path::PathBuf;
+
+use speedmatrix_capacity::{
+    CapacityError, EngineFlags, GgmlKvType, Gpu, KvCacheDtype, LlamaCppFlags, MambaCacheMode,
+    OverheadOverrides, SglangFlags, VllmDevice, VllmFlags, VllmVersion,
+    weights_from_safetensors_index,
+};
+use speedmatrix_units::{ByteSize, Tokens};
+
+use crate::cmd::UsageError;
+
+/// Engines whose KV sizing is modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PredictedEngine {
+    /// vLLM (v1 engine).
+    Vllm,
+    /// SGLang.
+    Sglang,
+    /// llama.cpp llama-server.
+    Llamacpp,
+}
+
+impl PredictedEngine {
+    /// The engine an engine name (as `run --engine` takes it) stands for;
+    /// `None` for one whose KV sizing is not modelled.
+    pub(crate) fn from_name(name: &str) -> Option<PredictedEngine> {
+        match name
+            .to_ascii_lowercase()
+            .replace(['.', '-', '_'], "")
+            .as_str()
+        {
+            "vllm" => Some(PredictedEngine::Vllm),
+            "sglang" => Some(PredictedEngine::Sglang),
+            "llamacpp" | "llamaserver" => Some(PredictedEngine::Llamacpp),
+            _ => None,
+        }
+    }
+}
+
+/// vLLM `--mamba-cache-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MambaMode {
+    /// One state per running request.
+    None,
+    /// States at block boundaries (default with prefix caching).
+    Align,
+    /// A state for every cached block.
+    All,
+}
+
+/// The server's engine flags, for the capacity prediction.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EngineArgs {
+    /// GPU: rtx3090, rtx4090, rtx5090, a10g, l4, l40s, a100-40, a100-80, h100, h200, b200,
+    /// mi300x, or a size as the runtime sees it (e.g. 23.5GiB).
+    #[arg(long, default_value = "rtx3090")]
+    pub(crate) gpu: String,
+    /// vLLM --gpu-memory-utilization.
+    #[arg(long, default_value_t = 0.9)]
+    pub(crate) gpu_memory_utilization: f64,
+    /// --max-model-len (default: the config's max_position_embeddings).
+    #[arg(long)]
+    max_model_len: Option<Tokens>,
+    /// vLLM --max-num-seqs.
+    #[arg(long)]
+    max_num_seqs: Option<u32>,
+    /// vLLM --max-num-batched-tokens.
+    #[arg(long)]
+    max_num_batched_tokens: Option<u64>,
+    /// --kv-cache-dtype (auto, fp8, fp8_e5m2, fp8_per_token_head, nvfp4).
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: String,
+    /// vLLM --block-size.
+    #[arg(long)]
+    block_size: Option<u64>,
+    /// vLLM --enable-prefix-caching.
+    #[arg(long)]
+    enable_prefix_caching: bool,
+    /// vLLM --mamba-cache-mode.
+    #[arg(long, value_enum)]
+    mamba_cache_mode: Option<MambaMode>,
+    /// vLLM --enforce-eager (no CUDA graphs).
+    #[arg(long)]
+    enforce_eager: bool,
+    /// vLLM --kv-cache-memory-bytes (e.g. 12GiB).
+    #[arg(long)]
+    kv_cache_memory_bytes: Option<ByteSize>,
+    /// --tensor-parallel-size.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel_size: u32,
+    /// Speculative tokens (MTP/EAGLE).
+    #[arg(long, default_value_t = 0)]
+    num_speculative_tokens: u64,
+    /// vLLM --language-model-only (skip the vision tower).
+    #[arg(long)]
+    language_model_only: bool,
+    /// vLLM --disable-hybrid-kv-cache-manager.
+    #[arg(long)]
+    disable_hybrid_kv_cache_manager: bool,
+    /// vLLM release whose behaviour to model.
+    #[arg(long, default_value = "0.32.0")]
+    vllm_version: String,
+    /// vLLM CPU backend: VLLM_CPU_KVCACHE_SPACE in GiB (selects the CPU path).
+    #[arg(long)]
+    cpu_kvcache_space_gib: Option<u64>,
+    /// model.safetensors.index.json: exact weight bytes instead of counting from shapes.
+    #[arg(long, value_name = "PATH")]
+    safetensors_index: Option<PathBuf>,
+    /// Calibrated activation peak (e.g. 1.2GiB) instead of the estimate.
+    #[arg(long)]
+    activation_peak: Option<ByteSize>,
+    /// Calibrated non-torch memory instead of the estimate.
+    #[arg(long)]
+    non_torch_memory: Option<ByteSize>,
+    /// Calibrated CUDA-graph memory instead of the estimate.
+    #[arg(long)]
+    cudagraph_memory: Option<ByteSize>,
+
+    /// SGLang --mem-fraction-static.
+    #[arg(long, default_value_t = 0.88)]
+    mem_fraction_static: f64,
+    /// SGLang --page-size.
+    #[arg(long, default_value_t = 1)]
+    page_size: u64,
+    /// SGLang --max-running-requests.
+    #[arg(long)]
+    pub(crate) max_running_requests: Option<u32>,
+
+    /// llama.cpp --ctx-size (0: the model's context).
+    #[arg(long, default_value_t = 0)]
+    ctx_size: u64,
+    /// llama.cpp --parallel.
+    #[arg(long, default_value_t = 1)]
+    parallel: u32,
+    /// llama.cpp --kv-unified.
+    #[arg(long)]
+    kv_unified: bool,
+    /// llama.cpp -ctk / -ctv.
+    #[arg(long, default_value = "f16")]
+    cache_type: String,
+}
+
+impl EngineArgs {
+    /// The GPU the flags name.
+    pub(crate) fn gpu(&self) -> Result<Gpu, CapacityError> {
+        Gpu::lookup(&self.gpu)
+    }
+
+    /// The engine flags of `engine` for the predictor.
+    pub(crate) fn engine_flags(&self, engine: PredictedEngine) -> anyhow::Result<EngineFlags> {
+        let args = self;
+        let tp = args.tensor_parallel_size.max(1);
+        let weights = match &args.safetensors_index {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    UsageError(format!(
+                        "cannot read --safetensors-index {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                Some(ByteSize::new(
+                    weights_from_safetensors_index(&text).map_err(usage)?.get() / u64::from(tp),
+                ))
+            }
+            None => None,
+        };
+        Ok(match engine {
+            PredictedEngine::Vllm => EngineFlags::Vllm(VllmFlags {
+                gpu_memory_utilization: args.gpu_memory_utilization,
+                max_model_len: args.max_model_len.map(Tokens::get),
+                max_num_seqs: args.max_num_seqs,
+                max_num_batched_tokens: args.max_num_batched_tokens,
+                kv_cache_dtype: KvCacheDtype::parse(&args.kv_cache_dtype).map_err(usage)?,
+                block_size: args.block_size,
+                mamba_block_size: None,
+                enable_prefix_caching: args.enable_prefix_caching,
+                mamba_cache_mode: args.mamba_cache_mode.map(|m| match m {
+                    MambaMode::None => MambaCacheMode::None,
+                    MambaMode::Align => MambaCacheMode::Align,
+                    MambaMode::All => MambaCacheMode::All,
+                }),
+                enforce_eager: args.enforce_eager,
+                kv_cache_memory_bytes: args.kv_cache_memory_bytes,
+                num_gpu_blocks_override: None,
+                tensor_parallel_size: tp,
+                num_speculative_tokens: args.num_speculative_tokens,
+                language_model_only: args.language_model_only,
+                disable_hybrid_kv_cache_manager: args.disable_hybrid_kv_cache_manager,
+                version: VllmVersion::parse(&args.vllm_version).map_err(usage)?,
+                device: match args.cpu_kvcache_space_gib {
+                    Some(g) => VllmDevice::Cpu {
+                        kvcache_space: ByteSize::gib(g),
+                    },
+                    None => VllmDevice::Gpu,
+                },
+                overhead: OverheadOverrides {
+                    activation_peak: args.activation_peak,
+                    non_torch: args.non_torch_memory,
+                    cudagraph: args.cudagraph_memory,
+                    weights,
+                },
+            }),
+            PredictedEngine::Sglang => EngineFlags::Sglang(SglangFlags {
+                mem_fraction_static: args.mem_fraction_static,
+                tensor_parallel_size: tp,
+                fp8_kv: KvCacheDtype::parse(&args.kv_cache_dtype).map_err(usage)?
+                    != KvCacheDtype::Auto,
+                page_size: args.page_size,
+                max_running_requests: args.max_running_requests,
+                context_length: args.max_model_len.map(Tokens::get),
+                weights,
+                ..SglangFlags::default()
+            }),
+            PredictedEngine::Llamacpp => {
+                let t = GgmlKvType::parse(&args.cache_type).map_err(usage)?;
+                EngineFlags::LlamaCpp(LlamaCppFlags {
+                    n_ctx: args.ctx_size,
+                    n_parallel: args.parallel,
+                    unified: args.kv_unified,
+                    cache_type_k: t,
+                    cache_type_v: t,
+                })
+            }
+        })
+    }
+}
+
+fn usage(e: CapacityError) -> anyhow::Error {
+    UsageError(e.to_string()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_map_to_modelled_engines() {
+        assert_eq!(
+            PredictedEngine::from_name("vLLM"),
+            Some(PredictedEngine::Vllm)
+        );
+        assert_eq!(
+            PredictedEngine::from_name("llama.cpp"),
+            Some(PredictedEngine::Llamacpp)
+        );
+        assert_eq!(
+            PredictedEngine::from_name("sglang"),
+            Some(PredictedEngine::Sglang)
+        );
+        assert_eq!(PredictedEngine::from_name("tgi"), None);
+    }
+}
