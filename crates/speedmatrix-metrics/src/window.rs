@@ -312,6 +312,16 @@ pub struct GaugeAverages {
     pub samples: u64,
 }
 
+impl GaugeAverages {
+    /// Whether the server queued a cell of `concurrency` streams during the
+    /// window: on average half a request or more waiting, or fewer than 90 %
+    /// of the streams running. A finished stream's replacement shows up as a
+    /// short dip in `running`; queueing is a persistent shortfall.
+    pub fn shows_queueing(&self, concurrency: u32) -> bool {
+        self.waiting >= 0.5 || self.running < 0.9 * f64::from(concurrency)
+    }
+}
+
 /// Averages the gauge samples taken in `[t0, t0 + D]` (both edges included:
 /// a scrape is a point, not a token). Scrapes are taken at a fixed period,
 /// so a plain mean is a time average.

@@ -205,6 +205,22 @@ fn gauges_average_the_samples_in_the_window() {
         .unwrap();
     assert_eq!((avg.running, avg.waiting, avg.samples), (3.0, 1.0, 3));
     assert_eq!(average_gauges(&samples, window(5_000, 10)).unwrap(), None);
+    // 3 running of 4 with one waiting on average: queueing by both rules.
+    assert!(avg.shows_queueing(4));
+    let steady = GaugeSample {
+        at: ms(1_200),
+        running: 4.0,
+        waiting: 0.0,
+    };
+    let dip = GaugeSample {
+        at: ms(1_400),
+        running: 3.0,
+        waiting: 0.0,
+    };
+    let a = average_gauges(&[steady, steady, steady, dip], window(1_000, 1_000))
+        .unwrap()
+        .unwrap();
+    assert!(!a.shows_queueing(4), "a replacement's dip is not queueing");
     assert!(matches!(
         average_gauges(&[g(1_000, f64::NAN, 0.0)], window(0, 10)),
         Err(MetricsError::NotFinite { index: 0, .. })

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use speedmatrix_metrics::{
     Calibration, EstimateMethod, GaugeSample, MetricsError, Outcome, Timestamp, Window,
-    WindowMetrics, window_metrics,
+    WindowMetrics, average_gauges, window_metrics,
 };
 use speedmatrix_report::{CellStatus, DecodeMeasurements, Percentiles, ServerCounter};
 use speedmatrix_units::{Concurrency, Tokens};
@@ -458,12 +458,8 @@ impl Cell<'_, '_> {
                 waiting: g.waiting,
             })
             .collect();
-        let n = f64::from(spec.concurrency.get());
-        let count = samples.len().max(1) as f64;
-        let mean_running = samples.iter().map(|s| s.running).sum::<f64>() / count;
-        let mean_waiting = samples.iter().map(|s| s.waiting).sum::<f64>() / count;
-        // A replaced stream shows up as a short dip; queueing is a persistent shortfall.
-        if !samples.is_empty() && (mean_waiting >= 0.5 || mean_running < 0.9 * n) {
+        let averages = average_gauges(&samples, m.window).ok().flatten();
+        if averages.is_some_and(|a| a.shows_queueing(spec.concurrency.get())) {
             queueing = true;
             notices.push(format!(
                 "{}: the server reported fewer than {} running requests or some waiting during the window",
