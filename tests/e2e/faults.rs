@@ -65,7 +65,9 @@ fn a_dead_server_loses_no_finished_cell_and_resume_completes_the_run() {
     assert!(finished >= 2, "finished cells lost: {finished}");
     assert!(decode_records(&out) >= finished);
 
-    let sim = SimProcess::start(&profile);
+    // The server comes back at the same address (the resume key names it).
+    let port = sim.port();
+    let sim = SimProcess::start_on(&profile, port);
     let status = run_cells(&sim.url)
         .arg("--resume")
         .arg(&out)

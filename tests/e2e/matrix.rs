@@ -242,13 +242,7 @@ fn prefill_measured_during_decode_warm_up_is_cold_and_said_so() {
         .filter(|l| l["record"] != "start")
         .map(|l| {
             let r = l["record"].as_str().unwrap().to_owned();
-            let ctx = if r == "prefill" {
-                &l["row"]
-            } else {
-                &l["cell"]
-            }["context"]
-                .as_u64()
-                .unwrap();
+            let ctx = l["outcome"]["context"].as_u64().unwrap();
             (r, ctx)
         })
         .collect();

@@ -18,7 +18,7 @@ use speedmatrix_report::{CellStatus, DecodeCell, Report};
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
 use tokio::runtime::Runtime;
 
-use crate::support::{journal_lines, read_report, run_url, temp_dir, test_profile};
+use crate::support::{read_report, run_url, temp_dir, test_profile};
 
 /// How the proxy misbehaves. Only generation requests (`…/completions`) are
 /// touched; `/v1/models`, `/metrics` and the rest pass through untouched, so
@@ -111,12 +111,18 @@ impl Outcome {
             .clone()
     }
 
-    /// The decode cells in the journal, by context.
+    /// The decode cells in the journal, as the report shows them.
     pub fn journal_cells(&self) -> Vec<DecodeCell> {
-        journal_lines(&self.out)
+        let bytes = std::fs::read(self.out.join("journal.jsonl")).unwrap_or_default();
+        speedmatrix_runner::journal_steps(&bytes)
+            .records
             .into_iter()
-            .filter(|l| l["record"] == "decode")
-            .map(|l| serde_json::from_value(l["cell"].clone()).unwrap())
+            .filter_map(|step| match step {
+                speedmatrix_runner::JournalStep::Decode(cell) => {
+                    Some(speedmatrix_runner::decode_cell(&cell))
+                }
+                _ => None,
+            })
             .collect()
     }
 

@@ -102,8 +102,14 @@ pub struct SimProcess {
 
 impl SimProcess {
     pub fn start(profile: &Path) -> SimProcess {
+        SimProcess::start_on(profile, 0)
+    }
+
+    /// The simulator on `port` (0: any free one), as a server restarted at
+    /// the same address.
+    pub fn start_on(profile: &Path, port: u16) -> SimProcess {
         let mut child = bin()
-            .args(["sim", "--profile"])
+            .args(["sim", "--port", &port.to_string(), "--profile"])
             .arg(profile)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -122,6 +128,15 @@ impl SimProcess {
         };
         std::thread::spawn(move || for _ in lines {});
         SimProcess { child, url }
+    }
+
+    /// The port the simulator listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn kill(&mut self) {

@@ -179,6 +179,28 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// The kind named `name` ([`ErrorKind::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        [
+            ErrorKind::Config,
+            ErrorKind::InvalidRequest,
+            ErrorKind::Connect,
+            ErrorKind::TimeoutConnect,
+            ErrorKind::TimeoutHeaders,
+            ErrorKind::TimeoutIdle,
+            ErrorKind::HttpStatus,
+            ErrorKind::ContentType,
+            ErrorKind::Protocol,
+            ErrorKind::SseLineTooLong,
+            ErrorKind::ServerErrorEvent,
+            ErrorKind::Disconnected,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -17,7 +17,7 @@ use crate::tokens::{Arrivals, EstimateMethod};
 pub const CONFIDENCE: f64 = 0.95;
 
 /// How estimated token counts were scaled, and how sure the result is.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Calibration {
     /// What the estimate counts: tokenized text or chunks.
     pub method: EstimateMethod,

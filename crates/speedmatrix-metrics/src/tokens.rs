@@ -11,7 +11,10 @@ use crate::{Chunk, MetricsError, Outcome, RequestTimeline, Timestamp};
 ///
 /// The first two are estimates, scaled by a [`Calibration`](crate::Calibration) inside a window;
 /// the other three are the server's own counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum TokenSource {
     /// No count from the server and no tokenized text: every chunk with text
     /// counts as one token (times the calibration factor in a window).
@@ -39,7 +42,10 @@ impl TokenSource {
 }
 
 /// How an estimate is made when the server gives no count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum EstimateMethod {
     /// Tokens of the whole output text, tokenized at once.
     Tokenizer,

@@ -65,15 +65,15 @@
 //! # Ok(()) }
 //! ```
 
-mod assemble;
 mod config;
-mod convert;
 mod decode;
 mod estimate;
 mod journal;
 mod observer;
+mod outcome;
 mod plan;
 mod prefill;
+mod report;
 mod request;
 mod resume;
 mod server;
@@ -90,33 +90,98 @@ use speedmatrix_units::Tokens;
 use speedmatrix_workload::{ChatOverhead, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::assemble::describe_plan;
 pub use crate::config::{
     Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
     Target,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents, read_journal};
-pub use crate::observer::{Observer, Silent};
-pub use crate::plan::{
-    CapacityPlan, CapacitySourceKind, Exclusion, Plan, PlannedCell, ZERO_CONTEXT_PROMPT,
-    capacity_plan, plan, prompt_len,
+pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
+pub use crate::outcome::{
+    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Latency, Notice, PrefillOutcome,
+    SkipReason, StepId, StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
 };
+pub use crate::plan::{
+    CapacityPlan, CapacitySourceKind, Plan, PlannedCell, ZERO_CONTEXT_PROMPT, capacity_plan, plan,
+    prompt_len,
+};
+pub use crate::report::{capacity_rule, decode_cell, measured_source, prefill_row};
+pub use crate::resume::{JOURNAL_VERSION, JournalStep, KeyDifference, ResumeKey, journal_steps};
 
-use crate::assemble::{build_report, exclusion_text, now_rfc3339};
+use crate::report::{build_report, now_rfc3339};
 use crate::request::RequestShape;
-use crate::resume::{Done, open_journal};
-pub use crate::resume::{JournalStep, journal_steps};
+use crate::resume::open_journal;
 use crate::server::Server;
 use crate::steps::Session;
 
+/// What is wrong with a run's configuration, before any server is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigProblem {
+    /// Neither decode contexts nor prefill contexts.
+    NothingToMeasure,
+    /// Decode contexts but no concurrency levels.
+    NoConcurrency,
+    /// A window of zero length.
+    ZeroWindow,
+    /// `max_tokens` of 0.
+    ZeroMaxTokens,
+    /// `prefill_repeats` of 0.
+    ZeroPrefillRepeats,
+    /// A prefill context of 0 tokens.
+    ZeroPrefillContext,
+    /// Every planned step is excluded on this server; one of them as an example.
+    NothingCanRun {
+        /// One step and why it is excluded.
+        example: Option<(StepId, Exclusion)>,
+    },
+    /// The chat template's token overhead could not be measured.
+    ChatOverheadUnknown {
+        /// What the server said, when it failed; `None` when it reported no usage.
+        error: Option<String>,
+    },
+}
+
+impl std::fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigProblem::NothingToMeasure => {
+                f.write_str("nothing to measure: no decode context and no prefill context")
+            }
+            ConfigProblem::NoConcurrency => {
+                f.write_str("decode contexts were given but no concurrency levels")
+            }
+            ConfigProblem::ZeroWindow => f.write_str("the measurement window must be longer than zero"),
+            ConfigProblem::ZeroMaxTokens => f.write_str("max_tokens must be at least 1"),
+            ConfigProblem::ZeroPrefillRepeats => f.write_str("prefill repeats must be at least 1"),
+            ConfigProblem::ZeroPrefillContext => {
+                f.write_str("a prefill context must be at least 1 token")
+            }
+            ConfigProblem::NothingCanRun { example } => {
+                f.write_str("nothing can run on this server: every prefill point and decode cell is excluded")?;
+                match example {
+                    Some((step, why)) => write!(f, " (e.g. {step}: {why})"),
+                    None => Ok(()),
+                }
+            }
+            ConfigProblem::ChatOverheadUnknown { error: Some(e) } => {
+                write!(f, "could not measure the chat template's token overhead: {e}")
+            }
+            ConfigProblem::ChatOverheadUnknown { error: None } => f.write_str(
+                "the server reported no usage for a chat request, so the chat template's token overhead is unknown",
+            ),
+        }
+    }
+}
+
 /// Why a run could not start or had to stop. Failures of single requests
-/// are not errors: they are recorded in their cell.
+/// are not errors: they are recorded in their cell. The messages are neutral
+/// (no command-line flags); a front end adds its own advice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
     /// The configuration contradicts itself.
     #[error("invalid run configuration: {0}")]
-    InvalidConfig(String),
+    InvalidConfig(ConfigProblem),
     /// The server could not be reached or probed.
     #[error("could not use the server at {url}: {source}")]
     Server {
@@ -127,7 +192,7 @@ pub enum RunError {
         source: speedmatrix_client::Error,
     },
     /// The requested model is not served.
-    #[error("the server does not serve model `{requested}`; it serves: {}; pass one of them with --model", available.join(", "))]
+    #[error("the server does not serve model `{requested}`; it serves: {}", available.join(", "))]
     ModelNotFound {
         /// What was asked for.
         requested: String,
@@ -135,7 +200,7 @@ pub enum RunError {
         available: Vec<String>,
     },
     /// The server lists no model and none was given.
-    #[error("the server at {url} lists no model in /v1/models; name the served model with --model")]
+    #[error("the server at {url} lists no model in /v1/models and none was named")]
     NoModel {
         /// Base URL.
         url: String,
@@ -163,16 +228,26 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
-    /// The journal belongs to a run with other settings.
-    #[error("the journal {} was written for a different run ({what}); resume with the same flags or start a new output directory", path.display())]
+    /// The journal belongs to a run that measures something else.
+    #[error("the journal {} was written for a different run: {}", path.display(), describe_differences(differences))]
     ResumeMismatch {
         /// The journal file.
         path: PathBuf,
-        /// What differs.
-        what: String,
+        /// Every field that differs.
+        differences: Vec<KeyDifference>,
+    },
+    /// The journal's layout is not the one this runner reads.
+    #[error("the journal {} is in layout {} but this speedmatrix reads layout {supported}", path.display(), found.map_or_else(|| "0 (before journal versions)".to_owned(), |v| v.to_string()))]
+    JournalVersion {
+        /// The journal file.
+        path: PathBuf,
+        /// Its `journal_version`, `None` for journals before versions.
+        found: Option<u32>,
+        /// [`JOURNAL_VERSION`].
+        supported: u32,
     },
     /// The file given to resume is not a journal at all (not even its first line reads).
-    #[error("{} is not a speedmatrix journal (line {line}: {reason}); start a new run with another --out instead of --resume", path.display())]
+    #[error("{} is not a speedmatrix journal (line {line}: {reason})", path.display())]
     NotAJournal {
         /// The file.
         path: PathBuf,
@@ -186,6 +261,14 @@ pub enum RunError {
     Cancelled,
 }
 
+fn describe_differences(differences: &[KeyDifference]) -> String {
+    differences
+        .iter()
+        .map(|d| format!("{} was {} and is now {}", d.field, d.journal, d.now))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Where the journal lives and whether to continue it.
 #[derive(Debug, Clone, Default)]
 pub struct JournalOptions {
@@ -195,30 +278,18 @@ pub struct JournalOptions {
     pub resume: bool,
 }
 
-/// Why a run ended before measuring every planned step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// The cancellation token fired (Ctrl-C).
-    Cancelled,
-    /// The server stopped answering.
-    ServerGone(String),
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StopReason::Cancelled => f.write_str("interrupted"),
-            StopReason::ServerGone(why) => write!(f, "the server stopped answering ({why})"),
-        }
-    }
-}
-
-/// The result of a run: the document, complete or partial.
+/// The result of a run: the typed outcomes, and the document made from them.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
-    /// The result document (partial when `complete` is false).
+    /// The result document (partial when `complete` is false); its notes are
+    /// the notices in neutral words.
     pub report: Report,
+    /// Every prefill point, in the plan's order.
+    pub prefill: Vec<PrefillOutcome>,
+    /// Every decode cell, in the plan's order.
+    pub decode: Vec<CellOutcome>,
+    /// Every notice: the cells' in order, then the run's.
+    pub notices: Vec<Notice>,
     /// True when every planned step ran (whatever its status).
     pub complete: bool,
     /// Why the run stopped early.
@@ -232,26 +303,22 @@ pub struct RunOutcome {
 /// Checks a configuration without contacting any server.
 pub fn validate(config: &RunConfig) -> Result<(), RunError> {
     let m = &config.matrix;
-    let bad = |s: &str| Err(RunError::InvalidConfig(s.to_owned()));
-    if m.contexts.is_empty() && m.prefill_contexts.is_empty() {
-        return bad("nothing to measure: give at least one decode context or prefill context");
-    }
-    if !m.contexts.is_empty() && m.concurrencies.is_empty() {
-        return bad("decode contexts were given but no concurrency levels");
-    }
-    if m.duration.is_zero() {
-        return bad("the measurement window must be longer than zero (e.g. --duration 30s)");
-    }
-    if m.max_tokens.get() == 0 {
-        return bad("--max-tokens must be at least 1");
-    }
-    if m.prefill_repeats == 0 {
-        return bad("--prefill-repeats must be at least 1");
-    }
-    if m.prefill_contexts.iter().any(|c| c.get() == 0) {
-        return bad("a prefill context must be at least 1 token");
-    }
-    Ok(())
+    let problem = if m.contexts.is_empty() && m.prefill_contexts.is_empty() {
+        Some(ConfigProblem::NothingToMeasure)
+    } else if !m.contexts.is_empty() && m.concurrencies.is_empty() {
+        Some(ConfigProblem::NoConcurrency)
+    } else if m.duration.is_zero() {
+        Some(ConfigProblem::ZeroWindow)
+    } else if m.max_tokens.get() == 0 {
+        Some(ConfigProblem::ZeroMaxTokens)
+    } else if m.prefill_repeats == 0 {
+        Some(ConfigProblem::ZeroPrefillRepeats)
+    } else if m.prefill_contexts.iter().any(|c| c.get() == 0) {
+        Some(ConfigProblem::ZeroPrefillContext)
+    } else {
+        None
+    };
+    problem.map_or(Ok(()), |p| Err(RunError::InvalidConfig(p)))
 }
 
 /// Runs the matrix. See the crate docs for the protocol.
@@ -283,74 +350,8 @@ async fn plan_and_run(
 ) -> Result<RunOutcome, RunError> {
     let the_plan = plan_for(config, server)?;
     ensure_something_runs(&the_plan)?;
-    let (journal, done, journal_damage) = open_journal(journal, config)?;
-    let mut outcome = run_on(
-        config, server, journal, done, the_plan, observer, cancel, started_at,
-    )
-    .await?;
-    outcome.journal_damage = journal_damage;
-    Ok(outcome)
-}
-
-/// Probes the server and plans the run without measuring anything.
-pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
-    validate(config)?;
-    let server = Server::connect(config).await?;
-    let planned = plan_for(config, &server);
-    server.shutdown().await;
-    planned
-}
-
-fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
-    let measured = measured_capacity(server);
-    let limits = ServerLimits {
-        max_num_seqs: None,
-        max_model_len: server.max_model_len.map(Tokens::get),
-    };
-    let (capacity, _grid) =
-        capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)?;
-    Ok(plan(capacity, &config.matrix, server.max_model_len))
-}
-
-/// A run of which every step is excluded would only produce an empty
-/// report: that is a mistake in the flags, said before anything is written.
-fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
-    let prefill = the_plan.prefill.iter().map(|(_, ex)| ex.as_ref());
-    let mut exclusions = prefill.chain(the_plan.cells.iter().map(|c| c.excluded.as_ref()));
-    if exclusions.clone().any(|ex| ex.is_none()) {
-        return Ok(());
-    }
-    let first = exclusions
-        .next()
-        .flatten()
-        .map_or_else(String::new, exclusion_text);
-    Err(RunError::InvalidConfig(format!(
-        "nothing can run on this server: every prefill point and decode cell is excluded (e.g. {first}); \
-         lower --contexts, --prefill-contexts or --max-tokens"
-    )))
-}
-
-/// A number that makes this run's cache markers differ from every earlier run's,
-/// so "cold" prefill requests really are cold on a long-running server.
-fn run_nonce() -> u64 {
-    let t = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
-}
-
-/// Measures the plan's steps and assembles the result document.
-#[allow(clippy::too_many_arguments)]
-async fn run_on(
-    config: &RunConfig,
-    server: &Server,
-    journal: Option<Journal>,
-    done: Done,
-    the_plan: Plan,
-    observer: &dyn Observer,
-    cancel: &CancellationToken,
-    started_at: String,
-) -> Result<RunOutcome, RunError> {
+    let key = ResumeKey::of(config, &server.model, server.info.version());
+    let (journal, done, journal_damage) = open_journal(journal, key)?;
     let overhead = match config.api {
         Api::Chat => Some(chat_overhead(server, config).await?),
         Api::Completions => None,
@@ -378,22 +379,86 @@ async fn run_on(
         unexpected_content_type: None,
     };
     let measured = session.measure(&the_plan).await?;
+    let notices: Vec<Notice> = measured
+        .decode
+        .iter()
+        .flat_map(|c| c.notices.iter().cloned())
+        .chain(measured.notices)
+        .collect();
     let report = build_report(
         config,
         server,
         &the_plan,
-        measured.prefill,
-        measured.decode,
-        measured.notes,
+        &measured.prefill,
+        &measured.decode,
+        &notices,
         started_at,
     );
     Ok(RunOutcome {
         report,
+        prefill: measured.prefill,
+        decode: measured.decode,
+        notices,
         complete: measured.stopped.is_none(),
         stopped: measured.stopped,
-        journal_damage: None,
+        journal_damage,
         plan: the_plan,
     })
+}
+
+/// Probes the server and plans the run without measuring anything.
+pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
+    validate(config)?;
+    let server = Server::connect(config).await?;
+    let planned = plan_for(config, &server);
+    server.shutdown().await;
+    planned
+}
+
+fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
+    let measured = measured_capacity(server);
+    let limits = ServerLimits {
+        max_num_seqs: None,
+        max_model_len: server.max_model_len.map(Tokens::get),
+    };
+    let (capacity, _grid) =
+        capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)?;
+    Ok(plan(capacity, &config.matrix, server.max_model_len))
+}
+
+/// A run of which every step is excluded would only produce an empty
+/// report: that is a mistake in the configuration, said before anything is written.
+fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
+    let prefill = the_plan
+        .prefill
+        .iter()
+        .map(|(context, ex)| (StepId::Prefill { context: *context }, ex.as_ref()));
+    let cells = the_plan.cells.iter().map(|c| {
+        let step = StepId::Decode {
+            context: c.context,
+            concurrency: c.concurrency,
+        };
+        (step, c.excluded.as_ref())
+    });
+    let mut steps = prefill.chain(cells);
+    if steps.clone().any(|(_, ex)| ex.is_none()) {
+        return Ok(());
+    }
+    let example = steps
+        .next()
+        .and_then(|(step, ex)| Some((step, ex?.clone())));
+    Err(RunError::InvalidConfig(ConfigProblem::NothingCanRun {
+        example,
+    }))
+}
+
+/// A number that makes this run's cache markers differ from every earlier run's,
+/// so "cold" prefill requests really are cold on a long-running server.
+fn run_nonce() -> u64 {
+    let t = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
 /// The server's own account of its KV cache, from whichever engine's
@@ -460,16 +525,11 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
             .await;
             match (r.prompt_tokens_reported, r.error) {
                 (Some(n), _) => n.get(),
-                (None, Some((_, msg))) => {
-                    return Err(RunError::InvalidConfig(format!(
-                        "could not measure the chat template's token overhead: {msg}"
-                    )));
-                }
-                (None, None) => {
+                (None, error) => {
                     return Err(RunError::InvalidConfig(
-                        "the server reported no usage for a chat request, so the chat template's \
-                         token overhead is unknown; use --api completions"
-                            .into(),
+                        ConfigProblem::ChatOverheadUnknown {
+                            error: error.map(|f| f.message),
+                        },
                     ));
                 }
             }

@@ -11,6 +11,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::RunError;
 use crate::config::{CapacityHints, MatrixSpec};
+use crate::outcome::{Exclusion, TooLong};
 
 /// Where the capacity that decides the cells came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,15 +39,6 @@ pub struct CapacityPlan {
     pub measured_tokens: Option<Tokens>,
     /// The offline prediction, when one was given.
     pub predicted_tokens: Option<Tokens>,
-}
-
-/// Why a planned step does not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exclusion {
-    /// The requests would not fit the KV cache.
-    OverCapacity(String),
-    /// The request would not fit the server's context limit.
-    TooLong(String),
 }
 
 /// One sustained-decode cell of the plan.
@@ -151,12 +143,12 @@ pub fn capacity_plan(
 
 /// Decides every prefill point and decode cell.
 pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tokens>) -> Plan {
-    let too_long = |len: Tokens, what: &str| {
+    let too_long = |len: Tokens, what: TooLong| {
         let limit = max_model_len?;
-        (len > limit).then(|| {
-            Exclusion::TooLong(format!(
-                "{what} of {len} tokens exceeds the server's max_model_len of {limit}"
-            ))
+        (len > limit).then_some(Exclusion::TooLong {
+            what,
+            tokens: len,
+            max_model_len: limit,
         })
     };
     let prefill: Vec<(Tokens, Option<Exclusion>)> = spec
@@ -164,7 +156,7 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
         .iter()
         .map(|&c| {
             let need = Tokens::new(c.get().saturating_add(1));
-            let excluded = too_long(need, "a prompt plus one output token").or_else(|| {
+            let excluded = too_long(need, TooLong::PromptPlusOneToken).or_else(|| {
                 let pool = capacity.pool.as_ref()?;
                 over_capacity(&pool.check(c, Concurrency::ONE, Tokens::new(1)))
             });
@@ -177,10 +169,11 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
             let len = prompt_len(context)
                 .get()
                 .saturating_add(spec.max_tokens.get());
-            let excluded = too_long(Tokens::new(len), "context + max output").or_else(|| {
-                let pool = capacity.pool.as_ref()?;
-                over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_tokens))
-            });
+            let excluded =
+                too_long(Tokens::new(len), TooLong::ContextPlusMaxOutput).or_else(|| {
+                    let pool = capacity.pool.as_ref()?;
+                    over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_tokens))
+                });
             cells.push(PlannedCell {
                 context,
                 concurrency,
@@ -198,16 +191,13 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
 }
 
 fn over_capacity(v: &CellVerdict) -> Option<Exclusion> {
-    (!v.fits).then(|| {
-        Exclusion::OverCapacity(format!(
-            "{} × {} tokens needs {} {} > {} available ({})",
-            v.concurrency,
-            v.request_tokens,
-            speedmatrix_units::group_thousands(v.needed),
-            v.rule.unit(),
-            speedmatrix_units::group_thousands(v.limit),
-            v.rule.describe()
-        ))
+    (!v.fits).then(|| Exclusion::OverCapacity {
+        concurrency: v.concurrency,
+        request_tokens: v.request_tokens,
+        needed: v.needed,
+        limit: v.limit,
+        unit: v.rule.unit().to_owned(),
+        rule: v.rule.describe().to_owned(),
     })
 }
 
@@ -294,13 +284,13 @@ mod tests {
         for c in &p.cells {
             let too_long = c.context.get() + 8192 > 65_536;
             assert_eq!(
-                matches!(c.excluded, Some(Exclusion::TooLong(_))),
+                matches!(c.excluded, Some(Exclusion::TooLong { .. })),
                 too_long,
                 "{}",
                 c.context
             );
         }
-        assert!(matches!(p.prefill[4].1, Some(Exclusion::TooLong(_))));
+        assert!(matches!(p.prefill[4].1, Some(Exclusion::TooLong { .. })));
         assert!(p.estimated > Duration::from_secs(30));
     }
 }

@@ -1,14 +1,14 @@
 //! Cold prefill: one request per repeat with a never-seen prompt and
 //! `max_tokens` 1; prompt tok/s and TTFT, median over repeats.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use speedmatrix_metrics::{Summary, prefill_metrics};
-use speedmatrix_report::{CellStatus, PrefillRow};
 use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
 use crate::RunError;
+use crate::outcome::{Failure, FailureKind, PrefillOutcome, StepStatus};
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::Server;
 
@@ -20,13 +20,8 @@ pub(crate) async fn run_prefill(
     context: Tokens,
     prompts: &[String],
     cancel: &CancellationToken,
-) -> Result<(PrefillRow, Option<String>), RunError> {
-    let shape = RequestShape {
-        max_tokens: Tokens::new(1),
-        ignore_eos: false,
-        min_tokens: false,
-        ..shape.clone()
-    };
+) -> Result<(PrefillOutcome, Option<String>), RunError> {
+    let shape = shape.for_one_token();
     let mut recorded = Vec::with_capacity(prompts.len());
     for prompt in prompts {
         let epoch = Instant::now();
@@ -44,25 +39,24 @@ pub(crate) async fn run_prefill(
         .iter()
         .find_map(|r| r.unexpected_content_type.clone());
     Ok((
-        row_from(context, &recorded, prompts.len() as u32)?,
+        outcome_of(context, &recorded, prompts.len() as u32),
         content_type,
     ))
 }
 
-/// The prefill row of `recorded`, cold requests of a `context`-token prompt
-/// (`repeats` asked for): the first failure makes it an error row, else the
+/// The prefill outcome of `recorded`, cold requests of a `context`-token
+/// prompt (`repeats` asked for): the first failure fails it, else the
 /// medians of prompt tok/s and TTFT.
-pub(crate) fn row_from(
-    context: Tokens,
-    recorded: &[Recorded],
-    repeats: u32,
-) -> Result<PrefillRow, RunError> {
+pub(crate) fn outcome_of(context: Tokens, recorded: &[Recorded], repeats: u32) -> PrefillOutcome {
     let mut ttfts = Vec::new();
     let mut rates = Vec::new();
     let mut reported = None;
+    let failed = |kind, message| {
+        PrefillOutcome::without_numbers(context, StepStatus::failed(kind, message), repeats)
+    };
     for r in recorded {
-        if let Some((kind, message)) = &r.error {
-            return Ok(error_row(context, kind.clone(), message.clone(), repeats));
+        if let Some(Failure { kind, message }) = &r.error {
+            return failed(*kind, message.clone());
         }
         reported = r.prompt_tokens_reported.or(reported);
         match prefill_metrics(&r.timeline) {
@@ -70,41 +64,19 @@ pub(crate) fn row_from(
                 ttfts.push(m.ttft);
                 rates.push(m.prompt_rate.get());
             }
-            Err(e) => {
-                return Ok(error_row(context, "metrics".into(), e.to_string(), repeats));
-            }
+            Err(e) => return failed(FailureKind::Metrics, e.to_string()),
         }
     }
-    let ttft = Summary::of_durations(&ttfts).map_err(RunError::Metrics)?;
-    let rate = Summary::of(&rates).map_err(RunError::Metrics)?;
-    Ok(PrefillRow {
-        context,
-        status: CellStatus::Valid,
-        prompt_tokens_per_s: Some(rate.p50),
-        ttft_ms: Some(ms(ttft.p50)),
-        prompt_tokens_requested: context,
-        prompt_tokens_reported: reported,
-        repeats: recorded.len() as u32,
-    })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn error_row(context: Tokens, error_kind: String, message: String, repeats: u32) -> PrefillRow {
-    PrefillRow {
-        context,
-        status: CellStatus::Error {
-            error_kind,
-            message,
-            failed_requests: 1,
-            good_requests: 0,
+    match (Summary::of_durations(&ttfts), Summary::of(&rates)) {
+        (Ok(ttft), Ok(rate)) => PrefillOutcome {
+            context,
+            status: StepStatus::Measured,
+            ttft: Some(ttft.p50),
+            prompt_tokens_per_s: Some(rate.p50),
+            prompt_tokens_reported: reported,
+            repeats: recorded.len() as u32,
+            from_warmup: false,
         },
-        prompt_tokens_per_s: None,
-        ttft_ms: None,
-        prompt_tokens_requested: context,
-        prompt_tokens_reported: None,
-        repeats,
+        (Err(e), _) | (_, Err(e)) => failed(FailureKind::Metrics, e.to_string()),
     }
 }

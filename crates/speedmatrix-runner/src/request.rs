@@ -13,6 +13,7 @@ use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Api;
+use crate::outcome::{Failure, FailureKind};
 
 /// What every request of a step sends besides its prompt.
 #[derive(Debug, Clone)]
@@ -39,7 +40,7 @@ pub(crate) struct RequestShape {
 pub(crate) struct Recorded {
     pub(crate) timeline: RequestTimeline,
     pub(crate) prompt_tokens_reported: Option<Tokens>,
-    pub(crate) error: Option<(String, String)>,
+    pub(crate) error: Option<Failure>,
     /// How often the server turned the request away (429/503) before it was served.
     pub(crate) retries: u32,
     /// The streamed text, kept when the server's own counts do not cover
@@ -97,6 +98,17 @@ fn retry_delay(e: &speedmatrix_client::Error, retries_so_far: u32) -> Option<Dur
 }
 
 impl RequestShape {
+    /// The same requests with `max_tokens` 1 and no `ignore_eos`: cache
+    /// warm-ups and prefill measurements.
+    pub(crate) fn for_one_token(&self) -> RequestShape {
+        RequestShape {
+            max_tokens: Tokens::new(1),
+            ignore_eos: false,
+            min_tokens: false,
+            ..self.clone()
+        }
+    }
+
     /// The sampling and streaming fields every request of this shape carries.
     fn generation(&self) -> Generation {
         let mut g = Generation::default();
@@ -171,8 +183,9 @@ pub(crate) async fn record_one(
                 None => {
                     let mut r = failed(at(sent), at(Instant::now()), &e, shape.secret.as_deref());
                     r.retries = retries;
-                    if let (Some((_, message)), true) = (&mut r.error, retries > 0) {
-                        message.push_str(&format!(" (gave up after {retries} retries)"));
+                    if let (Some(f), true) = (&mut r.error, retries > 0) {
+                        f.message
+                            .push_str(&format!(" (gave up after {retries} retries)"));
                     }
                     return r;
                 }
@@ -372,12 +385,21 @@ fn failed(
     e: &speedmatrix_client::Error,
     secret: Option<&str>,
 ) -> Recorded {
-    let kind = e.kind().as_str().to_owned();
+    let kind = e.kind();
     let message = redact(&e.to_string(), secret);
     Recorded {
-        timeline: RequestTimeline::new(sent, ended, Outcome::Failed { kind: kind.clone() }),
+        timeline: RequestTimeline::new(
+            sent,
+            ended,
+            Outcome::Failed {
+                kind: kind.as_str().to_owned(),
+            },
+        ),
         prompt_tokens_reported: None,
-        error: Some((kind, message)),
+        error: Some(Failure {
+            kind: FailureKind::Request(kind),
+            message,
+        }),
         retries: 0,
         text: None,
         unexpected_content_type: None,

@@ -1,37 +1,77 @@
-//! Resuming a run: the journal's record types, the settings a journal must
+//! Resuming a run: the journal's versioned records, the key a journal must
 //! match, and which finished steps a resumed run reuses.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use speedmatrix_report::{CellStatus, DecodeCell, PrefillRow};
-use speedmatrix_units::{Concurrency, Tokens};
+use speedmatrix_units::{Api, Concurrency, PromptSharing, Tokens};
 
-use crate::journal::{self, CorruptTail, Journal, JournalContents, read_journal};
-use crate::{Api, JournalOptions, PrefillMode, RunConfig, RunError};
+use crate::journal::{self, CorruptTail, Journal, JournalContents};
+use crate::outcome::{CellOutcome, PrefillOutcome, StepStatus};
+use crate::{JournalOptions, PrefillMode, RunConfig, RunError, Target};
+
+/// The layout of the journal's records this runner writes and reads.
+///
+/// Bump it on any change an older runner would misread; the reader refuses
+/// other versions with [`RunError::JournalVersion`].
+pub const JOURNAL_VERSION: u32 = 1;
 
 /// One journal line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
 pub(crate) enum JournalRecord {
-    /// The run's settings, first line of every journal.
-    Start { matrix: MatrixKey, model: String },
+    /// What the run measures, first line of every journal.
+    Start {
+        journal_version: u32,
+        key: Box<ResumeKey>,
+    },
     /// A finished prefill point.
-    Prefill { row: PrefillRow },
+    Prefill {
+        journal_version: u32,
+        outcome: PrefillOutcome,
+    },
     /// A finished decode cell.
-    Decode { cell: DecodeCell },
+    Decode {
+        journal_version: u32,
+        outcome: Box<CellOutcome>,
+    },
+}
+
+impl JournalRecord {
+    pub(crate) fn start(key: ResumeKey) -> JournalRecord {
+        JournalRecord::Start {
+            journal_version: JOURNAL_VERSION,
+            key: Box::new(key),
+        }
+    }
+
+    pub(crate) fn prefill(outcome: PrefillOutcome) -> JournalRecord {
+        JournalRecord::Prefill {
+            journal_version: JOURNAL_VERSION,
+            outcome,
+        }
+    }
+
+    pub(crate) fn decode(outcome: CellOutcome) -> JournalRecord {
+        JournalRecord::Decode {
+            journal_version: JOURNAL_VERSION,
+            outcome: Box::new(outcome),
+        }
+    }
 }
 
 /// One step a journal holds, as [`journal_steps`] reads it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum JournalStep {
-    /// The line that names the run's settings.
+    /// The line that names what the run measures.
     Start,
     /// A finished prefill point.
-    Prefill(PrefillRow),
+    Prefill(PrefillOutcome),
     /// A finished decode cell.
-    Decode(DecodeCell),
+    Decode(Box<CellOutcome>),
 }
 
 /// Reads a journal from bytes in memory the way `--resume` reads the file:
@@ -64,69 +104,169 @@ pub fn journal_steps(bytes: &[u8]) -> JournalContents<JournalStep> {
             .into_iter()
             .map(|r| match r {
                 JournalRecord::Start { .. } => JournalStep::Start,
-                JournalRecord::Prefill { row } => JournalStep::Prefill(row),
-                JournalRecord::Decode { cell } => JournalStep::Decode(cell),
+                JournalRecord::Prefill { outcome, .. } => JournalStep::Prefill(outcome),
+                JournalRecord::Decode { outcome, .. } => JournalStep::Decode(outcome),
             })
             .collect(),
         corrupt_tail: contents.corrupt_tail,
     }
 }
 
-/// The settings a journal must match to be resumed.
+/// Everything that changes a measurement: a journal resumes only a run with
+/// the same key, or two different runs would be merged into one report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct MatrixKey {
-    contexts: Vec<Tokens>,
-    concurrencies: Vec<Concurrency>,
-    prefill_contexts: Vec<Tokens>,
-    duration_s: f64,
-    max_tokens: Tokens,
-    api: Api,
-    /// Journals written before prefill modes existed measured cold.
-    #[serde(default)]
-    prefill_mode: PrefillMode,
+pub struct ResumeKey {
+    /// The server (`embedded:<profile>` for the built-in simulator).
+    pub server: String,
+    /// The model requests were sent to.
+    pub served_model: String,
+    /// The engine version the server reports.
+    pub engine_version: Option<String>,
+    /// The tokenizer's name.
+    pub tokenizer: String,
+    /// A hash of the tokenizer's definition: another tokenizer under the same
+    /// name builds other prompts.
+    pub tokenizer_hash: String,
+    /// The endpoint.
+    pub api: Api,
+    /// The prompt text seed.
+    pub seed: u64,
+    /// Prompt sharing between a cell's streams.
+    pub prompt_sharing: PromptSharing,
+    /// A hash of the extra body fields every request carries.
+    pub extra_body_hash: String,
+    /// Decode rows.
+    pub contexts: Vec<Tokens>,
+    /// Decode columns.
+    pub concurrencies: Vec<Concurrency>,
+    /// Prefill points.
+    pub prefill_contexts: Vec<Tokens>,
+    /// Cold prefill requests per point.
+    pub prefill_repeats: u32,
+    /// How prefill is measured.
+    pub prefill_mode: PrefillMode,
+    /// The window, in nanoseconds.
+    pub window_ns: u64,
+    /// `max_tokens` of decode requests.
+    pub max_tokens: Tokens,
+    /// Whether `min_tokens = max_tokens` was sent too.
+    pub min_tokens: bool,
 }
 
-impl MatrixKey {
-    pub(crate) fn of(config: &RunConfig) -> MatrixKey {
+/// One field in which a journal's key and this run's differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDifference {
+    /// The field, as [`ResumeKey`] names it.
+    pub field: String,
+    /// Its value in the journal (JSON).
+    pub journal: String,
+    /// Its value in this run (JSON).
+    pub now: String,
+}
+
+impl ResumeKey {
+    /// The key of `config` measured against a server that reported
+    /// `served_model` and `engine_version`.
+    pub(crate) fn of(config: &RunConfig, served_model: &str, engine_version: Option<&str>) -> Self {
         let m = &config.matrix;
-        MatrixKey {
+        let server = match &config.target {
+            Target::Url(url) => url.trim_end_matches('/').to_owned(),
+            Target::Embedded(profile) => format!(
+                "embedded:{}:{:016x}",
+                profile.name,
+                fnv1a(
+                    serde_json::to_string(profile)
+                        .unwrap_or_default()
+                        .as_bytes()
+                )
+            ),
+        };
+        ResumeKey {
+            server,
+            served_model: served_model.to_owned(),
+            engine_version: engine_version.map(str::to_owned),
+            tokenizer: config.tokenizer.name().to_owned(),
+            tokenizer_hash: format!("{:016x}", config.tokenizer.fingerprint()),
+            api: config.api,
+            seed: config.seed,
+            prompt_sharing: config.prompt_sharing,
+            extra_body_hash: format!(
+                "{:016x}",
+                fnv1a(
+                    serde_json::Value::Object(config.extra_body.clone())
+                        .to_string()
+                        .as_bytes()
+                )
+            ),
             contexts: m.contexts.clone(),
             concurrencies: m.concurrencies.clone(),
             prefill_contexts: m.prefill_contexts.clone(),
-            duration_s: m.duration.as_secs_f64(),
-            max_tokens: m.max_tokens,
-            api: config.api,
+            prefill_repeats: m.prefill_repeats,
             prefill_mode: m.prefill_mode,
+            window_ns: u64::try_from(m.duration.as_nanos()).unwrap_or(u64::MAX),
+            max_tokens: m.max_tokens,
+            min_tokens: config.send_min_tokens,
         }
     }
+
+    /// The window this key measures.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    /// Every field whose value differs between `self` (the journal's) and `now`.
+    pub fn differences(&self, now: &ResumeKey) -> Vec<KeyDifference> {
+        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+            (serde_json::to_value(self), serde_json::to_value(now))
+        else {
+            return Vec::new();
+        };
+        a.iter()
+            .filter(|(field, value)| b.get(*field) != Some(*value))
+            .map(|(field, value)| KeyDifference {
+                field: field.clone(),
+                journal: value.to_string(),
+                now: b
+                    .get(field)
+                    .map_or_else(|| "null".into(), ToString::to_string),
+            })
+            .collect()
+    }
+}
+
+/// FNV-1a over `bytes`: a stable fingerprint, not a cryptographic hash.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Steps already in the journal, keyed by what they measured.
 #[derive(Default)]
 pub(crate) struct Done {
-    pub(crate) prefill: BTreeMap<Tokens, PrefillRow>,
-    pub(crate) decode: BTreeMap<(Tokens, Concurrency), DecodeCell>,
+    pub(crate) prefill: BTreeMap<Tokens, PrefillOutcome>,
+    pub(crate) decode: BTreeMap<(Tokens, Concurrency), CellOutcome>,
 }
 
+/// Opens the journal: a new one starting with `key`, or the one at the
+/// path to resume, whose key must equal `key` and whose finished steps are
+/// reused (failed ones run again).
 pub(crate) fn open_journal(
     options: &JournalOptions,
-    config: &RunConfig,
+    key: ResumeKey,
 ) -> Result<(Option<Journal>, Done, Option<CorruptTail>), RunError> {
     let Some(path) = &options.path else {
         return Ok((None, Done::default(), None));
     };
-    let key = MatrixKey::of(config);
     if !options.resume {
         let mut j = Journal::create(path)?;
-        j.append(&JournalRecord::Start {
-            matrix: key,
-            model: config.model.clone().unwrap_or_default(),
-        })?;
+        j.append(&JournalRecord::start(key))?;
         return Ok((Some(j), Done::default(), None));
     }
+    check_version(path)?;
     // A file of which not even the first line reads is not a damaged
     // journal but something else: refuse rather than cut it to nothing.
-    let peek = read_journal::<JournalRecord>(path)?;
+    let peek = journal::read_journal::<JournalRecord>(path)?;
     if let (true, Some(tail)) = (peek.records.is_empty(), peek.corrupt_tail) {
         return Err(RunError::NotAJournal {
             path: path.clone(),
@@ -139,45 +279,115 @@ pub(crate) fn open_journal(
     let mut started = false;
     for record in contents.records {
         match record {
-            JournalRecord::Start { matrix, .. } => {
-                if matrix != key {
+            JournalRecord::Start { key: theirs, .. } => {
+                let differences = theirs.differences(&key);
+                if !differences.is_empty() {
                     return Err(RunError::ResumeMismatch {
                         path: path.clone(),
-                        what: "contexts, concurrencies, window, max tokens, API or prefill mode differ"
-                            .into(),
+                        differences,
                     });
                 }
                 started = true;
             }
             // Only results worth keeping are reused; failed steps run again.
-            JournalRecord::Prefill { row } if row.status.is_valid() => {
-                done.prefill.insert(row.context, row);
+            JournalRecord::Prefill { outcome, .. } if outcome.status.is_measured() => {
+                done.prefill.insert(outcome.context, outcome);
             }
-            JournalRecord::Decode { cell }
-                if matches!(
-                    cell.status,
-                    CellStatus::Valid
-                        | CellStatus::Partial { .. }
-                        | CellStatus::OverCapacity { .. }
-                ) =>
+            JournalRecord::Decode { outcome, .. }
+                if outcome.status.is_measured()
+                    || matches!(outcome.status, StepStatus::Excluded(_)) =>
             {
-                done.decode.insert((cell.context, cell.concurrency), cell);
+                done.decode
+                    .insert((outcome.context, outcome.concurrency), *outcome);
             }
             JournalRecord::Prefill { .. } | JournalRecord::Decode { .. } => {}
         }
     }
     if !started {
-        j.append(&JournalRecord::Start {
-            matrix: key,
-            model: config.model.clone().unwrap_or_default(),
-        })?;
+        j.append(&JournalRecord::start(key))?;
     }
     Ok((Some(j), done, contents.corrupt_tail))
+}
+
+/// Refuses a journal written in another layout, before anything else reads it.
+fn check_version(path: &Path) -> Result<(), RunError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RunError::Journal {
+        path: path.to_owned(),
+        action: "read",
+        source,
+    })?;
+    let Some(first) = text.lines().next() else {
+        return Ok(());
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(first) else {
+        return Ok(());
+    };
+    if value.get("record").is_none() {
+        return Ok(());
+    }
+    match value
+        .get("journal_version")
+        .and_then(serde_json::Value::as_u64)
+    {
+        Some(v) if v == u64::from(JOURNAL_VERSION) => Ok(()),
+        found => Err(RunError::JournalVersion {
+            path: path.to_owned(),
+            found: found.and_then(|v| u32::try_from(v).ok()),
+            supported: JOURNAL_VERSION,
+        }),
+    }
 }
 
 pub(crate) fn record(journal: &mut Option<Journal>, r: &JournalRecord) -> Result<(), RunError> {
     match journal {
         Some(j) => j.append(r),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ResumeKey {
+        ResumeKey {
+            server: "http://127.0.0.1:8000".into(),
+            served_model: "m".into(),
+            engine_version: Some("0.32.0".into()),
+            tokenizer: "bundled".into(),
+            tokenizer_hash: "00".into(),
+            api: Api::Completions,
+            seed: 0,
+            prompt_sharing: PromptSharing::Unique,
+            extra_body_hash: "11".into(),
+            contexts: vec![Tokens::ZERO],
+            concurrencies: vec![Concurrency::ONE],
+            prefill_contexts: vec![],
+            prefill_repeats: 1,
+            prefill_mode: PrefillMode::Cold,
+            window_ns: 1_000_000_000,
+            max_tokens: Tokens::new(256),
+            min_tokens: false,
+        }
+    }
+
+    #[test]
+    fn differences_name_every_field_that_changed() {
+        let a = key();
+        assert!(a.differences(&a).is_empty());
+        let mut b = key();
+        b.seed = 7;
+        b.served_model = "other".into();
+        b.prompt_sharing = PromptSharing::Shared;
+        let fields: Vec<String> = a.differences(&b).into_iter().map(|d| d.field).collect();
+        assert_eq!(fields, ["prompt_sharing", "seed", "served_model"]);
+        let d = &a.differences(&b)[1];
+        assert_eq!((d.journal.as_str(), d.now.as_str()), ("0", "7"));
+    }
+
+    #[test]
+    fn the_fingerprint_is_stable() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

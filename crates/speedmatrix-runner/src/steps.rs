@@ -5,29 +5,27 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use speedmatrix_report::{CellStatus, DecodeCell, PrefillRow};
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{
-    decode_summary, describe_capacity, excluded_cell, excluded_prefill, exclusion_text,
-    prefill_summary, skipped_cell, skipped_prefill,
-};
 use crate::journal::Journal;
-use crate::plan::{Exclusion, Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len};
+use crate::observer::{Event, NotRun, Phase};
+use crate::outcome::{
+    CellOutcome, Exclusion, Notice, PrefillOutcome, SkipReason, StepId, StepStatus, StopReason,
+};
+use crate::plan::{Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len};
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
 use crate::server::Server;
-use crate::{
-    Observer, PrefillMode, PromptSharing, RunConfig, RunError, StopReason, decode, prefill,
-};
+use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, prefill};
 
 /// What the steps produced.
 pub(crate) struct Measured {
-    pub(crate) prefill: Vec<PrefillRow>,
-    pub(crate) decode: Vec<DecodeCell>,
-    pub(crate) notes: Vec<String>,
+    pub(crate) prefill: Vec<PrefillOutcome>,
+    pub(crate) decode: Vec<CellOutcome>,
+    /// The run's own notices (the cells keep theirs).
+    pub(crate) notices: Vec<Notice>,
     pub(crate) stopped: Option<StopReason>,
 }
 
@@ -51,59 +49,61 @@ pub(crate) struct Session<'a> {
 impl Session<'_> {
     /// Runs the plan's steps in order; after a stop, the rest are recorded as skipped.
     pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunError> {
-        let capacity_note = describe_capacity(&the_plan.capacity);
-        self.observer.notice(&capacity_note);
-        let mut out = Measured {
-            prefill: Vec::new(),
-            decode: Vec::new(),
-            notes: vec![capacity_note],
-            stopped: None,
-        };
-        self.observer.planned(
-            the_plan.prefill.len() + the_plan.cells.len(),
-            the_plan.estimated,
-        );
+        self.observer.event(Event::Planned {
+            capacity: &the_plan.capacity,
+            steps: the_plan.prefill.len() + the_plan.cells.len(),
+            estimated: the_plan.estimated,
+        });
+        let mut stopped = None;
         let from_warmup = self.prefill_from_warmup(the_plan);
         let mut rows = BTreeMap::new();
         for (i, (context, excluded)) in the_plan.prefill.iter().enumerate() {
             if from_warmup.values().any(|c| c == context) {
                 continue;
             }
-            let row = match out.stopped {
-                Some(_) => skipped_prefill(*context, "the run stopped before this step"),
+            let row = match stopped {
+                Some(_) => skipped_prefill(*context, SkipReason::RunStopped),
                 None => {
-                    self.prefill_point(i, *context, excluded.as_ref(), &mut out.stopped)
+                    self.prefill_point(i, *context, excluded.as_ref(), &mut stopped)
                         .await?
                 }
             };
             rows.insert(*context, row);
         }
+        let mut decode = Vec::new();
         for (i, planned) in the_plan.cells.iter().enumerate() {
             let prefill = from_warmup.get(&i).copied();
-            let cell = match out.stopped {
-                Some(_) => skipped_cell(planned, "the run stopped before this cell"),
+            let cell = match stopped {
+                Some(_) => skipped_cell(planned, SkipReason::RunStopped),
                 None => {
-                    self.decode_cell(i, planned, prefill, &mut rows, &mut out)
+                    self.decode_cell(i, planned, prefill, &mut rows, &mut stopped)
                         .await?
                 }
             };
-            out.decode.push(cell);
+            decode.push(cell);
         }
         // Rows in the plan's order; a warm-up the run never reached is skipped.
-        out.prefill = the_plan
+        let prefill = the_plan
             .prefill
             .iter()
             .map(|(context, _)| {
-                rows.remove(context).unwrap_or_else(|| {
-                    skipped_prefill(*context, "the run stopped before this step")
-                })
+                rows.remove(context)
+                    .unwrap_or_else(|| skipped_prefill(*context, SkipReason::RunStopped))
             })
             .collect();
-        out.notes.extend(self.closing_notes(out.stopped.as_ref()));
-        Ok(out)
+        let notices = self.run_notices(stopped.as_ref());
+        for n in &notices {
+            self.observer.event(Event::Notice(n));
+        }
+        Ok(Measured {
+            prefill,
+            decode,
+            notices,
+            stopped,
+        })
     }
 
-    /// With `--prefill-mode warmup`: for each prefill context that has a
+    /// With prefill mode `warmup`: for each prefill context that has a
     /// decode row of the same prompt length, the index of the row's first
     /// cell that will run, whose first warm-up request is its measurement.
     /// Contexts already in the journal, excluded or without such a cell are
@@ -139,31 +139,40 @@ impl Session<'_> {
         p.map_err(RunError::Workload)
     }
 
+    fn note_content_type(&mut self, content_type: Option<String>) {
+        if self.unexpected_content_type.is_none() {
+            self.unexpected_content_type = content_type;
+        }
+    }
+
     async fn prefill_point(
         &mut self,
         i: usize,
         context: Tokens,
         excluded: Option<&Exclusion>,
         stopped: &mut Option<StopReason>,
-    ) -> Result<PrefillRow, RunError> {
-        let label = format!("prefill {context}");
+    ) -> Result<PrefillOutcome, RunError> {
+        let step = StepId::Prefill { context };
         if let Some(row) = self.done.prefill.remove(&context) {
-            self.observer.step_skipped(&label, "already in the journal");
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::InJournal,
+            });
             return Ok(row);
         }
         if let Some(ex) = excluded {
-            self.observer.step_skipped(&label, &exclusion_text(ex));
-            let row = excluded_prefill(context, ex);
-            record(
-                &mut self.journal,
-                &JournalRecord::Prefill { row: row.clone() },
-            )?;
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::Excluded(ex),
+            });
+            let row = PrefillOutcome::without_numbers(context, StepStatus::Excluded(ex.clone()), 0);
+            record(&mut self.journal, &JournalRecord::prefill(row.clone()))?;
             return Ok(row);
         }
-        self.observer.step_started(
-            &label,
-            Duration::from_secs_f64(context.get() as f64 / 8_000.0),
-        );
+        self.observer.event(Event::StepStarted {
+            step,
+            expected: Duration::from_secs_f64(context.get() as f64 / 8_000.0),
+        });
         let prompts = (0..self.config.matrix.prefill_repeats)
             .map(|r| {
                 let key = CacheKey::unique(self.nonce.wrapping_add(i as u64), 0, u64::from(r));
@@ -180,61 +189,65 @@ impl Session<'_> {
                 }
                 Err(RunError::Cancelled) => {
                     *stopped = Some(StopReason::Cancelled);
-                    return Ok(skipped_prefill(context, "interrupted"));
+                    return Ok(skipped_prefill(context, SkipReason::Interrupted));
                 }
                 Err(e) => return Err(e),
             };
-        self.observer.step_finished(&label, &prefill_summary(&row));
-        record(
-            &mut self.journal,
-            &JournalRecord::Prefill { row: row.clone() },
-        )?;
-        if !row.status.is_valid() && !self.server.is_alive().await {
-            *stopped = Some(StopReason::ServerGone(row.status.detail()));
+        self.observer.event(Event::PrefillFinished(&row));
+        record(&mut self.journal, &JournalRecord::prefill(row.clone()))?;
+        if let StepStatus::Failed { failure, .. } = &row.status
+            && !self.server.is_alive().await
+        {
+            *stopped = Some(StopReason::ServerGone(failure.message.clone()));
         }
         Ok(row)
     }
 
-    fn note_content_type(&mut self, content_type: Option<String>) {
-        if self.unexpected_content_type.is_none() {
-            self.unexpected_content_type = content_type;
-        }
-    }
-
     /// Runs one decode cell; with `prefill`, its first warm-up request is
-    /// also that context's prefill row, journaled before the cell.
+    /// also that context's prefill outcome, journaled before the cell.
     async fn decode_cell(
         &mut self,
         i: usize,
         planned: &PlannedCell,
         prefill: Option<Tokens>,
-        rows: &mut BTreeMap<Tokens, PrefillRow>,
-        out: &mut Measured,
-    ) -> Result<DecodeCell, RunError> {
-        let label = format!("decode {} × {}", planned.context, planned.concurrency);
+        rows: &mut BTreeMap<Tokens, PrefillOutcome>,
+        stopped: &mut Option<StopReason>,
+    ) -> Result<CellOutcome, RunError> {
+        let step = StepId::Decode {
+            context: planned.context,
+            concurrency: planned.concurrency,
+        };
         if let Some(cell) = self
             .done
             .decode
             .remove(&(planned.context, planned.concurrency))
         {
-            self.observer.step_skipped(&label, "already in the journal");
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::InJournal,
+            });
             return Ok(cell);
         }
         if let Some(ex) = &planned.excluded {
-            self.observer.step_skipped(&label, &exclusion_text(ex));
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::Excluded(ex),
+            });
             let cell = excluded_cell(planned, ex);
-            record(
-                &mut self.journal,
-                &JournalRecord::Decode { cell: cell.clone() },
-            )?;
+            record(&mut self.journal, &JournalRecord::decode(cell.clone()))?;
             return Ok(cell);
         }
-        self.observer
-            .step_started(&label, self.config.matrix.duration);
-        self.observer.step_phase(&label, "building prompts");
+        self.observer.event(Event::StepStarted {
+            step,
+            expected: self.config.matrix.duration,
+        });
+        self.observer.event(Event::Phase {
+            step,
+            phase: Phase::BuildingPrompts,
+        });
         let len = prompt_len(planned.context);
         let spec = decode::DecodeCellSpec {
-            label: &label,
+            step,
             prompts: self.cell_prompts(self.nonce.wrapping_add(1_000 + i as u64), planned, len)?,
             expected_prompt_tokens: len,
             concurrency: planned.concurrency,
@@ -247,50 +260,36 @@ impl Session<'_> {
         let result = match decode::run_cell(self.server, spec, self.observer, self.cancel).await {
             Ok(result) => result,
             Err(RunError::Cancelled) => {
-                out.stopped = Some(StopReason::Cancelled);
-                return Ok(skipped_cell(planned, "interrupted"));
+                *stopped = Some(StopReason::Cancelled);
+                return Ok(skipped_cell(planned, SkipReason::Interrupted));
             }
             Err(e) => return Err(e),
         };
         self.note_content_type(result.unexpected_content_type.clone());
         if let (Some(context), Some(first)) = (prefill, &result.first_warmup) {
-            let row = prefill::row_from(context, std::slice::from_ref(first), 1)?;
-            let label = format!("prefill {context}");
-            self.observer.step_finished(
-                &label,
-                &format!("{} (decode warm-up)", prefill_summary(&row)),
-            );
-            record(
-                &mut self.journal,
-                &JournalRecord::Prefill { row: row.clone() },
-            )?;
+            let mut row = prefill::outcome_of(context, std::slice::from_ref(first), 1);
+            row.from_warmup = true;
+            self.observer.event(Event::PrefillFinished(&row));
+            record(&mut self.journal, &JournalRecord::prefill(row.clone()))?;
             rows.insert(context, row);
         }
-        for n in &result.notices {
-            self.observer.notice(n);
+        for n in &result.cell.notices {
+            self.observer.event(Event::Notice(n));
         }
-        out.notes.extend(result.notices);
-        if matches!(result.status, CellStatus::Error { .. }) && !self.server.is_alive().await {
+        if let StepStatus::Failed { failure, .. } = &result.cell.status
+            && !self.server.is_alive().await
+        {
             // The server died under this cell: the cell is not its fault and
-            // is left out of the journal so --resume measures it again.
-            out.stopped = Some(StopReason::ServerGone(result.status.detail()));
-            return Ok(skipped_cell(
-                planned,
-                "the server stopped answering during this cell",
-            ));
+            // is left out of the journal so a resume measures it again.
+            *stopped = Some(StopReason::ServerGone(failure.message.clone()));
+            return Ok(skipped_cell(planned, SkipReason::ServerStopped));
         }
-        let cell = DecodeCell {
-            context: planned.context,
-            concurrency: planned.concurrency,
-            status: result.status,
-            measurements: result.measurements,
-        };
-        self.observer.step_finished(&label, &decode_summary(&cell));
+        self.observer.event(Event::CellFinished(&result.cell));
         record(
             &mut self.journal,
-            &JournalRecord::Decode { cell: cell.clone() },
+            &JournalRecord::decode(result.cell.clone()),
         )?;
-        Ok(cell)
+        Ok(result.cell)
     }
 
     /// One prompt per stream, or one shared by all streams of the cell.
@@ -311,53 +310,60 @@ impl Session<'_> {
             .collect()
     }
 
-    fn closing_notes(&self, stopped: Option<&StopReason>) -> Vec<String> {
-        let mut notes = Vec::new();
+    /// What the whole run has to tell, after its steps.
+    fn run_notices(&self, stopped: Option<&StopReason>) -> Vec<Notice> {
+        let mut notices = Vec::new();
         if self.config.matrix.contexts.contains(&Tokens::ZERO) {
-            notes.push(format!(
-                "The context 0 row sends a {ZERO_CONTEXT_PROMPT}-token prompt (a unique cache marker) so that no two streams share a KV block."
-            ));
+            notices.push(Notice::ZeroContextPrompt {
+                tokens: ZERO_CONTEXT_PROMPT,
+            });
         }
         if !self.config.extra_body.is_empty() {
-            notes.push(format!(
-                "Every request carried these extra body fields (--extra-body): {}",
-                serde_json::Value::Object(self.config.extra_body.clone())
-            ));
+            notices.push(Notice::ExtraBody {
+                fields: self.config.extra_body.clone(),
+            });
         }
         let engine = self.server.info.engine();
-        let engine_fields = engine.stream_fields();
-        if !engine_fields.is_empty() {
-            notes.push(format!(
-                "Every request to this {} server carried {} so that it reports its running output-token count on every chunk.",
-                engine.name(),
-                serde_json::Value::Object(engine_fields)
-            ));
+        let fields = engine.stream_fields();
+        if !fields.is_empty() {
+            notices.push(Notice::EngineFields {
+                engine: engine.name().to_owned(),
+                fields,
+            });
         }
         if let Some(ct) = &self.unexpected_content_type {
-            let sent = if ct.is_empty() {
-                "no Content-Type".to_owned()
-            } else {
-                format!("Content-Type `{ct}`")
-            };
-            notes.push(format!(
-                "The server answered streaming requests with {sent} instead of text/event-stream; \
-                 the bodies were event streams and were read as such."
-            ));
+            notices.push(Notice::UnexpectedContentType {
+                content_type: ct.clone(),
+            });
         }
         if self.config.insecure {
-            notes.push("TLS certificate verification was disabled (--insecure).".into());
+            notices.push(Notice::Insecure);
         }
-        match stopped {
-            Some(StopReason::ServerGone(why)) => {
-                notes.push(format!(
-                    "The run stopped early: the server stopped answering ({why})."
-                ));
-            }
-            Some(StopReason::Cancelled) => {
-                notes.push("The run was interrupted before every step ran.".into());
-            }
-            None => {}
+        if let Some(why) = stopped {
+            notices.push(Notice::Stopped { why: why.clone() });
         }
-        notes
+        notices
+    }
+}
+
+fn skipped_prefill(context: Tokens, why: SkipReason) -> PrefillOutcome {
+    PrefillOutcome::without_numbers(context, StepStatus::Skipped(why), 0)
+}
+
+fn excluded_cell(planned: &PlannedCell, ex: &Exclusion) -> CellOutcome {
+    cell_without_numbers(planned, StepStatus::Excluded(ex.clone()))
+}
+
+fn skipped_cell(planned: &PlannedCell, why: SkipReason) -> CellOutcome {
+    cell_without_numbers(planned, StepStatus::Skipped(why))
+}
+
+fn cell_without_numbers(planned: &PlannedCell, status: StepStatus) -> CellOutcome {
+    CellOutcome {
+        context: planned.context,
+        concurrency: planned.concurrency,
+        status,
+        window: None,
+        notices: Vec::new(),
     }
 }

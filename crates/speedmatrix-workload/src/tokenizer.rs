@@ -243,6 +243,22 @@ impl Tokenizer {
         added + self.special_tokens_count_extra()
     }
 
+    /// A fingerprint of the tokenizer's whole definition (vocabulary,
+    /// merges, normalizer, special-token handling): two tokenizers with the
+    /// same fingerprint build the same prompts. FNV-1a, stable across runs.
+    pub fn fingerprint(&self) -> u64 {
+        let definition = self.inner.to_string(false).unwrap_or_default();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let extra = [
+            u8::from(self.add_special_tokens),
+            u8::from(self.forced_bos.is_some()),
+        ];
+        for &b in definition.as_bytes().iter().chain(&extra) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    }
+
     /// The wrapped `tokenizers` tokenizer.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner

@@ -7,7 +7,6 @@
 
 mod cmd;
 mod hardware;
-mod progress;
 
 use std::process::ExitCode;
 

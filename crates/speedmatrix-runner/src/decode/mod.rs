@@ -1,0 +1,233 @@
+//! One sustained-decode cell: N streams kept busy, a fixed window measured
+//! once every stream is producing tokens (`streams.rs`), then the cell's
+//! numbers, failures and notices (`summary.rs`).
+
+mod streams;
+mod summary;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use speedmatrix_metrics::{Timestamp, Window};
+use speedmatrix_units::{Concurrency, Tokens};
+use tokio_util::sync::CancellationToken;
+
+use crate::observer::{Event, Phase};
+use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
+use crate::request::{Recorded, RequestShape};
+use crate::server::{CounterReading, Drain, Server, read_generation_counter};
+use crate::{Observer, RunError};
+
+use self::streams::{Readiness, SlotRecord, measure_window, start_streams, wait_ready, warm_up};
+use self::summary::Cell;
+
+/// Inputs of one decode cell.
+pub(crate) struct DecodeCellSpec<'a> {
+    pub(crate) step: StepId,
+    pub(crate) prompts: Vec<Arc<str>>,
+    pub(crate) expected_prompt_tokens: Tokens,
+    pub(crate) concurrency: Concurrency,
+    pub(crate) context: Tokens,
+    pub(crate) shape: RequestShape,
+    pub(crate) duration: Duration,
+    /// Send the first warm-up request alone and hand it back: it is the
+    /// context's prefill measurement (prefill mode `warmup`).
+    pub(crate) measure_first_warmup: bool,
+    /// Tokenizes streamed text for estimates when the server sends no count.
+    pub(crate) tokenizer: &'a speedmatrix_workload::Tokenizer,
+}
+
+/// What a decode cell produced, besides its outcome.
+pub(crate) struct DecodeOutcome {
+    pub(crate) cell: CellOutcome,
+    /// The first warm-up request, when the spec asked to measure it.
+    pub(crate) first_warmup: Option<Recorded>,
+    /// A Content-Type the server sent instead of `text/event-stream`.
+    pub(crate) unexpected_content_type: Option<String>,
+}
+
+/// How long streams keep running after the window closes.
+const WINDOW_EDGE_GRACE: Duration = Duration::from_millis(250);
+
+/// How long the server gets to finish the cancelled requests.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs the cell: warm-up, streams, window, cancel, drain, then the
+/// token-count estimates and their calibration where the server sent no count.
+pub(crate) async fn run_cell(
+    server: &Server,
+    spec: DecodeCellSpec<'_>,
+    observer: &dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<DecodeOutcome, RunError> {
+    let phase = |phase| {
+        observer.event(Event::Phase {
+            step: spec.step,
+            phase,
+        })
+    };
+    let mut notices = Vec::new();
+    let epoch = Instant::now();
+
+    phase(Phase::WarmingCache);
+    let (first_warmup, warm_failure) = warm_up(server, &spec, epoch, cancel).await;
+    if cancel.is_cancelled() {
+        return Err(RunError::Cancelled);
+    }
+    if let Some(failure) = warm_failure {
+        let status = StepStatus::Failed {
+            failure,
+            failed: 1,
+            good: spec.prompts.len() as u64,
+        };
+        let mut out = failed(&spec, status, notices);
+        out.first_warmup = first_warmup;
+        return Ok(out);
+    }
+
+    phase(Phase::StartingStreams);
+    let stop = CancellationToken::new();
+    let first_tokens = Arc::new(AtomicUsize::new(0));
+    let dead_slots = Arc::new(AtomicUsize::new(0));
+    let tasks = start_streams(server, &spec, epoch, &stop, &first_tokens, &dead_slots);
+
+    let n = spec.concurrency.get() as usize;
+    let ready = wait_ready(server, &spec, n, &first_tokens, &dead_slots, cancel).await;
+    let mut queueing = false;
+    match ready {
+        Readiness::Ready | Readiness::StreamsDied => {}
+        Readiness::Cancelled => {
+            stop.cancel();
+            for t in tasks {
+                let _ = t.await;
+            }
+            return Err(RunError::Cancelled);
+        }
+        Readiness::Queued => {
+            queueing = true;
+            notices.push(Notice::NeverReady { step: spec.step });
+        }
+    }
+
+    let window_start = Instant::now();
+    let mut gauges = Vec::new();
+    let mut counter = None;
+    let window_opened = !matches!(ready, Readiness::StreamsDied);
+    if window_opened {
+        phase(Phase::Measuring);
+        // The counter scrapes run beside the window, never inside its timing.
+        let opening = server
+            .has_generation_counter()
+            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
+        gauges = measure_window(server, window_start, spec.duration, cancel).await;
+        let closing = opening
+            .is_some()
+            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
+        // Streams stay open a moment past the window's end so that each
+        // stream's token curve is known up to the edge (see docs/metrics.md).
+        tokio::time::sleep(WINDOW_EDGE_GRACE).await;
+        if let (Some(open), Some(close)) = (opening, closing) {
+            counter = counter_increase(open.await.ok().flatten(), close.await.ok().flatten());
+        }
+    }
+    stop.cancel();
+    let mut recorded: Vec<SlotRecord> = Vec::new();
+    for t in tasks {
+        if let Ok(mut r) = t.await {
+            recorded.append(&mut r);
+        }
+    }
+    if cancel.is_cancelled() {
+        return Err(RunError::Cancelled);
+    }
+    phase(Phase::Draining);
+    if server.drain(DRAIN_LIMIT).await == Drain::Busy {
+        notices.push(Notice::StillBusyAfterDrain {
+            step: spec.step,
+            waited: DRAIN_LIMIT,
+        });
+    }
+    let window = match Window::new(Timestamp::from_instant(epoch, window_start), spec.duration) {
+        Ok(w) => w,
+        Err(e) => {
+            let status = StepStatus::failed(FailureKind::Metrics, e.to_string());
+            return Ok(failed(&spec, status, notices));
+        }
+    };
+    let cell = Cell {
+        spec: &spec,
+        epoch,
+        window_opened,
+        queueing,
+    };
+    let mut outcome = cell
+        .summarize(server, observer, cancel, window, recorded, &gauges, notices)
+        .await;
+    if let Some(w) = outcome.cell.window.as_mut() {
+        w.server_counter = counter;
+    }
+    outcome.first_warmup = first_warmup;
+    Ok(outcome)
+}
+
+/// A cell that produced no numbers.
+fn failed(spec: &DecodeCellSpec<'_>, status: StepStatus, notices: Vec<Notice>) -> DecodeOutcome {
+    DecodeOutcome {
+        cell: CellOutcome {
+            context: spec.context,
+            concurrency: spec.concurrency,
+            status,
+            window: None,
+            notices,
+        },
+        first_warmup: None,
+        unexpected_content_type: None,
+    }
+}
+
+/// The counter's increase between two readings; `None` when either is
+/// missing or the counter went backwards (a server restart).
+fn counter_increase(
+    open: Option<CounterReading>,
+    close: Option<CounterReading>,
+) -> Option<CounterIncrease> {
+    let (open, close) = (open?, close?);
+    let tokens = close.tokens - open.tokens;
+    // NaN readings fail this too.
+    if tokens.is_nan() || tokens < 0.0 || close.at <= open.at {
+        return None;
+    }
+    Some(CounterIncrease {
+        tokens: Tokens::new(tokens.round() as u64),
+        between_scrapes: close.at - open.at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(at: Instant, tokens: f64) -> Option<CounterReading> {
+        Some(CounterReading { at, tokens })
+    }
+
+    #[test]
+    fn counter_increase_is_the_difference_over_the_interval() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(2_500);
+        let c = counter_increase(reading(t0, 1_000.0), reading(t1, 1_750.0)).unwrap();
+        assert_eq!(c.tokens, Tokens::new(750));
+        assert_eq!(c.between_scrapes, Duration::from_millis(2_500));
+    }
+
+    #[test]
+    fn counter_resets_and_missing_readings_give_nothing() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(counter_increase(reading(t0, 500.0), reading(t1, 10.0)).is_none());
+        assert!(counter_increase(None, reading(t1, 10.0)).is_none());
+        assert!(counter_increase(reading(t0, 1.0), None).is_none());
+        assert!(counter_increase(reading(t1, 1.0), reading(t0, 2.0)).is_none());
+    }
+}

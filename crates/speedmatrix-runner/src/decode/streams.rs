@@ -1,0 +1,225 @@
+//! The cell's load: cache warm-up, N stream slots kept busy, readiness, and
+//! the fixed window with its gauge scrapes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use speedmatrix_units::{Concurrency, Tokens};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::DecodeCellSpec;
+use crate::outcome::Failure;
+use crate::request::{Recorded, RequestShape, record_one};
+use crate::server::{Gauges, Server};
+
+/// A stream slot whose requests fail this many times in a row stops.
+const MAX_CONSECUTIVE_FAILURES: u32 = 3;
+
+/// Pause before a failed request's slot sends its next one.
+const FAILURE_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Pause between two gauge scrapes inside the window.
+const SCRAPE_PERIOD: Duration = Duration::from_millis(500);
+
+/// How long to wait for every stream's first token after the cache is warm.
+fn readiness_limit(context: Tokens, n: Concurrency) -> Duration {
+    let work = context.get() as f64 * f64::from(n.get());
+    Duration::from_secs(60) + Duration::from_secs_f64(work / 2_000.0)
+}
+
+/// One request of the cell and the stream slot that sent it.
+pub(super) struct SlotRecord {
+    pub(super) slot: usize,
+    pub(super) record: Recorded,
+}
+
+/// Sends the cell's prompts once with `max_tokens` 1 so the server's prefix
+/// cache holds them. With `measure_first_warmup` the first goes alone and
+/// is returned: nothing of it was cached, so it is a cold prefill.
+pub(super) async fn warm_up(
+    server: &Server,
+    spec: &DecodeCellSpec<'_>,
+    epoch: Instant,
+    cancel: &CancellationToken,
+) -> (Option<Recorded>, Option<Failure>) {
+    let shape = spec.shape.for_one_token();
+    let mut prompts = spec.prompts.iter();
+    let mut first = None;
+    if spec.measure_first_warmup
+        && let Some(prompt) = prompts.next()
+    {
+        let r = record_one(&server.client, &shape, prompt, epoch, cancel, None).await;
+        let failure = r.error.clone();
+        first = Some(r);
+        if failure.is_some() {
+            return (first, failure);
+        }
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for prompt in prompts {
+        let client = server.client.clone();
+        let shape = shape.clone();
+        let prompt = Arc::clone(prompt);
+        let cancel = cancel.clone();
+        set.spawn(async move { record_one(&client, &shape, &prompt, epoch, &cancel, None).await });
+    }
+    let mut failure = None;
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r
+            && failure.is_none()
+        {
+            failure = r.error;
+        }
+    }
+    (first, failure)
+}
+
+/// Starts one task per stream slot; each returns its requests when `stop` fires.
+pub(super) fn start_streams(
+    server: &Server,
+    spec: &DecodeCellSpec<'_>,
+    epoch: Instant,
+    stop: &CancellationToken,
+    first_tokens: &Arc<AtomicUsize>,
+    dead_slots: &Arc<AtomicUsize>,
+) -> Vec<JoinHandle<Vec<SlotRecord>>> {
+    (0..spec.concurrency.get() as usize)
+        .map(|slot| {
+            let prompt = Arc::clone(&spec.prompts[slot % spec.prompts.len()]);
+            let client = server.client.clone();
+            let shape = spec.shape.clone();
+            let stop = stop.clone();
+            let first = Arc::clone(first_tokens);
+            let dead = Arc::clone(dead_slots);
+            tokio::spawn(async move {
+                let records = stream_loop(client, shape, prompt, epoch, stop, first, dead).await;
+                records
+                    .into_iter()
+                    .map(|record| SlotRecord { slot, record })
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// Keeps one stream slot busy until `stop`: a finished request is replaced
+/// at once, a failed one after a short pause, and a slot whose requests fail
+/// [`MAX_CONSECUTIVE_FAILURES`] times in a row stops (counted in `dead`).
+async fn stream_loop(
+    client: speedmatrix_client::Client,
+    shape: RequestShape,
+    prompt: Arc<str>,
+    epoch: Instant,
+    stop: CancellationToken,
+    first_tokens: Arc<AtomicUsize>,
+    dead: Arc<AtomicUsize>,
+) -> Vec<Recorded> {
+    let mut out = Vec::new();
+    let mut counted = false;
+    let mut failures_in_a_row = 0;
+    while !stop.is_cancelled() {
+        let counter = (!counted).then_some(&first_tokens);
+        let before = first_tokens.load(Ordering::Relaxed);
+        let r = record_one(&client, &shape, &prompt, epoch, &stop, counter).await;
+        counted |= counter.is_some() && first_tokens.load(Ordering::Relaxed) > before;
+        let failed = r.error.is_some();
+        out.push(r);
+        if !failed {
+            failures_in_a_row = 0;
+            continue;
+        }
+        failures_in_a_row += 1;
+        if failures_in_a_row >= MAX_CONSECUTIVE_FAILURES {
+            dead.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FAILURE_BACKOFF) => {}
+            () = stop.cancelled() => {}
+        }
+    }
+    out
+}
+
+pub(super) enum Readiness {
+    Ready,
+    Queued,
+    StreamsDied,
+    Cancelled,
+}
+
+/// Waits until every live slot has its first token (and the server's gauges
+/// say they all run, where it exports them); a slot that stopped after
+/// repeated failures no longer counts, and with none left the streams died.
+pub(super) async fn wait_ready(
+    server: &Server,
+    spec: &DecodeCellSpec<'_>,
+    n: usize,
+    first_tokens: &AtomicUsize,
+    dead: &AtomicUsize,
+    cancel: &CancellationToken,
+) -> Readiness {
+    let deadline = Instant::now() + readiness_limit(spec.context, spec.concurrency);
+    let gauges = server.has_gauges();
+    loop {
+        if cancel.is_cancelled() {
+            return Readiness::Cancelled;
+        }
+        let live = n.saturating_sub(dead.load(Ordering::Relaxed));
+        if live == 0 {
+            return Readiness::StreamsDied;
+        }
+        if first_tokens.load(Ordering::Relaxed) >= live {
+            if !gauges {
+                return Readiness::Ready;
+            }
+            if let Some(g) = server.gauges().await
+                && g.running >= live as f64
+                && g.waiting == 0.0
+            {
+                return Readiness::Ready;
+            }
+        }
+        if Instant::now() >= deadline {
+            return Readiness::Queued;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sleeps through the window while sampling the server's gauges; the window
+/// ends on the clock, never later because a scrape was slow.
+pub(super) async fn measure_window(
+    server: &Server,
+    start: Instant,
+    duration: Duration,
+    cancel: &CancellationToken,
+) -> Vec<Gauges> {
+    let end = tokio::time::Instant::from_std(start + duration);
+    let mut samples = Vec::new();
+    if !server.has_gauges() {
+        tokio::select! {
+            () = tokio::time::sleep_until(end) => {}
+            () = cancel.cancelled() => {}
+        }
+        return samples;
+    }
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(end) => return samples,
+            () = cancel.cancelled() => return samples,
+            g = server.gauges() => {
+                if let Some(g) = g {
+                    samples.push(g);
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(end) => return samples,
+                    () = cancel.cancelled() => return samples,
+                    () = tokio::time::sleep(SCRAPE_PERIOD) => {}
+                }
+            }
+        }
+    }
+}

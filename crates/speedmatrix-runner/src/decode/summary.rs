@@ -1,0 +1,297 @@
+//! A cell's result from its recorded requests: the failure rule (Partial or
+//! Error), token estimates and their calibration, the window's numbers and
+//! what the cell has to tell.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use speedmatrix_metrics::{
+    GaugeSample, MetricsError, Outcome, Timestamp, Window, WindowMetrics, average_gauges,
+    window_metrics,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::streams::SlotRecord;
+use super::{DecodeCellSpec, DecodeOutcome, failed};
+use crate::Observer;
+use crate::estimate::{calibration_requests, tokenize_texts};
+use crate::observer::{Event, Phase};
+use crate::outcome::{
+    CellOutcome, Failure, FailureKind, Latency, Notice, StepStatus, TokenCounting, WindowResult,
+};
+use crate::request::Recorded;
+use crate::server::{Gauges, Server};
+
+/// What summarizing a cell needs to know besides its requests.
+pub(super) struct Cell<'s, 'a> {
+    pub(super) spec: &'s DecodeCellSpec<'a>,
+    pub(super) epoch: Instant,
+    pub(super) window_opened: bool,
+    pub(super) queueing: bool,
+}
+
+impl Cell<'_, '_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn summarize(
+        &self,
+        server: &Server,
+        observer: &dyn Observer,
+        cancel: &CancellationToken,
+        window: Window,
+        recorded: Vec<SlotRecord>,
+        gauges: &[Gauges],
+        mut notices: Vec<Notice>,
+    ) -> DecodeOutcome {
+        let spec = self.spec;
+        let retried: u32 = recorded.iter().map(|r| r.record.retries).sum();
+        if retried > 0 {
+            notices.push(Notice::Retried {
+                step: spec.step,
+                times: retried,
+                per_request: crate::request::MAX_RETRIES,
+            });
+        }
+        let unexpected_content_type = recorded
+            .iter()
+            .find_map(|r| r.record.unexpected_content_type.clone());
+        let health = Health::of(&recorded, window, self.window_opened);
+        if let Some(status) = health.error() {
+            let mut out = failed(spec, status, notices);
+            out.unexpected_content_type = unexpected_content_type;
+            return out;
+        }
+        let mut recorded: Vec<Recorded> = recorded.into_iter().map(|r| r.record).collect();
+        recorded = tokenize_texts(spec.tokenizer, recorded).await;
+        let metrics_failed = |e: MetricsError, notices| {
+            let status = StepStatus::Failed {
+                failure: Failure {
+                    kind: FailureKind::Metrics,
+                    message: e.to_string(),
+                },
+                failed: 1,
+                good: health.good,
+            };
+            failed(spec, status, notices)
+        };
+        let mut m = match metrics_of(&recorded, window) {
+            Ok(m) => m,
+            Err(e) => return metrics_failed(e, notices),
+        };
+        // The cell's own finished requests calibrate estimates when they can;
+        // else a few requests run to their end now, after the window.
+        if m.token_count.calibration.is_some_and(|c| c.requests < 2) && !cancel.is_cancelled() {
+            observer.event(Event::Phase {
+                step: spec.step,
+                phase: Phase::Calibrating,
+            });
+            let extra = calibration_requests(
+                server,
+                &spec.shape,
+                &spec.prompts,
+                spec.concurrency,
+                self.epoch,
+                cancel,
+            )
+            .await;
+            recorded.extend(tokenize_texts(spec.tokenizer, extra).await);
+            m = match metrics_of(&recorded, window) {
+                Ok(again) => again,
+                Err(e) => return metrics_failed(e, notices),
+            };
+        }
+        let mut outcome = self.measured(&recorded, &m, gauges, notices);
+        if let Some(status) = health.partial() {
+            outcome.cell.status = status;
+        }
+        outcome.unexpected_content_type = unexpected_content_type;
+        outcome
+    }
+
+    fn measured(
+        &self,
+        recorded: &[Recorded],
+        m: &WindowMetrics,
+        gauges: &[Gauges],
+        mut notices: Vec<Notice>,
+    ) -> DecodeOutcome {
+        let spec = self.spec;
+        let step = spec.step;
+        let samples: Vec<GaugeSample> = gauges
+            .iter()
+            .map(|g| GaugeSample {
+                at: Timestamp::from_instant(self.epoch, g.at),
+                running: g.running,
+                waiting: g.waiting,
+            })
+            .collect();
+        let averages = average_gauges(&samples, m.window).ok().flatten();
+        let mut queueing = self.queueing;
+        if averages.is_some_and(|a| a.shows_queueing(spec.concurrency.get())) {
+            queueing = true;
+            notices.push(Notice::QueueingDuringWindow { step });
+        }
+        let mismatches = recorded
+            .iter()
+            .filter(|r| {
+                r.prompt_tokens_reported
+                    .is_some_and(|p| p != spec.expected_prompt_tokens)
+            })
+            .count() as u64;
+        if mismatches > 0 {
+            notices.push(Notice::PromptMismatch {
+                step,
+                requests: mismatches,
+                sent: spec.expected_prompt_tokens,
+            });
+        }
+        let finish_reasons = finish_reasons(recorded);
+        if finish_reasons.contains_key("stop") {
+            notices.push(Notice::IgnoreEosIgnored { step });
+        }
+        if let Some(c) = &m.token_count.calibration {
+            notices.push(Notice::Estimated {
+                step,
+                share: m.token_count.estimated_share,
+                method: c.method,
+                calibration_requests: c.requests,
+                factor: c.factor,
+                uncertainty: m.token_count.relative_uncertainty(),
+            });
+        }
+        let latency = |s: Option<speedmatrix_metrics::Summary<Duration>>| {
+            s.map(|s| Latency {
+                p50: s.p50,
+                p90: s.p90,
+                p99: s.p99,
+            })
+        };
+        let (Some(ttft), Some(time_between_tokens)) =
+            (latency(m.ttft), latency(m.time_between_tokens))
+        else {
+            let status = StepStatus::Failed {
+                failure: Failure {
+                    kind: FailureKind::NoTokens,
+                    message: "no output token arrived inside the measurement window".into(),
+                },
+                failed: 1,
+                good: recorded.len() as u64,
+            };
+            return failed(spec, status, notices);
+        };
+        let window = WindowResult {
+            total_tokens_per_s: m.total_output_rate.get(),
+            per_request_tokens_per_s: m.per_request_rate.map_or(0.0, |r| r.get()),
+            ttft,
+            time_between_tokens,
+            average_active_requests: m.average_active_requests,
+            completed_requests: m.completed_requests,
+            output_tokens: m.output_tokens,
+            measured: m.window.duration(),
+            queueing_detected: queueing,
+            prompt_token_mismatches: mismatches,
+            token_count: TokenCounting::of(&m.token_count, m.token_source),
+            finish_reasons,
+            server_counter: None,
+        };
+        DecodeOutcome {
+            cell: CellOutcome {
+                context: spec.context,
+                concurrency: spec.concurrency,
+                status: StepStatus::Measured,
+                window: Some(window),
+                notices,
+            },
+            first_warmup: None,
+            unexpected_content_type: None,
+        }
+    }
+}
+
+fn metrics_of(recorded: &[Recorded], window: Window) -> Result<WindowMetrics, MetricsError> {
+    let timelines: Vec<_> = recorded.iter().map(|r| r.timeline.clone()).collect();
+    window_metrics(&timelines, window)
+}
+
+fn finish_reasons(recorded: &[Recorded]) -> BTreeMap<String, u64> {
+    let mut reasons = BTreeMap::new();
+    for r in recorded {
+        if let Outcome::Finished { finish_reason } = &r.timeline.outcome {
+            let key = finish_reason.clone().unwrap_or_else(|| "none".into());
+            *reasons.entry(key).or_insert(0u64) += 1;
+        }
+    }
+    reasons
+}
+
+/// Failed and good requests of a cell, and whether any stream slot ran the
+/// whole window without a failure.
+struct Health {
+    failed: u64,
+    good: u64,
+    kinds: BTreeMap<FailureKind, u64>,
+    first: Option<Failure>,
+    clean_slot: bool,
+}
+
+impl Health {
+    fn of(recorded: &[SlotRecord], w: Window, window_opened: bool) -> Health {
+        let mut kinds = BTreeMap::new();
+        let mut first = None;
+        let mut failed = 0;
+        for r in recorded {
+            if let Some(f) = &r.record.error {
+                failed += 1;
+                *kinds.entry(f.kind).or_insert(0) += 1;
+                first.get_or_insert_with(|| f.clone());
+            }
+        }
+        let slots: BTreeSet<usize> = recorded.iter().map(|r| r.slot).collect();
+        let clean_slot = window_opened
+            && slots.iter().any(|&s| {
+                let mine = || recorded.iter().filter(move |r| r.slot == s);
+                let in_flight_at = |t: Timestamp| {
+                    mine().any(|r| {
+                        r.record.error.is_none()
+                            && r.record.timeline.sent_at <= t
+                            && r.record.timeline.ended_at >= t
+                    })
+                };
+                let failed_inside = mine().any(|r| {
+                    r.record.error.is_some()
+                        && r.record.timeline.ended_at > w.start()
+                        && r.record.timeline.sent_at < w.end()
+                });
+                !failed_inside && in_flight_at(w.start()) && in_flight_at(w.end())
+            });
+        Health {
+            failed,
+            good: recorded.len() as u64 - failed,
+            kinds,
+            first,
+            clean_slot,
+        }
+    }
+
+    /// The cell's status when requests failed and no stream ran the whole window.
+    fn error(&self) -> Option<StepStatus> {
+        if self.failed == 0 || self.clean_slot {
+            return None;
+        }
+        Some(StepStatus::Failed {
+            failure: self.first.clone()?,
+            failed: self.failed,
+            good: self.good,
+        })
+    }
+
+    /// The partial status when requests failed but a stream ran the whole window.
+    fn partial(&self) -> Option<StepStatus> {
+        let first = self.first.clone().filter(|_| self.clean_slot)?;
+        Some(StepStatus::Partial {
+            failed: self.failed,
+            good: self.good,
+            kinds: self.kinds.clone(),
+            first,
+        })
+    }
+}

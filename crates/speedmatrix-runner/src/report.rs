@@ -1,0 +1,373 @@
+//! The result document, made once from the run's typed outcomes: the only
+//! place that knows the report crate's types.
+
+use std::time::{Duration, SystemTime};
+
+use crate::outcome::{CellOutcome, Latency, Notice, PrefillOutcome, StepStatus, WindowResult};
+use crate::plan::{CapacityPlan, CapacitySourceKind, Plan};
+use crate::server::Server;
+use crate::{PrefillMode, RunConfig, Target};
+use speedmatrix_capacity::KvPool;
+use speedmatrix_metrics::{EstimateMethod, TokenSource};
+use speedmatrix_report::{
+    Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KvCapacity, Percentiles,
+    PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCount, TokenCountSource,
+    Tool,
+};
+
+/// Builds the document from the run's outcomes; `notes` are the notices in
+/// neutral words (the binary puts in its own).
+pub(crate) fn build_report(
+    config: &RunConfig,
+    server: &Server,
+    the_plan: &Plan,
+    prefill: &[PrefillOutcome],
+    decode: &[CellOutcome],
+    notices: &[Notice],
+    started_at: String,
+) -> Report {
+    let m = &config.matrix;
+    Report {
+        schema_version: SCHEMA_VERSION,
+        hardware: config.labels.hardware.clone(),
+        engine: Engine {
+            name: engine_name(config, server),
+            version: server.info.version().map(str::to_owned),
+            quantization: config.labels.quantization.clone(),
+            launch_command: config.labels.launch_command.clone(),
+            ..Engine::default()
+        },
+        run: RunSettings {
+            model: config
+                .labels
+                .model
+                .clone()
+                .unwrap_or_else(|| server.model.clone()),
+            served_model: server.model.clone(),
+            revision: config.labels.revision.clone(),
+            api: config.api,
+            prompt_mode: config.prompt_sharing.as_str().to_owned(),
+            tokenizer: config
+                .labels
+                .tokenizer
+                .clone()
+                .or_else(|| Some(config.tokenizer.name().to_owned())),
+            tool: Tool {
+                name: "speedmatrix".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            contexts: m.contexts.clone(),
+            concurrencies: m.concurrencies.clone(),
+            prefill_contexts: m.prefill_contexts.clone(),
+            prefill_repeats: m.prefill_repeats,
+            prefill_mode: match m.prefill_mode {
+                PrefillMode::Cold => speedmatrix_report::PrefillMode::Cold,
+                PrefillMode::Warmup => speedmatrix_report::PrefillMode::Warmup,
+            },
+            window_duration_s: m.duration.as_secs_f64(),
+            max_output_tokens: m.max_tokens,
+            decode_cache_warmed: true,
+            started_at,
+            finished_at: now_rfc3339(),
+        },
+        capacity: capacity(&the_plan.capacity),
+        prefill: prefill.iter().map(prefill_row).collect(),
+        decode: decode.iter().map(decode_cell).collect(),
+        notes: notices.iter().map(Notice::describe).collect(),
+    }
+}
+
+fn engine_name(config: &RunConfig, server: &Server) -> String {
+    if let Some(name) = &config.labels.engine {
+        return name.clone();
+    }
+    let engine = server.info.engine();
+    if matches!(config.target, Target::Embedded(_)) {
+        "speedmatrix-sim".into()
+    } else if engine != speedmatrix_engines::Engine::Unknown {
+        engine.name().into()
+    } else if server.has_gauges() {
+        "vllm".into()
+    } else {
+        "unknown".into()
+    }
+}
+
+fn capacity(c: &CapacityPlan) -> Option<Capacity> {
+    if c.source == CapacitySourceKind::Unknown {
+        return None;
+    }
+    Some(Capacity {
+        measured: c.measured_tokens.map(|t| KvCapacity {
+            kv_cache_tokens: t,
+            source: format!("server {}", measured_source(c.pool.as_ref())),
+        }),
+        predicted: c
+            .predicted_tokens
+            .or(if c.source == CapacitySourceKind::Given {
+                c.pool_tokens
+            } else {
+                None
+            })
+            .map(|t| KvCapacity {
+                kv_cache_tokens: t,
+                source: match c.source {
+                    CapacitySourceKind::Given => "given by the user".into(),
+                    _ => "predicted offline from config.json, GPU and flags".into(),
+                },
+            }),
+        rule: capacity_rule(c),
+    })
+}
+
+/// The endpoint a measured pool of this kind was read from.
+pub fn measured_source(pool: Option<&KvPool>) -> &'static str {
+    match pool {
+        Some(KvPool::Slots(_)) => "llama.cpp /props (n_ctx, total_slots)",
+        Some(KvPool::Tokens(_)) => "SGLang /get_server_info (max_total_num_tokens)",
+        _ => "/metrics vllm:cache_config_info (num_gpu_blocks × block_size)",
+    }
+}
+
+/// The rule that marks cells over capacity, in words.
+pub fn capacity_rule(c: &CapacityPlan) -> String {
+    match &c.pool {
+        Some(KvPool::Blocks(_)) => {
+            "vLLM block rule: N × blocks(context + max output) ≤ num_gpu_blocks − 1".into()
+        }
+        Some(KvPool::Tokens(_)) => {
+            "token rule: N × (context + max output) ≤ KV cache tokens".into()
+        }
+        Some(KvPool::Slots(_)) => {
+            "llama.cpp slot rule: N ≤ n_parallel and context + max output fits a slot".into()
+        }
+        Some(_) => "the engine's KV-cache rule".into(),
+        None => "unknown".into(),
+    }
+}
+
+/// The report's status of a step.
+fn status(s: &StepStatus) -> CellStatus {
+    match s {
+        StepStatus::Measured => CellStatus::Valid,
+        StepStatus::Partial {
+            failed,
+            good,
+            kinds,
+            first,
+        } => CellStatus::Partial {
+            failed_requests: *failed,
+            good_requests: *good,
+            error_kinds: kinds
+                .iter()
+                .map(|(k, n)| (k.as_str().to_owned(), *n))
+                .collect(),
+            message: first.message.clone(),
+        },
+        StepStatus::Failed {
+            failure,
+            failed,
+            good,
+        } => CellStatus::Error {
+            error_kind: failure.kind.as_str().to_owned(),
+            message: failure.message.clone(),
+            failed_requests: (*failed).max(1),
+            good_requests: *good,
+        },
+        StepStatus::Excluded(ex @ crate::outcome::Exclusion::OverCapacity { .. }) => {
+            CellStatus::OverCapacity {
+                reason: ex.to_string(),
+            }
+        }
+        StepStatus::Excluded(ex) => CellStatus::Skipped {
+            reason: ex.to_string(),
+        },
+        StepStatus::Skipped(why) => CellStatus::Skipped {
+            reason: why.to_string(),
+        },
+    }
+}
+
+/// A prefill outcome as the report document shows it.
+pub fn prefill_row(p: &PrefillOutcome) -> PrefillRow {
+    PrefillRow {
+        context: p.context,
+        status: status(&p.status),
+        prompt_tokens_per_s: p.prompt_tokens_per_s,
+        ttft_ms: p.ttft.map(ms),
+        prompt_tokens_requested: p.context,
+        prompt_tokens_reported: p.prompt_tokens_reported,
+        repeats: p.repeats,
+    }
+}
+
+/// A decode cell's outcome as the report document shows it.
+pub fn decode_cell(c: &CellOutcome) -> DecodeCell {
+    DecodeCell {
+        context: c.context,
+        concurrency: c.concurrency,
+        status: status(&c.status),
+        measurements: c.window.as_ref().map(measurements),
+    }
+}
+
+fn measurements(w: &WindowResult) -> DecodeMeasurements {
+    DecodeMeasurements {
+        total_tokens_per_s: w.total_tokens_per_s,
+        per_request_tokens_per_s: w.per_request_tokens_per_s,
+        ttft_ms: percentiles(w.ttft),
+        time_between_tokens_ms: percentiles(w.time_between_tokens),
+        average_active_requests: w.average_active_requests,
+        completed_requests: w.completed_requests,
+        output_tokens: w.output_tokens,
+        measured_s: w.measured.as_secs_f64(),
+        queueing_detected: w.queueing_detected,
+        prompt_token_mismatches: w.prompt_token_mismatches,
+        token_count_source: w
+            .token_count
+            .weakest
+            .map_or(TokenCountSource::ChunkCount, source),
+        token_count: Some(token_count(w)),
+        finish_reasons: w.finish_reasons.clone(),
+        server_counter: w.server_counter.map(|c| ServerCounter {
+            generation_tokens: c.tokens,
+            between_scrapes_s: c.between_scrapes.as_secs_f64(),
+        }),
+    }
+}
+
+fn token_count(w: &WindowResult) -> TokenCount {
+    let t = &w.token_count;
+    let c = t.calibration.as_ref();
+    TokenCount {
+        requests_by_source: t
+            .requests_by_source
+            .iter()
+            .map(|(s, n)| (source(*s).as_str().to_owned(), *n))
+            .collect(),
+        estimated: t.is_estimated(),
+        estimated_share_pct: t.estimated_share * 100.0,
+        estimate_method: c.map(|c| source(c.method.source())),
+        calibration_factor: c.filter(|c| c.requests > 0).map(|c| c.factor),
+        calibration_requests: c.map_or(0, |c| c.requests),
+        uncertainty_pct: t.relative_uncertainty.map(|u| u * 100.0),
+    }
+}
+
+fn source(s: TokenSource) -> TokenCountSource {
+    match s {
+        TokenSource::ContinuousUsage => TokenCountSource::UsagePerChunk,
+        TokenSource::EngineCount => TokenCountSource::EngineCount,
+        TokenSource::FinalUsage => TokenCountSource::FinalUsage,
+        TokenSource::Tokenizer => TokenCountSource::Tokenizer,
+        TokenSource::ChunkCount => TokenCountSource::ChunkCount,
+    }
+}
+
+fn percentiles(l: Latency) -> Percentiles {
+    Percentiles {
+        p50: ms(l.p50),
+        p90: ms(l.p90),
+        p99: ms(l.p99),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+impl Notice {
+    /// The notice in neutral words: no command-line flags, since an embedder
+    /// has none (the binary has its own wording for those).
+    pub fn describe(&self) -> String {
+        match self {
+            Notice::NeverReady { step } => format!(
+                "{step}: the server never reported every stream running with none waiting; the window opened anyway and the cell is marked as queueing"
+            ),
+            Notice::QueueingDuringWindow { step } => format!(
+                "{step}: the server reported fewer running requests than streams, or some waiting, during the window"
+            ),
+            Notice::Retried {
+                step,
+                times,
+                per_request,
+            } => format!(
+                "{step}: the server turned requests away with HTTP 429/503 {times} times; each was sent again after its Retry-After delay (at most {per_request} times)"
+            ),
+            Notice::PromptMismatch {
+                step,
+                requests,
+                sent,
+            } => format!(
+                "{step}: {requests} requests were counted by the server with a prompt length other than the {sent} tokens sent"
+            ),
+            Notice::IgnoreEosIgnored { step } => format!(
+                "{step}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (send min_tokens as well)"
+            ),
+            Notice::StillBusyAfterDrain { step, waited } => format!(
+                "{step}: the server still reported running requests {} s after the window closed",
+                waited.as_secs()
+            ),
+            Notice::Estimated {
+                step,
+                share,
+                method,
+                calibration_requests,
+                factor,
+                uncertainty,
+            } => {
+                let how = match method {
+                    EstimateMethod::Tokenizer => "re-tokenizing each stream's whole text",
+                    EstimateMethod::ChunkCount => "counting chunks",
+                };
+                let calibration = if *calibration_requests > 0 {
+                    format!(
+                        "calibrated on {calibration_requests} finished requests (× {factor:.3})"
+                    )
+                } else {
+                    "uncalibrated: no finished request reported its usage".to_owned()
+                };
+                let uncertainty = uncertainty
+                    .map_or_else(|| "unknown".to_owned(), |u| format!("±{:.1} %", u * 100.0));
+                format!(
+                    "{step}: the server sent no token count for streams cancelled at the window's end; {:.0} % of the window's tokens were estimated by {how}, {calibration}; uncertainty {uncertainty}",
+                    share * 100.0
+                )
+            }
+            Notice::ZeroContextPrompt { tokens } => format!(
+                "The context 0 row sends a {tokens}-token prompt (a unique cache marker) so that no two streams share a KV block."
+            ),
+            Notice::ExtraBody { fields } => format!(
+                "Every request carried these extra body fields: {}",
+                serde_json::Value::Object(fields.clone())
+            ),
+            Notice::EngineFields { engine, fields } => format!(
+                "Every request to this {engine} server carried {} so that it reports its running output-token count on every chunk.",
+                serde_json::Value::Object(fields.clone())
+            ),
+            Notice::UnexpectedContentType { content_type } => {
+                let sent = if content_type.is_empty() {
+                    "no Content-Type".to_owned()
+                } else {
+                    format!("Content-Type `{content_type}`")
+                };
+                format!(
+                    "The server answered streaming requests with {sent} instead of text/event-stream; the bodies were event streams and were read as such."
+                )
+            }
+            Notice::Insecure => "TLS certificate verification was disabled.".to_owned(),
+            Notice::Stopped { why } => match why {
+                crate::StopReason::Cancelled => {
+                    "The run was interrupted before every step ran.".to_owned()
+                }
+                crate::StopReason::ServerGone(detail) => {
+                    format!("The run stopped early: the server stopped answering ({detail}).")
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The flags of `speedmatrix run`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use speedmatrix_units::{Api, Concurrency, PromptSharing, Tokens};
+
+use crate::cmd::engine_flags::EngineArgs;
+
+/// A named matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PresetArg {
+    /// Contexts 0/1K/4K × 1/4/16/64 streams, 10 s windows, prefill 4K/8K: about two minutes.
+    Quick,
+    /// The seed page's matrix: contexts 0–248K × 1–128, prefill 8K–128K, 30 s windows, 8,192 tokens.
+    Seed,
+}
+
+/// How the prefill rows are measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PrefillModeArg {
+    /// A separate request per prefill context, with a never-seen prompt, before the decode cells.
+    Cold,
+    /// The first warm-up request of each context's first decode cell, sent alone with nothing
+    /// cached (the seed page's "Measured during decode warm-up"); prefill contexts without a
+    /// decode row get a cold request.
+    Warmup,
+}
+
+/// Flags of `speedmatrix run`.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = AFTER_HELP)]
+pub(crate) struct Args {
+    /// Base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:8000). Without it the
+    /// built-in simulator runs in-process (no GPU, no network).
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+    /// Simulator profile used when no --url is given: a built-in name
+    /// (rtx3090-qwen3.5-4b-fp8, tiny) or a profile JSON file.
+    #[arg(
+        long,
+        value_name = "NAME|FILE",
+        default_value = "rtx3090-qwen3.5-4b-fp8"
+    )]
+    pub(crate) sim_profile: String,
+    /// Served model name; defaults to the first model the server lists.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// API key sent as a bearer token; never written to logs or reports.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub(crate) api_key: Option<String>,
+    /// The served model's tokenizer: a tokenizer.json, a model folder, a Hugging Face id in the
+    /// local HF cache, or `bundled`. Prompts are sized with it, so it must match the server's.
+    /// Required with --url; the simulator uses `bundled`.
+    #[arg(long, value_name = "PATH|HUB_ID|bundled")]
+    pub(crate) tokenizer: Option<String>,
+    /// Endpoint for every request.
+    #[arg(long, value_enum, default_value = "completions")]
+    pub(crate) api: Api,
+    /// Matrix preset; the flags below override its parts. Default: quick with the simulator,
+    /// seed with --url.
+    #[arg(long, value_enum)]
+    pub(crate) preset: Option<PresetArg>,
+    /// Decode context lengths (rows), e.g. 0,16k,32k,64k,128k,248k (k = 1,024 tokens).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) contexts: Option<Vec<Tokens>>,
+    /// Simultaneous requests (columns), e.g. 1,2,4,8,16,32,64,128.
+    #[arg(long, value_delimiter = ',', alias = "max-concurrency")]
+    pub(crate) concurrency: Option<Vec<Concurrency>>,
+    /// Cold prefill context lengths, e.g. 8k,16k,32k,64k,128k; `none` for no prefill rows.
+    #[arg(long, value_delimiter = ',', value_parser = parse_prefill)]
+    pub(crate) prefill_contexts: Option<Vec<PrefillArg>>,
+    /// Cold prefill requests per context; the median is reported.
+    #[arg(long)]
+    pub(crate) prefill_repeats: Option<u32>,
+    /// How prefill is measured: `cold` (separate requests) or `warmup` (the first, cold warm-up
+    /// request of each context's decode cells, as the seed page).
+    #[arg(long, value_enum, default_value = "cold")]
+    pub(crate) prefill_mode: PrefillModeArg,
+    /// Measurement window per decode cell, e.g. 30s, 2m.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) duration: Option<Duration>,
+    /// max_tokens of every decode request (ignore_eos is always set).
+    #[arg(long)]
+    pub(crate) max_tokens: Option<Tokens>,
+    /// Whether the streams of a cell share one prompt.
+    #[arg(long, value_enum, default_value = "unique")]
+    pub(crate) prompt_sharing: PromptSharing,
+    /// Seed of the prompt text.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Also send min_tokens = max_tokens (for servers that ignore ignore_eos).
+    #[arg(long)]
+    pub(crate) min_tokens: bool,
+    /// A JSON object merged into every request body, for engine-specific fields, e.g.
+    /// '{"chat_template_kwargs": {"enable_thinking": false}}'. Its fields override speedmatrix's
+    /// own; it is recorded in the report.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) extra_body: Option<String>,
+
+    /// KV cache capacity in tokens, when the server does not report it.
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) kv_capacity_tokens: Option<Tokens>,
+    /// The model's config.json, to predict the KV capacity offline when the server does not
+    /// report it, by the rules of the engine --engine names (vLLM when it names none we
+    /// model) with the engine flags below, the same as `speedmatrix capacity` takes.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) model_config: Option<PathBuf>,
+    #[command(
+        flatten,
+        next_help_heading = "Engine flags for the capacity prediction (with --model-config)"
+    )]
+    pub(crate) engine_flags: EngineArgs,
+
+    /// Output directory; default `speedmatrix-runs/<UTC time>`.
+    #[arg(long, short, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Write into --out even if it already holds files.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Continue the run whose output directory is DIR (same flags), skipping finished cells.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "force"])]
+    pub(crate) resume: Option<PathBuf>,
+    /// Print the plan (cells, capacity source, estimated duration) and exit.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// No progress display.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+
+    /// Skip TLS certificate verification (recorded in the report).
+    #[arg(long)]
+    pub(crate) insecure: bool,
+    /// Connect timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub(crate) connect_timeout: Duration,
+    /// Longest silence allowed between two chunks of a stream (and before response headers).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
+    pub(crate) idle_timeout: Duration,
+
+    /// The server's launch command, copied into the report.
+    #[arg(long)]
+    pub(crate) launch_command: Option<String>,
+    /// Weight quantization, for the report (e.g. FP8).
+    #[arg(long)]
+    pub(crate) quantization: Option<String>,
+    /// Engine name for the report when the server does not tell (vllm, sglang, llama.cpp); with
+    /// --model-config, also whose KV rules the prediction follows.
+    #[arg(long)]
+    pub(crate) engine: Option<String>,
+    /// GPU name for the report's hardware section (detected with nvidia-smi when present).
+    #[arg(long)]
+    pub(crate) hardware_gpu: Option<String>,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  speedmatrix run                                   # quick matrix on the built-in simulator
+  speedmatrix run --preset seed                     # the seed page's matrix on the simulator
+  speedmatrix run --url http://127.0.0.1:8000 --tokenizer Qwen/Qwen3.5-4B --preset seed
+  speedmatrix run --resume speedmatrix-runs/2026-11-30T07-00-00Z
+
+Exit codes: 0 every planned step ran (failed cells are marked Error in the report); 1 the run
+stopped early (Ctrl-C, server gone) and the partial report was written, or every step failed;
+2 bad input (nothing is written).
+
+Requests answered 429 or 503 are retried up to 3 times after the server's Retry-After.";
+
+/// A prefill context, or `none`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PrefillArg(pub(crate) Option<Tokens>);
+
+fn parse_prefill(s: &str) -> Result<PrefillArg, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(PrefillArg(None));
+    }
+    s.parse::<Tokens>()
+        .map(|t| PrefillArg(Some(t)))
+        .map_err(|e| e.to_string())
+}

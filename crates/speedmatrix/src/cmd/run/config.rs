@@ -1,0 +1,205 @@
+//! From flags to the runner's configuration: the matrix, the tokenizer, the
+//! capacity hints, the labels, the extra body, and the clear-text warning.
+
+use speedmatrix_runner::{CapacityHints, MatrixSpec, PrefillMode, Preset, RunLabels};
+
+use super::args::{Args, PrefillModeArg, PresetArg};
+use crate::cmd::UsageError;
+use crate::cmd::engine_flags::PredictedEngine;
+use crate::hardware;
+
+pub(crate) fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
+    let preset = args.preset.unwrap_or(if embedded {
+        PresetArg::Quick
+    } else {
+        PresetArg::Seed
+    });
+    let mut m = match preset {
+        PresetArg::Quick => Preset::Quick.matrix(),
+        PresetArg::Seed => Preset::Seed.matrix(),
+    };
+    if let Some(c) = &args.contexts {
+        m.contexts = c.clone();
+    }
+    if let Some(c) = &args.concurrency {
+        m.concurrencies = c.clone();
+    }
+    if let Some(p) = &args.prefill_contexts {
+        m.prefill_contexts = p.iter().filter_map(|p| p.0).collect();
+    }
+    if let Some(r) = args.prefill_repeats {
+        m.prefill_repeats = r;
+    }
+    m.prefill_mode = match args.prefill_mode {
+        PrefillModeArg::Cold => PrefillMode::Cold,
+        PrefillModeArg::Warmup => PrefillMode::Warmup,
+    };
+    if let Some(d) = args.duration {
+        m.duration = d;
+    }
+    if let Some(t) = args.max_tokens {
+        m.max_tokens = t;
+    }
+    m
+}
+
+pub(crate) fn extra_body(
+    text: Option<&str>,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(text) = text else {
+        return Ok(serde_json::Map::new());
+    };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(UsageError(
+            "--extra-body must be a JSON object, e.g. '{\"top_k\": 1}'".into(),
+        )
+        .into()),
+        Err(e) => Err(UsageError(format!("--extra-body is not valid JSON: {e}")).into()),
+    }
+}
+
+pub(crate) fn load_tokenizer(
+    args: &Args,
+    embedded: bool,
+) -> anyhow::Result<speedmatrix_workload::Tokenizer> {
+    let source = match (&args.tokenizer, embedded) {
+        (Some(s), _) => s.as_str(),
+        (None, true) => speedmatrix_workload::BUNDLED_NAME,
+        (None, false) => {
+            return Err(UsageError(
+                "with --url, pass --tokenizer: the served model's tokenizer.json, its model folder, \
+                 or its Hugging Face id in the local HF cache, so prompts have exact token counts"
+                    .into(),
+            )
+            .into());
+        }
+    };
+    speedmatrix_workload::Tokenizer::load(source)
+        .map_err(|e| UsageError(format!("--tokenizer {source}: {e}")).into())
+}
+
+pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
+    let prediction = match &args.model_config {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UsageError(format!(
+                    "--model-config {}: cannot read it ({e}); pass the path of the model's config.json",
+                    path.display()
+                ))
+            })?;
+            let model = speedmatrix_capacity::ModelConfig::from_json(&text)
+                .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
+            let engine_flags = &args.engine_flags;
+            let gpu = engine_flags
+                .gpu()
+                .map_err(|e| UsageError(format!("--gpu {}: {e}", engine_flags.gpu)))?;
+            let engine = args
+                .engine
+                .as_deref()
+                .and_then(PredictedEngine::from_name)
+                .unwrap_or(PredictedEngine::Vllm);
+            let flags = engine_flags.engine_flags(engine)?;
+            let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
+                .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
+            Some(p)
+        }
+    };
+    Ok(CapacityHints {
+        prediction,
+        kv_capacity_tokens: args.kv_capacity_tokens,
+    })
+}
+
+pub(crate) fn labels(args: &Args, embedded: bool) -> RunLabels {
+    let mut hardware = hardware::detect();
+    if embedded {
+        // The numbers are the profile's, not this machine's GPU's: say so where
+        // the page names the hardware.
+        hardware.kind = Some("Simulated engine (speedmatrix-sim) on this machine's CPU".into());
+        hardware.gpus = vec![speedmatrix_report::Gpu {
+            name: format!("{} (simulated)", args.sim_profile),
+            memory_bytes: None,
+            count: 1,
+        }];
+    }
+    if let Some(gpu) = &args.hardware_gpu {
+        hardware.gpus = vec![speedmatrix_report::Gpu {
+            name: gpu.clone(),
+            memory_bytes: None,
+            count: 1,
+        }];
+    }
+    RunLabels {
+        hardware,
+        model: None,
+        launch_command: args.launch_command.clone().or_else(|| {
+            embedded.then(|| format!("speedmatrix sim --profile {}", args.sim_profile))
+        }),
+        quantization: args.quantization.clone(),
+        engine: args.engine.clone(),
+        revision: None,
+        tokenizer: args.tokenizer.clone(),
+    }
+}
+
+/// Warns before any connection is made when an API key would cross the
+/// network in clear text.
+pub(crate) fn warn_plain_http_with_key(args: &Args) {
+    let (Some(url), Some(_)) = (&args.url, &args.api_key) else {
+        return;
+    };
+    if let Some(host) = plain_http_host(url)
+        && !is_loopback(host)
+    {
+        eprintln!(
+            "warning: sending an API key over plain http:// to {host}; anyone on the path can read it (use https://)"
+        );
+    }
+}
+
+/// The host of an `http://` URL (brackets kept for IPv6), `None` for other schemes.
+fn plain_http_host(url: &str) -> Option<&str> {
+    let scheme_end = url.find("://")?;
+    if !url[..scheme_end].eq_ignore_ascii_case("http") {
+        return None;
+    }
+    let rest = &url[scheme_end + 3..];
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => &host_port[..v6.find(']').map_or(host_port.len(), |i| i + 2)],
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_loopback, plain_http_host};
+
+    #[test]
+    fn plain_http_hosts_are_found_and_loopback_is_recognised() {
+        assert_eq!(plain_http_host("http://10.0.0.5:8000/v1"), Some("10.0.0.5"));
+        assert_eq!(
+            plain_http_host("HTTP://user:pw@gpu-box:8000"),
+            Some("gpu-box")
+        );
+        assert_eq!(plain_http_host("http://[::1]:8000"), Some("[::1]"));
+        assert_eq!(plain_http_host("https://gpu-box"), None);
+        assert_eq!(plain_http_host("gpu-box:8000"), None);
+        assert!(is_loopback("[::1]") && is_loopback("127.0.0.2") && is_loopback("LOCALHOST"));
+        assert!(
+            !is_loopback("10.0.0.5") && !is_loopback("gpu-box") && !is_loopback("127.example.com")
+        );
+    }
+}

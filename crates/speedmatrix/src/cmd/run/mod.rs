@@ -1,0 +1,251 @@
+//! `speedmatrix run`: the main job. Measures the whole speed test matrix and
+//! writes run.json, report.md, report.html, measurements.csv and the journal.
+//!
+//! `args.rs` holds the flags, `config.rs` turns them into the runner's
+//! configuration, `words.rs` every sentence the command says (errors,
+//! notices, the plan, step summaries), and this file the run itself, its
+//! output directory and files, and its exit code.
+
+mod args;
+mod config;
+mod progress;
+mod words;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use speedmatrix_runner::{JournalOptions, RunConfig, RunOutcome, Target};
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use self::args::Args;
+use self::config::{
+    capacity_hints, extra_body, labels, load_tokenizer, matrix, warn_plain_http_with_key,
+};
+use self::progress::Progress;
+use crate::cmd::UsageError;
+
+/// Runs `speedmatrix run`.
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let embedded = args.url.is_none();
+    let matrix = matrix(&args, embedded);
+    let tokenizer = load_tokenizer(&args, embedded)?;
+    let target = match &args.url {
+        Some(url) => Target::Url(url.clone()),
+        None => Target::Embedded(Box::new(
+            speedmatrix_sim::Profile::load(&args.sim_profile)
+                .map_err(|e| UsageError(format!("--sim-profile {}: {e}", args.sim_profile)))?,
+        )),
+    };
+    let config = RunConfig {
+        target,
+        api_key: args.api_key.clone().map(speedmatrix_client::ApiKey::new),
+        insecure: args.insecure,
+        model: args.model.clone(),
+        tokenizer,
+        api: args.api,
+        matrix,
+        prompt_sharing: args.prompt_sharing,
+        seed: args.seed,
+        capacity: capacity_hints(&args)?,
+        timeouts: speedmatrix_client::Timeouts::new(
+            args.connect_timeout,
+            args.idle_timeout,
+            args.idle_timeout,
+        ),
+        send_min_tokens: args.min_tokens,
+        extra_body: extra_body(args.extra_body.as_deref())?,
+        labels: labels(&args, embedded),
+    };
+    speedmatrix_runner::validate(&config).map_err(|e| words::error(e, None))?;
+    warn_plain_http_with_key(&args);
+    if args.dry_run {
+        return dry_run(config).await;
+    }
+    let (dir, resume, created) = output_dir(&args)?;
+    let journal = JournalOptions {
+        path: Some(dir.join(JOURNAL)),
+        resume,
+    };
+    let progress = Progress::new(args.quiet);
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let key = config.api_key.clone();
+    let outcome = speedmatrix_runner::run(config, journal, &progress, cancel).await;
+    progress.finish();
+    if outcome.is_err() && created {
+        // Nothing ran: leave no empty output directory behind (remove_dir
+        // refuses a folder that holds anything).
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let mut outcome = outcome.map_err(|e| words::error(e, key.as_ref()))?;
+    // The report speaks as the command does: its notes name the flags.
+    outcome.report.notes = outcome.notices.iter().map(words::notice).collect();
+    write_outputs(&dir, &outcome)?;
+    Ok(summarize(&dir, &outcome))
+}
+
+const JOURNAL: &str = "journal.jsonl";
+
+/// The output directory, whether the run resumes, and whether this call created the directory.
+fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool, bool)> {
+    if let Some(dir) = &args.resume {
+        if !dir.join(JOURNAL).is_file() {
+            return Err(UsageError(format!(
+                "--resume {}: no {JOURNAL} there; give the output directory of an earlier run",
+                dir.display()
+            ))
+            .into());
+        }
+        return Ok((dir.clone(), true, false));
+    }
+    let dir = args.out.clone().unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "-");
+        PathBuf::from("speedmatrix-runs").join(stamp)
+    });
+    let existed = dir.exists();
+    if dir.is_dir() {
+        let non_empty = std::fs::read_dir(&dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        if non_empty && !args.force {
+            return Err(UsageError(format!(
+                "--out {} already holds files; pass --force to overwrite them, --resume {} to continue that run, or choose another directory",
+                dir.display(),
+                dir.display()
+            ))
+            .into());
+        }
+        if args.force {
+            let _ = std::fs::remove_file(dir.join(JOURNAL));
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        UsageError(format!(
+            "cannot create the output directory {}: {e}; choose a writable folder with --out",
+            dir.display()
+        ))
+    })?;
+    let probe = dir.join(".speedmatrix-write-test");
+    std::fs::write(&probe, b"").map_err(|e| {
+        UsageError(format!(
+            "cannot write into the output directory {}: {e}; choose a writable folder with --out",
+            dir.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok((dir, false, !existed))
+}
+
+async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
+    let plan = speedmatrix_runner::dry_run(&config)
+        .await
+        .map_err(|e| words::error(e, config.api_key.as_ref()))?;
+    println!("{}", words::plan(&plan, &config.matrix));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_outputs(dir: &Path, outcome: &RunOutcome) -> anyhow::Result<()> {
+    let r = &outcome.report;
+    let json = r.to_json().context("could not serialize the report")?;
+    write(dir, "run.json", &json)?;
+    write(dir, "report.md", &speedmatrix_report::to_markdown(r))?;
+    write(dir, "report.html", &speedmatrix_report::to_html(r))?;
+    write(dir, "measurements.csv", &speedmatrix_report::to_csv(r))?;
+    Ok(())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("could not write {}", path.display()))
+}
+
+fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
+    if let Some(tail) = &outcome.journal_damage {
+        let saved = tail
+            .saved_to
+            .as_ref()
+            .map(|p| format!(" (saved to {})", p.display()))
+            .unwrap_or_default();
+        eprintln!(
+            "note: the journal's line {} was damaged ({}); kept the {} bytes before it, dropped the {} bytes from there on{saved}, and ran those steps again",
+            tail.line, tail.reason, tail.offset, tail.dropped_bytes
+        );
+    }
+    let valid = outcome
+        .report
+        .decode
+        .iter()
+        .filter(|c| c.status.is_valid())
+        .count();
+    let errors = outcome
+        .report
+        .decode
+        .iter()
+        .filter(|c| matches!(c.status, speedmatrix_report::CellStatus::Error { .. }))
+        .count();
+    eprintln!(
+        "{} decode cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}}}",
+        valid,
+        errors,
+        dir.display()
+    );
+    let is_error = |s: &speedmatrix_report::CellStatus| {
+        matches!(s, speedmatrix_report::CellStatus::Error { .. })
+    };
+    let r = &outcome.report;
+    let prefill_errors = r.prefill.iter().filter(|p| is_error(&p.status)).count();
+    if prefill_errors > 0 {
+        eprintln!("{prefill_errors} prefill points failed; their errors are in the report");
+    }
+    let measured = r.prefill.iter().any(|p| p.status.is_valid()) || valid > 0;
+    match &outcome.stopped {
+        // A complete run that measured nothing (every step failed) did not do its job.
+        None if !measured && (errors + prefill_errors) > 0 => {
+            eprintln!(
+                "every step that ran failed (first: {}); see {}/report.md",
+                first_error(r).unwrap_or_default(),
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
+        Some(speedmatrix_runner::StopReason::Cancelled) => {
+            eprintln!(
+                "the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)",
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
+        Some(reason) => {
+            eprintln!(
+                "the run stopped early: {reason}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
+                dir.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn first_error(r: &speedmatrix_report::Report) -> Option<String> {
+    let statuses = r
+        .prefill
+        .iter()
+        .map(|p| &p.status)
+        .chain(r.decode.iter().map(|c| &c.status));
+    statuses.into_iter().find_map(|s| match s {
+        speedmatrix_report::CellStatus::Error {
+            error_kind,
+            message,
+            ..
+        } => Some(format!("{error_kind}: {message}")),
+        _ => None,
+    })
+}

@@ -1,0 +1,237 @@
+//! Every sentence `speedmatrix run` says: the runner hands over typed errors,
+//! notices, plans and outcomes, and this file puts them into words, naming
+//! the flags that fix or change them.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use speedmatrix_runner::{
+    CapacityPlan, CapacitySourceKind, CellOutcome, ConfigProblem, Exclusion, MatrixSpec, Notice,
+    Plan, PrefillMode, PrefillOutcome, RunError, StepStatus, measured_source,
+};
+use speedmatrix_units::{Tokens, group_thousands};
+
+use crate::cmd::UsageError;
+
+/// The runner's error for the user, with the flags that fix it; a server
+/// that echoes the API key in an error body does not get it printed.
+pub(crate) fn error(e: RunError, key: Option<&speedmatrix_client::ApiKey>) -> anyhow::Error {
+    let redact = |text: String| match key.map(|k| k.expose()) {
+        Some(k) if !k.is_empty() => text.replace(k, "[redacted]"),
+        _ => text,
+    };
+    let usage = |text: String| UsageError(redact(text)).into();
+    match e {
+        RunError::InvalidConfig(p) => usage(config_problem(&p)),
+        RunError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
+        RunError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
+        RunError::ResumeMismatch { .. } => usage(format!(
+            "{e}; resume with the same flags, or start a new output directory with --out"
+        )),
+        RunError::JournalVersion { .. } => usage(format!(
+            "{e}; finish it with the speedmatrix release that started it, or start a new run with another --out"
+        )),
+        RunError::NotAJournal { .. } => usage(format!(
+            "{e}; start a new run with another --out instead of --resume"
+        )),
+        RunError::Server { url, source } => usage(server_error_line(&url, &source)),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// A configuration problem with the flags that fix it.
+pub(crate) fn config_problem(p: &ConfigProblem) -> String {
+    match p {
+        ConfigProblem::NothingToMeasure => {
+            "nothing to measure: give at least one decode context (--contexts) or prefill context (--prefill-contexts)".into()
+        }
+        ConfigProblem::NoConcurrency => {
+            "decode contexts were given but no concurrency levels (--concurrency)".into()
+        }
+        ConfigProblem::ZeroWindow => {
+            "the measurement window must be longer than zero (e.g. --duration 30s)".into()
+        }
+        ConfigProblem::ZeroMaxTokens => "--max-tokens must be at least 1".into(),
+        ConfigProblem::ZeroPrefillRepeats => "--prefill-repeats must be at least 1".into(),
+        ConfigProblem::ZeroPrefillContext => {
+            "a prefill context must be at least 1 token (--prefill-contexts)".into()
+        }
+        ConfigProblem::NothingCanRun { .. } => format!(
+            "{p}; lower --contexts, --prefill-contexts or --max-tokens"
+        ),
+        ConfigProblem::ChatOverheadUnknown { error: Some(_) } => p.to_string(),
+        ConfigProblem::ChatOverheadUnknown { error: None } => format!("{p}; use --api completions"),
+        _ => p.to_string(),
+    }
+}
+
+/// One line saying what went wrong reaching the server and what to do.
+fn server_error_line(url: &str, e: &speedmatrix_client::Error) -> String {
+    use speedmatrix_client::ErrorKind;
+    match e.kind() {
+        ErrorKind::Config => format!("--url {url}: {e}"),
+        ErrorKind::Connect | ErrorKind::TimeoutConnect => format!(
+            "cannot reach the server at {url}: {e}; start it (or `speedmatrix sim`), fix --url, or omit --url to use the built-in simulator"
+        ),
+        _ => format!(
+            "the server at {url} did not answer the probe (GET /v1/models, /version, /metrics) properly: {e}; check that --url points at an OpenAI-compatible server"
+        ),
+    }
+}
+
+/// A notice as the report written by the command and its terminal say it:
+/// the runner's words, with the flag that changes the behaviour named.
+pub(crate) fn notice(n: &Notice) -> String {
+    match n {
+        Notice::IgnoreEosIgnored { step } => format!(
+            "{step}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (try --min-tokens)"
+        ),
+        Notice::ExtraBody { fields } => format!(
+            "Every request carried these extra body fields (--extra-body): {}",
+            serde_json::Value::Object(fields.clone())
+        ),
+        Notice::Insecure => "TLS certificate verification was disabled (--insecure).".into(),
+        other => other.describe(),
+    }
+}
+
+/// Where the capacity that decides the cells came from, in a sentence.
+pub(crate) fn capacity(c: &CapacityPlan) -> String {
+    let tokens = |t: Option<Tokens>| t.map_or("unknown".into(), |t| group_thousands(t.get()));
+    match c.source {
+        CapacitySourceKind::Measured => format!(
+            "KV capacity {} tokens, read from the server's {}{}",
+            tokens(c.pool_tokens),
+            measured_source(c.pool.as_ref()),
+            c.predicted_tokens
+                .map(|p| format!("; the offline prediction was {} tokens", tokens(Some(p))))
+                .unwrap_or_default()
+        ),
+        CapacitySourceKind::Predicted => format!(
+            "KV capacity {} tokens, predicted offline from the model config, GPU and flags (the server does not report it)",
+            tokens(c.pool_tokens)
+        ),
+        CapacitySourceKind::Given => format!(
+            "KV capacity {} tokens, as given with --kv-capacity-tokens",
+            tokens(c.pool_tokens)
+        ),
+        CapacitySourceKind::Unknown => "KV capacity unknown (the server does not report it; pass --kv-capacity-tokens or --model-config to plan): every cell runs, and cells where the server queues requests are marked".into(),
+    }
+}
+
+/// The plan as text: capacity source, every step with its verdict, and the
+/// estimated duration (`--dry-run`).
+pub(crate) fn plan(plan: &Plan, matrix: &MatrixSpec) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", capacity(&plan.capacity));
+    match matrix.prefill_mode {
+        PrefillMode::Cold => {
+            let _ = writeln!(
+                out,
+                "\nPrefill (cold, max_tokens 1, {} repeat(s)):",
+                matrix.prefill_repeats
+            );
+        }
+        PrefillMode::Warmup => {
+            let _ = writeln!(
+                out,
+                "\nPrefill (the first, cold warm-up request of each context's first decode cell; \
+                 cold requests for contexts without a decode row):"
+            );
+        }
+    }
+    for (c, ex) in &plan.prefill {
+        let verdict = ex.as_ref().map_or("run".to_owned(), verdict);
+        let _ = writeln!(out, "  {:>6}  {verdict}", c.to_string());
+    }
+    let _ = writeln!(
+        out,
+        "\nSustained decode ({} s window, max_tokens {}):",
+        matrix.duration.as_secs_f64(),
+        matrix.max_tokens
+    );
+    for cell in &plan.cells {
+        let verdict = cell.excluded.as_ref().map_or("run".to_owned(), verdict);
+        let _ = writeln!(
+            out,
+            "  {:>6} × {:<4} {verdict}",
+            cell.context.to_string(),
+            cell.concurrency.to_string()
+        );
+    }
+    let runs = plan.cells.iter().filter(|c| c.excluded.is_none()).count();
+    let _ = write!(
+        out,
+        "\n{runs} decode cells to run; estimated duration {}",
+        humantime::format_duration(Duration::from_secs(plan.estimated.as_secs()))
+    );
+    out
+}
+
+/// Why a step does not run, as the plan and progress say it.
+pub(crate) fn verdict(ex: &Exclusion) -> String {
+    match ex {
+        Exclusion::OverCapacity { .. } => format!("Over capacity: {ex}"),
+        Exclusion::TooLong { .. } => format!("Skipped: {ex}"),
+    }
+}
+
+/// A finished step's one-line summary.
+pub(crate) fn prefill_summary(p: &PrefillOutcome) -> String {
+    let how = if p.from_warmup {
+        " (decode warm-up)"
+    } else {
+        ""
+    };
+    match (p.prompt_tokens_per_s, p.ttft) {
+        (Some(rate), Some(ttft)) => format!(
+            "{rate:.0} prompt tok/s, TTFT {:.0} ms{how}",
+            ttft.as_secs_f64() * 1e3
+        ),
+        _ => status_summary(&p.status),
+    }
+}
+
+/// A finished cell's one-line summary, its status when not plainly valid.
+pub(crate) fn cell_summary(c: &CellOutcome) -> String {
+    let Some(w) = &c.window else {
+        return status_summary(&c.status);
+    };
+    let mut line = format!(
+        "{:.1} tok/s total, {:.1} per request, TTFT {:.0} ms, {:.1} ms between tokens",
+        w.total_tokens_per_s,
+        w.per_request_tokens_per_s,
+        w.ttft.p50.as_secs_f64() * 1e3,
+        w.time_between_tokens.p50.as_secs_f64() * 1e3
+    );
+    if let StepStatus::Partial { failed, good, .. } = &c.status {
+        let _ = write!(line, " [Partial: {failed} failed, {good} good requests]");
+    }
+    if w.token_count.is_estimated() {
+        let u = w.token_count.relative_uncertainty.map_or_else(
+            || "uncalibrated".to_owned(),
+            |u| format!("±{:.1} %", u * 100.0),
+        );
+        let _ = write!(line, " [estimated tokens, {u}]");
+    }
+    line
+}
+
+fn status_summary(s: &StepStatus) -> String {
+    match s {
+        StepStatus::Measured => "Valid".into(),
+        StepStatus::Partial { failed, good, .. } => {
+            format!("Partial: {failed} failed, {good} good requests")
+        }
+        StepStatus::Failed {
+            failure,
+            failed,
+            good,
+        } => format!(
+            "Error: {}: {} ({failed} failed, {good} good requests)",
+            failure.kind, failure.message
+        ),
+        StepStatus::Excluded(ex) => verdict(ex),
+        StepStatus::Skipped(why) => format!("Skipped: {why}"),
+    }
+}
