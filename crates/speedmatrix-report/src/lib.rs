@@ -12,7 +12,7 @@
 //! computes the numbers and hands them over.
 //!
 //! The schema file is checked by a test; after changing the types, regenerate it with
-//! `UPDATE_SCHEMA=1 cargo test -p speedmatrix-report --test schema`. To see the HTML page
+//! `UPDATE_SCHEMA=1 cargo test -p speedmatrix-report --test suite schema`. To see the HTML page
 //! in a real browser, `cargo xtask screenshot [RUN.json] [-o OUT.png]` renders it and takes a
 //! screenshot with headless Chromium (`apt-get install -y chromium`).
 //!

@@ -1,6 +1,5 @@
 //! Windows whose streams the server gave no count for: estimates calibrated
 //! on the cell's finished requests, checked against the true token counts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,6 +1,5 @@
 //! HTTPS: verified by default, accepted with `insecure`, against a local
 //! server with a self-signed certificate (tests/fixtures, valid for 100 years).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,8 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use speedmatrix_client::{Client, ClientConfig, ErrorKind};
 use tokio::net::TcpListener;
 
-const CERT: &[u8] = include_bytes!("fixtures/selfsigned.crt");
-const KEY: &[u8] = include_bytes!("fixtures/selfsigned.key");
+const CERT: &[u8] = include_bytes!("../fixtures/selfsigned.crt");
+const KEY: &[u8] = include_bytes!("../fixtures/selfsigned.key");
 
 /// An HTTPS server answering every request with an empty model list.
 async fn serve_tls() -> String {

@@ -1,7 +1,6 @@
 //! Exact prompt lengths with two different tokenizers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{bundled_builder, unigram_builder, wordpiece_builder};
 use proptest::prelude::*;

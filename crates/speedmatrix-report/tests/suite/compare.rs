@@ -1,7 +1,6 @@
 //! `compare` on the seed run and a copy with known changes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use speedmatrix_report::{CellStatus, Phase, Report, Threshold, Verdict, compare};
 use speedmatrix_units::{Concurrency, Tokens};

@@ -1,5 +1,4 @@
 //! The client against an in-process hyper server on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,12 +1,11 @@
 //! The seed page's own numbers render to the seed page's tables, cell by cell.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use speedmatrix_report::to_markdown;
 
 /// A copy of the seed page (`shared/seed/000_3ee437e8572a3df8.txt`) as text.
-const SEED: &str = include_str!("fixtures/seed-page.txt");
+const SEED: &str = include_str!("../fixtures/seed-page.txt");
 
 fn assert_same_table(ours: &[Vec<String>], seed: &[Vec<String>], what: &str) {
     assert_eq!(ours.len(), seed.len(), "{what}: row count");

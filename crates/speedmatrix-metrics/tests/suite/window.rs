@@ -1,5 +1,4 @@
 //! Window metrics on synthetic timelines with hand-computed answers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

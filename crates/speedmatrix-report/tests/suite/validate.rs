@@ -1,7 +1,6 @@
 //! Reading documents: clear errors for bad files, `validate` catches contradictions.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use speedmatrix_report::{CellStatus, Report, ReportError, SCHEMA_VERSION, to_csv, to_markdown};

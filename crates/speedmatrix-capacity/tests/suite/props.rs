@@ -1,5 +1,4 @@
 //! Monotonicity properties of the predictor and the fit test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
 use speedmatrix_capacity::{
@@ -8,7 +7,7 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{ByteSize, Concurrency, Tokens};
 
-const SEED_CONFIG: &str = include_str!("fixtures/agents-a1-4b-fp8.config.json");
+const SEED_CONFIG: &str = include_str!("../fixtures/agents-a1-4b-fp8.config.json");
 
 fn dense(layers: u64, kv_heads: u64, head_dim: u64) -> ModelConfig {
     ModelConfig::from_json(&format!(

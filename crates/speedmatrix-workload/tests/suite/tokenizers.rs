@@ -1,7 +1,6 @@
 //! Tokenizer sources, the bundled asset's recipe, and chat counting.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +9,7 @@ use speedmatrix_workload::{
     BpeRecipe, CacheKey, ChatOverhead, Error, HfCache, PromptBuilder, Tokenizer, render_chatml,
 };
 
-const ASSET: &str = include_str!("../assets/bundled-tokenizer.json");
+const ASSET: &str = include_str!("../../assets/bundled-tokenizer.json");
 
 #[test]
 fn bundled_asset_is_what_its_recipe_trains() {

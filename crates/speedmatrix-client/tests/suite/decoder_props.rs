@@ -1,5 +1,4 @@
 //! Property tests: decoders and the Prometheus parser under arbitrary input.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 

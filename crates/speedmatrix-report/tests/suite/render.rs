@@ -1,7 +1,6 @@
 //! Snapshots of the three renderers, and structural checks of CSV and HTML.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use quick_xml::events::Event;
 use speedmatrix_report::{CSV_COLUMNS, to_csv, to_html, to_markdown};

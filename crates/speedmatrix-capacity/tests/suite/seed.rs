@@ -1,5 +1,4 @@
 //! The seed matrix (vLLM 0.32.0, RTX 3090, Agents-A1-4B-FP8) reproduced from a config.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{
     EngineFlags, FitRule, Gpu, GridSpec, GroupKind, MambaCacheMode, ModelConfig, Prediction,
@@ -7,7 +6,7 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{Concurrency, Tokens};
 
-const CONFIG: &str = include_str!("fixtures/agents-a1-4b-fp8.config.json");
+const CONFIG: &str = include_str!("../fixtures/agents-a1-4b-fp8.config.json");
 
 /// The seed's launch: `--max-model-len 262144 --gpu-memory-utilization 0.94
 /// --max-num-seqs 128 --enable-prefix-caching --language-model-only`.

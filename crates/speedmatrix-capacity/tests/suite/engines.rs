@@ -1,5 +1,4 @@
 //! Measured capacities, SGLang and llama.cpp pools.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{
     CapacitySource, EngineFlags, FitRule, Gpu, GridSpec, LlamaCppFlags, MeasuredCapacity,
@@ -8,7 +7,7 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{Concurrency, Tokens};
 
-const SEED_CONFIG: &str = include_str!("fixtures/agents-a1-4b-fp8.config.json");
+const SEED_CONFIG: &str = include_str!("../fixtures/agents-a1-4b-fp8.config.json");
 const DENSE: &str = r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "intermediate_size": 14336,
     "max_position_embeddings": 131072}"#;

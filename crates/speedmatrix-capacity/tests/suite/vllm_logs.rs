@@ -4,7 +4,6 @@
 //! logged `num_blocks` lies in the block range that rounding allows and that the predicted
 //! blocks at the printed value do too; the log's token and concurrency figures are then
 //! checked exactly from the logged block count.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{
     KvCacheDtype, LogFormula, MambaCacheMode, ModelConfig, VllmFlags, VllmLayout, VllmVersion,

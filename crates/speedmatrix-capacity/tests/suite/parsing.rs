@@ -1,5 +1,4 @@
 //! Lenient config.json parsing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{
     CapacityError, Dtype, Gpu, LayerKind, ModelConfig, Quantization, weights_from_safetensors_index,

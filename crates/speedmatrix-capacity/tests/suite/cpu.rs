@@ -1,5 +1,4 @@
 //! vLLM's CPU backend: `VLLM_CPU_KVCACHE_SPACE` bytes go to the KV cache verbatim.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{Gpu, KvCacheDtype, ModelConfig, VllmDevice, VllmFlags, predict_vllm};
 use speedmatrix_units::ByteSize;

@@ -1,6 +1,5 @@
 //! Inputs `cargo xtask fuzz` found to panic the config reader or the
 //! predictors (arithmetic overflow), kept so they never come back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use speedmatrix_capacity::{
     CapacityError, EngineFlags, Gpu, LlamaCppFlags, ModelConfig, SglangFlags, VllmFlags, predict,

@@ -1,7 +1,6 @@
 //! The checked-in JSON Schema is current, and real documents validate against it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
@@ -27,7 +26,7 @@ fn checked_in_schema_is_current() {
     assert!(
         checked_in == fresh,
         "crates/speedmatrix-report/schema/run.schema.json is stale: the report types changed. \
-         Regenerate it with `UPDATE_SCHEMA=1 cargo test -p speedmatrix-report --test schema`, \
+         Regenerate it with `UPDATE_SCHEMA=1 cargo test -p speedmatrix-report --test suite schema`, \
          and bump SCHEMA_VERSION if old documents no longer read"
     );
 }

@@ -1,0 +1,12 @@
+//! The integration tests of `speedmatrix-capacity`, one binary: each module was its own
+//! test target before, and linking one binary instead of several saves
+//! build time in CI.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cpu;
+mod engines;
+mod fuzz_regressions;
+mod parsing;
+mod props;
+mod seed;
+mod vllm_logs;

@@ -1,0 +1,7 @@
+//! The integration tests of `speedmatrix-metrics`, one binary: each module was its own
+//! test target before, and linking one binary instead of several saves
+//! build time in CI.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod estimates;
+mod window;

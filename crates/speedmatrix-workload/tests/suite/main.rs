@@ -1,0 +1,8 @@
+//! The integration tests of `speedmatrix-workload`, one binary: each module was its own
+//! test target before, and linking one binary instead of several saves
+//! build time in CI.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod prompts;
+mod tokenizers;
