@@ -1,233 +1,18 @@
-//! A lenient reader of Hugging Face `config.json`: the shapes that size the KV cache
-//! and the weights.
+//! Reading the fields: a JSON object with the text model's fields first and
+//! the outer config as fallback, every dialect of layer-type and quantization
+//! fields, and the envelope that keeps products from overflowing.
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::{
+    GdnShape, LayerKind, Mamba2Shape, MlaShape, ModelConfig, MoeShape, Quantization, VisionShape,
+};
 use crate::{CapacityError, Dtype};
 
-/// What one decoder layer keeps per sequence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-#[non_exhaustive]
-pub enum LayerKind {
-    /// Full attention (or MLA when the model has MLA fields): KV for every token.
-    FullAttention,
-    /// Sliding-window attention over the last `window` tokens.
-    SlidingWindow {
-        /// Window in tokens.
-        window: u64,
-    },
-    /// Chunked local attention (Llama 4 style) in chunks of `chunk` tokens.
-    ChunkedLocal {
-        /// Chunk in tokens.
-        chunk: u64,
-    },
-    /// Gated DeltaNet / linear attention: a fixed recurrent state per sequence.
-    LinearAttention,
-    /// Mamba-2 style state-space layer: a fixed recurrent state per sequence.
-    Mamba,
-    /// A layer that keeps nothing per sequence (MLP-only block).
-    NoCache,
-}
-
-impl LayerKind {
-    /// Whether the layer stores attention KV.
-    pub const fn is_attention(self) -> bool {
-        matches!(
-            self,
-            LayerKind::FullAttention
-                | LayerKind::SlidingWindow { .. }
-                | LayerKind::ChunkedLocal { .. }
-        )
-    }
-
-    /// Whether the layer stores a recurrent state.
-    pub const fn is_recurrent(self) -> bool {
-        matches!(self, LayerKind::LinearAttention | LayerKind::Mamba)
-    }
-}
-
-/// Multi-head latent attention (DeepSeek-V2/V3 style): one latent vector per token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MlaShape {
-    /// `kv_lora_rank`.
-    pub kv_lora_rank: u64,
-    /// `qk_rope_head_dim`.
-    pub qk_rope_head_dim: u64,
-    /// `qk_nope_head_dim` (weights only).
-    pub qk_nope_head_dim: u64,
-    /// `v_head_dim` (weights only).
-    pub v_head_dim: u64,
-    /// `q_lora_rank`, 0 when queries are not low-rank (weights only).
-    pub q_lora_rank: u64,
-}
-
-impl MlaShape {
-    /// Elements stored per token per layer.
-    pub const fn latent_dim(self) -> u64 {
-        self.kv_lora_rank + self.qk_rope_head_dim
-    }
-}
-
-/// Gated DeltaNet state shape (Qwen3-Next, Qwen3.5 `linear_attention` layers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct GdnShape {
-    /// `linear_num_key_heads`.
-    pub num_key_heads: u64,
-    /// `linear_num_value_heads`.
-    pub num_value_heads: u64,
-    /// `linear_key_head_dim`.
-    pub key_head_dim: u64,
-    /// `linear_value_head_dim`.
-    pub value_head_dim: u64,
-    /// `linear_conv_kernel_dim`.
-    pub conv_kernel: u64,
-}
-
-/// Mamba-2 state shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Mamba2Shape {
-    /// Number of SSM heads.
-    pub num_heads: u64,
-    /// Head dimension.
-    pub head_dim: u64,
-    /// SSM state size (`d_state`).
-    pub state_size: u64,
-    /// Number of B/C groups.
-    pub n_groups: u64,
-    /// Convolution kernel width.
-    pub conv_kernel: u64,
-    /// Inner width (`num_heads * head_dim` unless given).
-    pub d_inner: u64,
-}
-
-/// Mixture-of-experts MLP shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MoeShape {
-    /// Routed experts.
-    pub num_experts: u64,
-    /// Intermediate width of one expert.
-    pub expert_intermediate: u64,
-    /// Total intermediate width of the shared expert(s); 0 if none.
-    pub shared_intermediate: u64,
-    /// Leading layers that use a dense MLP instead (`first_k_dense_replace`).
-    pub first_dense_layers: u64,
-    /// Experts each token is routed to (`num_experts_per_tok`).
-    pub experts_per_token: u64,
-}
-
-/// How the checkpoint's linear weights are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "method")]
-#[non_exhaustive]
-pub enum Quantization {
-    /// Unquantized: the model dtype.
-    None,
-    /// FP8 weights (one byte each).
-    Fp8,
-    /// Integer weights (AWQ, GPTQ, compressed-tensors int) with group scales.
-    Int {
-        /// Bits per weight.
-        bits: u64,
-        /// Weights per scale group.
-        group_size: u64,
-    },
-    /// NVFP4: 4-bit values plus one fp8 scale per 16.
-    Nvfp4,
-    /// MXFP4 on the MoE experts only (gpt-oss): 4-bit values plus one scale per 32.
-    Mxfp4Experts,
-}
-
-impl Quantization {
-    /// Bytes per quantized linear weight, scales included.
-    pub fn bytes_per_weight(self, model: Dtype) -> f64 {
-        match self {
-            Quantization::None | Quantization::Mxfp4Experts => model.bytes() as f64,
-            Quantization::Fp8 => 1.0,
-            // Packed values + one fp16 scale (and a packed zero point) per group.
-            Quantization::Int { bits, group_size } => {
-                bits as f64 / 8.0 + (2.0 + bits as f64 / 8.0) / group_size.max(1) as f64
-            }
-            Quantization::Nvfp4 => 0.5 + 1.0 / 16.0,
-        }
-    }
-}
-
-/// A vision tower, counted only when the engine loads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct VisionShape {
-    /// Blocks.
-    pub depth: u64,
-    /// Width.
-    pub hidden_size: u64,
-    /// MLP width.
-    pub intermediate_size: u64,
-    /// Width of the projection into the language model.
-    pub out_hidden_size: u64,
-}
-
-/// The parts of a model config that decide KV-cache and weight sizes.
-///
-/// Built by [`ModelConfig::from_json`]; fields are public so a caller can also
-/// describe a model by hand.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ModelConfig {
-    /// `architectures[0]`, or empty.
-    pub architecture: String,
-    /// `model_type` (of `text_config` when nested), or empty.
-    pub model_type: String,
-    /// Activation / unquantized weight dtype (`torch_dtype`, default bfloat16).
-    pub dtype: Dtype,
-    /// `hidden_size`.
-    pub hidden_size: u64,
-    /// `num_attention_heads`.
-    pub num_attention_heads: u64,
-    /// `num_key_value_heads` (defaults to the attention heads).
-    pub num_kv_heads: u64,
-    /// Attention head dim for K (`head_dim`, else hidden / heads).
-    pub head_dim: u64,
-    /// Attention head dim for V.
-    pub head_dim_v: u64,
-    /// One entry per decoder layer.
-    pub layers: Vec<LayerKind>,
-    /// MLA fields, when the attention is latent.
-    pub mla: Option<MlaShape>,
-    /// GDN state shape for `LinearAttention` layers.
-    pub gdn: Option<GdnShape>,
-    /// Mamba-2 state shape for `Mamba` layers.
-    pub mamba: Option<Mamba2Shape>,
-    /// dtype of the recurrent (SSM) state (`mamba_ssm_dtype`), default: `dtype`.
-    pub ssm_dtype: Dtype,
-    /// `vocab_size`.
-    pub vocab_size: u64,
-    /// Dense MLP width (`intermediate_size`).
-    pub intermediate_size: u64,
-    /// MoE shape when the MLP is routed.
-    pub moe: Option<MoeShape>,
-    /// `tie_word_embeddings`.
-    pub tie_word_embeddings: bool,
-    /// `attn_output_gate` (doubles the q projection).
-    pub attn_output_gate: bool,
-    /// `max_position_embeddings`, if given.
-    pub max_position_embeddings: Option<u64>,
-    /// Weight quantization.
-    pub quantization: Quantization,
-    /// The checkpoint declares an fp8 KV-cache scheme (`kv_cache_scheme`, `kv_cache_quant_algo`).
-    pub declares_fp8_kv: bool,
-    /// MTP (multi-token prediction) layers shipped with the checkpoint.
-    pub mtp_layers: u64,
-    /// Vision tower, if the config has one.
-    pub vision: Option<VisionShape>,
-    /// Each layer has one mixer only and MLPs are their own `NoCache` layers
-    /// (`hybrid_override_pattern` models); otherwise every layer has an MLP.
-    pub separate_mlp_layers: bool,
-}
-
 /// A JSON object with the text model's fields first and the outer config as fallback.
-struct Fields<'a> {
-    inner: Option<&'a Map<String, Value>>,
-    outer: &'a Map<String, Value>,
+pub(super) struct Fields<'a> {
+    pub(super) inner: Option<&'a Map<String, Value>>,
+    pub(super) outer: &'a Map<String, Value>,
 }
 
 impl<'a> Fields<'a> {
@@ -259,10 +44,10 @@ impl<'a> Fields<'a> {
 /// Largest integer a config field may hold (2^24, above every real model's
 /// dimensions and context lengths); larger values are treated as unusable so
 /// that no product of them can overflow (found by `cargo xtask fuzz`).
-const MAX_CONFIG_INT: u64 = 1 << 24;
+pub(super) const MAX_CONFIG_INT: u64 = 1 << 24;
 
 /// Integers also arrive as floats (`4.0`) or strings in hand-edited configs.
-fn as_u64(v: &Value) -> Option<u64> {
+pub(super) fn as_u64(v: &Value) -> Option<u64> {
     let n = match v {
         Value::Number(n) => n.as_u64().or_else(|| {
             n.as_f64()
@@ -275,41 +60,10 @@ fn as_u64(v: &Value) -> Option<u64> {
     n.filter(|n| *n <= MAX_CONFIG_INT)
 }
 
-impl ModelConfig {
-    /// Parses config.json text. Multimodal configs are read from `text_config`
-    /// (or `llm_config` / `language_config`) with the outer object as fallback.
-    pub fn from_json(text: &str) -> Result<Self, CapacityError> {
-        let root: Value =
-            serde_json::from_str(text).map_err(|e| CapacityError::NotJson(e.to_string()))?;
-        let outer = root
-            .as_object()
-            .ok_or_else(|| CapacityError::NotJson("the top level is not an object".into()))?;
-        let inner = ["text_config", "llm_config", "language_config"]
-            .iter()
-            .find_map(|k| outer.get(*k).and_then(Value::as_object));
-        let f = Fields { inner, outer };
-        parse(&f, outer)
-    }
-
-    /// Number of layers of each kind, in a fixed order.
-    pub fn layer_counts(&self) -> Vec<(LayerKind, u64)> {
-        let mut counts: Vec<(LayerKind, u64)> = Vec::new();
-        for kind in &self.layers {
-            match counts.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((*kind, 1)),
-            }
-        }
-        counts
-    }
-
-    /// Whether any layer keeps a recurrent state.
-    pub fn is_hybrid_recurrent(&self) -> bool {
-        self.layers.iter().any(|k| k.is_recurrent())
-    }
-}
-
-fn parse(f: &Fields<'_>, outer: &Map<String, Value>) -> Result<ModelConfig, CapacityError> {
+pub(super) fn parse(
+    f: &Fields<'_>,
+    outer: &Map<String, Value>,
+) -> Result<ModelConfig, CapacityError> {
     let hidden_size = f.req(&["hidden_size", "d_model", "n_embd", "dim"], "hidden_size")?;
     let num_layers = f.req(
         &["num_hidden_layers", "num_layers", "n_layer", "n_layers"],
@@ -427,7 +181,7 @@ fn parse(f: &Fields<'_>, outer: &Map<String, Value>) -> Result<ModelConfig, Capa
 /// Rejects dimensions far beyond any real model (every limit is at least 8×
 /// the largest published value), so that no product the predictors form
 /// can overflow: `cargo xtask fuzz` found configs that made them panic.
-fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
+pub(super) fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
     let mut checks: Vec<(&'static str, u64, u32)> = vec![
         ("hidden_size", m.hidden_size, 17),
         ("num_attention_heads", m.num_attention_heads, 10),
@@ -497,7 +251,7 @@ fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
 /// Layer kinds from, in order of preference: `layer_types`, `hybrid_override_pattern`,
 /// `layers_block_type`, `full_attention_interval`, `attn_layer_period`,
 /// sliding-window fields; otherwise all full attention.
-fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, CapacityError> {
+pub(super) fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, CapacityError> {
     let window = f.u64(&["sliding_window", "attention_window"]);
     let n_usize = usize::try_from(n).map_err(|_| CapacityError::BadField {
         field: "num_hidden_layers",
@@ -582,7 +336,7 @@ fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, CapacityError> 
     Ok(vec![LayerKind::SlidingWindow { window: w }; n_usize])
 }
 
-fn fit_len(
+pub(super) fn fit_len(
     mut kinds: Vec<LayerKind>,
     n: usize,
     field: &'static str,
@@ -598,7 +352,10 @@ fn fit_len(
     Ok(kinds)
 }
 
-fn layer_kind_from_name(name: &str, window: Option<u64>) -> Result<LayerKind, CapacityError> {
+pub(super) fn layer_kind_from_name(
+    name: &str,
+    window: Option<u64>,
+) -> Result<LayerKind, CapacityError> {
     let n = name.to_ascii_lowercase();
     Ok(match n.as_str() {
         "full_attention" | "attention" | "full" | "global" | "hybrid" | "attn" => {
@@ -627,7 +384,7 @@ fn layer_kind_from_name(name: &str, window: Option<u64>) -> Result<LayerKind, Ca
     })
 }
 
-fn gdn_shape(f: &Fields<'_>) -> Option<GdnShape> {
+pub(super) fn gdn_shape(f: &Fields<'_>) -> Option<GdnShape> {
     Some(GdnShape {
         num_key_heads: f.u64(&["linear_num_key_heads"])?,
         num_value_heads: f.u64(&["linear_num_value_heads"])?,
@@ -637,7 +394,7 @@ fn gdn_shape(f: &Fields<'_>) -> Option<GdnShape> {
     })
 }
 
-fn mamba_shape(f: &Fields<'_>, hidden: u64) -> Option<Mamba2Shape> {
+pub(super) fn mamba_shape(f: &Fields<'_>, hidden: u64) -> Option<Mamba2Shape> {
     let state_size = f.u64(&["ssm_state_size", "mamba_d_state", "state_size", "d_state"])?;
     let expand = f.u64(&["mamba_expand", "expand"]).unwrap_or(2);
     let head_dim = f
@@ -662,7 +419,7 @@ fn mamba_shape(f: &Fields<'_>, hidden: u64) -> Option<Mamba2Shape> {
     })
 }
 
-fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
+pub(super) fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
     let num_experts = f
         .u64(&[
             "num_experts",
@@ -694,7 +451,7 @@ fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
     })
 }
 
-fn vision_shape(outer: &Map<String, Value>) -> Option<VisionShape> {
+pub(super) fn vision_shape(outer: &Map<String, Value>) -> Option<VisionShape> {
     let v = outer.get("vision_config")?.as_object()?;
     let g = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(as_u64));
     let hidden_size = g(&["hidden_size", "embed_dim", "width"])?;
@@ -707,7 +464,7 @@ fn vision_shape(outer: &Map<String, Value>) -> Option<VisionShape> {
 }
 
 /// Weight quantization and whether an fp8 KV scheme is declared.
-fn quantization(outer: &Map<String, Value>, f: &Fields<'_>) -> (Quantization, bool) {
+pub(super) fn quantization(outer: &Map<String, Value>, f: &Fields<'_>) -> (Quantization, bool) {
     let Some(q) = outer
         .get("quantization_config")
         .or_else(|| f.value(&["quantization_config"]))
@@ -756,7 +513,7 @@ fn quantization(outer: &Map<String, Value>, f: &Fields<'_>) -> (Quantization, bo
     (quant, kv_fp8)
 }
 
-fn compressed_tensors(q: &Map<String, Value>) -> Quantization {
+pub(super) fn compressed_tensors(q: &Map<String, Value>) -> Quantization {
     let format = q.get("format").and_then(Value::as_str).unwrap_or_default();
     let weights = q
         .get("config_groups")

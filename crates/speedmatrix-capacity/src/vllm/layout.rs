@@ -1,0 +1,425 @@
+//! How vLLM lays the KV pool out for a model and flags: KV-cache groups,
+//! block size (`Platform._align_hybrid_block_size`), bytes per block, per-layer
+//! costs (`kv_cache_interface.py`, `kv_cache_planning.py`). No memory involved.
+
+use super::*;
+
+/// What one KV-cache group holds per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum GroupKind {
+    /// Full attention / MLA: a block per `block_size` tokens.
+    Full,
+    /// Sliding window of `window` tokens.
+    SlidingWindow {
+        /// Window.
+        window: u64,
+    },
+    /// Chunked local attention.
+    ChunkedLocal {
+        /// Chunk.
+        chunk: u64,
+    },
+    /// Recurrent state pages.
+    Mamba,
+}
+
+/// One KV-cache group: layers sharing a block table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvGroup {
+    /// What the group stores.
+    pub kind: GroupKind,
+    /// Real layers in the group.
+    pub layers: u64,
+    /// Tokens per block of this group.
+    pub block_size: u64,
+}
+
+/// Bytes one layer kind costs, per TP rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerCost {
+    /// Layer kind.
+    pub kind: LayerKind,
+    /// Layers of this kind.
+    pub layers: u64,
+    /// KV bytes per token per layer (attention kinds).
+    pub bytes_per_token: Option<u64>,
+    /// State bytes per sequence per layer before padding (recurrent kinds).
+    pub state_bytes: Option<u64>,
+}
+
+/// How vLLM lays the KV pool out for a model and flags (no memory involved).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmLayout {
+    /// Attention block size in tokens after hybrid alignment.
+    pub block_size: u64,
+    /// Why the block size is what it is.
+    pub block_size_reason: String,
+    /// Bytes of one layer's page (uniform across groups for hybrids).
+    pub page_bytes: u64,
+    /// Bytes one block id costs in the shared pool.
+    pub bytes_per_block: u64,
+    /// The groups.
+    pub groups: Vec<KvGroup>,
+    /// Padding layers added to equalise group sizes.
+    pub padding_layers: u64,
+    /// Per layer-kind costs.
+    pub layer_costs: Vec<LayerCost>,
+    /// Mamba cache mode in effect.
+    pub mamba_cache_mode: MambaCacheMode,
+    /// Extra state blocks per recurrent group (speculative tokens).
+    pub num_speculative_blocks: u64,
+    /// `max_num_batched_tokens` (sliding-window groups hold window + one chunk).
+    pub max_num_batched_tokens: u64,
+}
+
+/// One layer's spec during planning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Spec {
+    kind: GroupKind,
+    page: u64,
+    block_size: u64,
+}
+
+impl VllmLayout {
+    /// Plans the layout the way vLLM does at startup.
+    pub fn plan(model: &ModelConfig, flags: &VllmFlags) -> Result<Self, CapacityError> {
+        let tp = u64::from(flags.tensor_parallel_size.max(1));
+        let kv_dtype = match flags.device {
+            VllmDevice::Cpu { .. } => KvCacheDtype::Auto,
+            VllmDevice::Gpu => flags.kv_cache_dtype,
+        };
+        let attn_1tok = attention_bytes_per_token(model, kv_dtype, tp);
+        let state = recurrent_state_bytes(model, tp);
+        let mode = flags
+            .mamba_cache_mode
+            .unwrap_or(if flags.enable_prefix_caching {
+                MambaCacheMode::Align
+            } else {
+                MambaCacheMode::None
+            });
+        let default_block = match flags.device {
+            VllmDevice::Cpu { .. } => 128,
+            VllmDevice::Gpu => 16,
+        };
+        let base = flags.block_size.unwrap_or(default_block).max(1);
+        let has_attention = model.layers.iter().any(|k| k.is_attention());
+        let (block_size, reason) = match (state, has_attention) {
+            (Some(state), true) if attn_1tok > 0 => {
+                let aligned = hybrid_block_size(model, flags, mode, base, attn_1tok, state);
+                if aligned > base {
+                    (
+                        aligned,
+                        format!(
+                            "raised from {base} so one attention page ({attn_1tok} B/token) holds a recurrent state of {state} B (mamba cache mode {mode:?})"
+                        ),
+                    )
+                } else {
+                    (
+                        base,
+                        format!("{base} (already holds a recurrent state of {state} B)"),
+                    )
+                }
+            }
+            _ if flags.block_size.is_some() => (base, format!("{base} (--block-size)")),
+            _ => (base, format!("{base} (engine default)")),
+        };
+        let mnbt = flags.max_num_batched_tokens.unwrap_or(2048);
+        let specs = layer_specs(model, flags, block_size, attn_1tok, state.unwrap_or(0));
+        if specs.is_empty() {
+            return Err(CapacityError::Unplannable(
+                "the model has no layer that keeps a KV cache".into(),
+            ));
+        }
+        let (groups, page_bytes, bytes_per_block, padding_layers) = group_layers(&specs)?;
+        Ok(VllmLayout {
+            block_size,
+            block_size_reason: reason,
+            page_bytes,
+            bytes_per_block,
+            groups,
+            padding_layers,
+            layer_costs: layer_costs(model, attn_1tok, state),
+            mamba_cache_mode: mode,
+            num_speculative_blocks: flags.num_speculative_tokens,
+            max_num_batched_tokens: mnbt,
+        })
+    }
+
+    /// A single full-attention group of `block_size`: what a measured
+    /// `num_gpu_blocks` × `block_size` means when the model's layers are unknown.
+    pub fn single_full_attention(block_size: u64) -> Self {
+        VllmLayout {
+            block_size,
+            block_size_reason: format!("{block_size} (reported by the server)"),
+            page_bytes: 0,
+            bytes_per_block: 0,
+            groups: vec![KvGroup {
+                kind: GroupKind::Full,
+                layers: 1,
+                block_size,
+            }],
+            padding_layers: 0,
+            layer_costs: Vec::new(),
+            mamba_cache_mode: MambaCacheMode::None,
+            num_speculative_blocks: 0,
+            max_num_batched_tokens: 2048,
+        }
+    }
+
+    /// Blocks one request of `len` tokens needs from the shared pool: the sum over
+    /// groups of `cdiv(max_memory_usage_bytes(len), page)`, the quantity vLLM uses
+    /// for its concurrency figure and its startup admission check.
+    pub fn blocks_per_request(&self, len: u64) -> u64 {
+        self.groups.iter().map(|g| self.group_blocks(g, len)).sum()
+    }
+
+    pub(super) fn group_blocks(&self, g: &KvGroup, len: u64) -> u64 {
+        let b = g.block_size.max(1);
+        match g.kind {
+            GroupKind::Full => len.div_ceil(b),
+            GroupKind::SlidingWindow { window } => {
+                (window.saturating_sub(1) + self.max_num_batched_tokens)
+                    .min(len)
+                    .div_ceil(b)
+                    + 1
+            }
+            GroupKind::ChunkedLocal { chunk } => {
+                (chunk + self.max_num_batched_tokens).min(len).div_ceil(b)
+            }
+            GroupKind::Mamba => match self.mamba_cache_mode {
+                MambaCacheMode::All => len.div_ceil(b),
+                MambaCacheMode::Align => 2 + self.num_speculative_blocks,
+                MambaCacheMode::None => 1 + self.num_speculative_blocks,
+            },
+        }
+    }
+
+    /// Whether any group is not plain full attention.
+    pub fn is_hybrid(&self) -> bool {
+        self.groups.iter().any(|g| g.kind != GroupKind::Full)
+    }
+
+    /// Smallest block size across groups (the old log formula uses it).
+    pub(super) fn min_block_size(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| g.block_size)
+            .min()
+            .unwrap_or(self.block_size)
+    }
+}
+
+/// K+V bytes per token per attention layer on one rank (0 when the model has no attention).
+pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, tp: u64) -> u64 {
+    let elt = kv.element_bytes(model.dtype);
+    if let Some(mla) = model.mla {
+        // The latent is not split across TP ranks.
+        return mla.latent_dim() * elt;
+    }
+    let heads = (model.num_kv_heads / tp).max(1);
+    match kv {
+        KvCacheDtype::Nvfp4 => {
+            let packed = |h: u64| h / 2 + h / 16;
+            heads * (packed(model.head_dim) + packed(model.head_dim_v))
+        }
+        KvCacheDtype::PerTokenHead => heads * (model.head_dim + model.head_dim_v) + 2 * heads * 4,
+        _ => heads * (model.head_dim + model.head_dim_v) * elt,
+    }
+}
+
+/// Recurrent state bytes per sequence per layer on one rank; `None` without recurrent layers.
+pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64) -> Option<u64> {
+    let conv_bytes = model.dtype.bytes();
+    let ssm_bytes = model.ssm_dtype.bytes();
+    if model
+        .layers
+        .iter()
+        .any(|k| matches!(k, LayerKind::LinearAttention))
+    {
+        let g = model.gdn?;
+        let conv_dim = 2 * g.num_key_heads * g.key_head_dim + g.num_value_heads * g.value_head_dim;
+        let conv = g.conv_kernel.saturating_sub(1) * (conv_dim / tp) * conv_bytes;
+        let ssm = (g.num_value_heads / tp).max(1) * g.key_head_dim * g.value_head_dim * ssm_bytes;
+        return Some(conv + ssm);
+    }
+    if model.layers.iter().any(|k| matches!(k, LayerKind::Mamba)) {
+        let m = model.mamba?;
+        let conv = m.conv_kernel.saturating_sub(1)
+            * ((m.d_inner + 2 * m.n_groups * m.state_size) / tp)
+            * conv_bytes;
+        let ssm = (m.num_heads / tp).max(1) * m.head_dim * m.state_size * ssm_bytes;
+        return Some(conv + ssm);
+    }
+    None
+}
+
+/// `Platform._align_hybrid_block_size`.
+pub(super) fn hybrid_block_size(
+    model: &ModelConfig,
+    flags: &VllmFlags,
+    mode: MambaCacheMode,
+    base: u64,
+    attn_1tok: u64,
+    state: u64,
+) -> u64 {
+    // Smallest kernel block size of the CUDA attention backends is 16.
+    let align = base.max(16);
+    match mode {
+        MambaCacheMode::All => {
+            let model_chunk = if model.gdn.is_some() { 64 } else { 256 };
+            let chunk = lcm(flags.mamba_block_size.unwrap_or(model_chunk), align);
+            chunk * state.div_ceil(attn_1tok).div_ceil(chunk)
+        }
+        MambaCacheMode::None | MambaCacheMode::Align => align * state.div_ceil(align * attn_1tok),
+    }
+}
+
+pub(super) fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+pub(super) fn lcm(a: u64, b: u64) -> u64 {
+    if a == 0 || b == 0 {
+        a.max(b)
+    } else {
+        a / gcd(a, b) * b
+    }
+}
+
+pub(super) fn layer_specs(
+    model: &ModelConfig,
+    flags: &VllmFlags,
+    block: u64,
+    attn_1tok: u64,
+    state: u64,
+) -> Vec<Spec> {
+    let has_full = model
+        .layers
+        .iter()
+        .any(|k| matches!(k, LayerKind::FullAttention));
+    let promote = flags.disable_hybrid_kv_cache_manager && has_full;
+    let has_attention = model.layers.iter().any(|k| k.is_attention());
+    let attn_page = block * attn_1tok;
+    model
+        .layers
+        .iter()
+        .filter_map(|k| {
+            let kind = match *k {
+                LayerKind::FullAttention => GroupKind::Full,
+                LayerKind::SlidingWindow { .. } | LayerKind::ChunkedLocal { .. } if promote => {
+                    GroupKind::Full
+                }
+                LayerKind::SlidingWindow { window } => GroupKind::SlidingWindow { window },
+                LayerKind::ChunkedLocal { chunk } => GroupKind::ChunkedLocal { chunk },
+                LayerKind::LinearAttention | LayerKind::Mamba => GroupKind::Mamba,
+                LayerKind::NoCache => return None,
+            };
+            let page = match kind {
+                // Aligned hybrids pad the state to one attention page.
+                GroupKind::Mamba if has_attention => attn_page.max(state),
+                GroupKind::Mamba => state,
+                _ => attn_page,
+            };
+            Some(Spec {
+                kind,
+                page,
+                block_size: block,
+            })
+        })
+        .collect()
+}
+
+/// `get_kv_cache_groups` for the cases this crate models:
+/// returns (groups, page bytes, bytes per block, padding layers).
+pub(super) fn group_layers(specs: &[Spec]) -> Result<(Vec<KvGroup>, u64, u64, u64), CapacityError> {
+    let first = specs[0];
+    let n = specs.len() as u64;
+    if specs.iter().all(|s| *s == first) {
+        let g = KvGroup {
+            kind: first.kind,
+            layers: n,
+            block_size: first.block_size,
+        };
+        return Ok((vec![g], first.page, first.page * n, 0));
+    }
+    let same_type = specs
+        .iter()
+        .all(|s| s.kind == first.kind && s.block_size == first.block_size);
+    if same_type {
+        let sum: u64 = specs.iter().map(|s| s.page).sum();
+        let g = KvGroup {
+            kind: first.kind,
+            layers: n,
+            block_size: first.block_size,
+        };
+        return Ok((
+            vec![g],
+            specs.iter().map(|s| s.page).max().unwrap_or(0),
+            sum,
+            0,
+        ));
+    }
+    // Hybrid: unify page sizes (attention pages that divide the largest page get a
+    // proportionally larger block size; others and recurrent pages are padded).
+    let max_page = specs.iter().map(|s| s.page).max().unwrap_or(0);
+    if max_page == 0 {
+        return Err(CapacityError::Unplannable(
+            "a layer has a zero-byte page".into(),
+        ));
+    }
+    let mut buckets: Vec<(GroupKind, u64, u64)> = Vec::new();
+    for s in specs {
+        let block_size =
+            if s.kind != GroupKind::Mamba && s.page < max_page && max_page % s.page == 0 {
+                s.block_size * (max_page / s.page)
+            } else {
+                s.block_size
+            };
+        match buckets
+            .iter_mut()
+            .find(|(k, b, _)| *k == s.kind && *b == block_size)
+        {
+            Some((_, _, count)) => *count += 1,
+            None => buckets.push((s.kind, block_size, 1)),
+        }
+    }
+    let min_n = buckets.iter().map(|b| b.2).min().unwrap_or(1);
+    let max_n = buckets.iter().map(|b| b.2).max().unwrap_or(1);
+    // 1.5 since vLLM ~0.11 (1.25 before).
+    let group_size = if 2 * max_n < 3 * min_n { max_n } else { min_n };
+    let mut groups = Vec::new();
+    let mut padding = 0;
+    for (kind, block_size, count) in buckets {
+        let num_groups = count.div_ceil(group_size);
+        padding += num_groups * group_size - count;
+        for i in 0..num_groups {
+            // layers[i::num_groups]
+            let layers = (count - i).div_ceil(num_groups);
+            groups.push(KvGroup {
+                kind,
+                layers,
+                block_size,
+            });
+        }
+    }
+    Ok((groups, max_page, group_size * max_page, padding))
+}
+
+pub(super) fn layer_costs(
+    model: &ModelConfig,
+    attn_1tok: u64,
+    state: Option<u64>,
+) -> Vec<LayerCost> {
+    model
+        .layer_counts()
+        .into_iter()
+        .filter(|(k, _)| !matches!(k, LayerKind::NoCache))
+        .map(|(kind, layers)| LayerCost {
+            kind,
+            layers,
+            bytes_per_token: kind.is_attention().then_some(attn_1tok),
+            state_bytes: if kind.is_recurrent() { state } else { None },
+        })
+        .collect()
+}

@@ -1,0 +1,394 @@
+//! vLLM (v1 engine): block size, KV groups, memory budget, number of blocks and the
+//! two startup log figures, following `kv_cache_interface.py`, `kv_cache_planning.py`,
+//! `Platform._align_hybrid_block_size`, `gpu_worker.py` and `cpu_worker.py`.
+
+use serde::Serialize;
+use speedmatrix_units::ByteSize;
+
+use crate::config::{LayerKind, ModelConfig};
+use crate::gpu::{Gpu, gib_bytes};
+use crate::{CapacityError, Dtype, KvCacheDtype};
+
+mod layout;
+mod memory;
+
+pub use self::layout::{GroupKind, KvGroup, LayerCost, VllmLayout};
+pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget};
+use self::memory::{batch_defaults, memory_budget};
+
+/// How vLLM keeps recurrent (Mamba/GDN) states for prefix caching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MambaCacheMode {
+    /// One state per running request (no prefix caching).
+    None,
+    /// States at block boundaries; the default with `--enable-prefix-caching`.
+    Align,
+    /// A state per block for every cached block.
+    All,
+}
+
+/// A vLLM release, for the behaviours that changed between releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct VllmVersion {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch.
+    pub patch: u32,
+}
+
+impl VllmVersion {
+    /// The newest behaviour this crate models (v0.32.0 ≈ main at the time of writing).
+    pub const LATEST: VllmVersion = VllmVersion {
+        major: 0,
+        minor: 32,
+        patch: 0,
+    };
+
+    /// Parses `0.32.0`, `v0.20.1rc1`, `0.19`.
+    pub fn parse(text: &str) -> Result<Self, CapacityError> {
+        let bad = || CapacityError::BadFlag {
+            flag: "vllm version",
+            value: text.to_owned(),
+            why: "expected e.g. 0.32.0",
+        };
+        let mut parts = text.trim().trim_start_matches('v').split('.').map(|p| {
+            p.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<u32>()
+                .ok()
+        });
+        let major = parts.next().flatten().ok_or_else(bad)?;
+        let minor = parts.next().flatten().ok_or_else(bad)?;
+        let patch = parts.next().flatten().unwrap_or(0);
+        Ok(VllmVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    const fn at_least(self, minor: u32, patch: u32) -> bool {
+        self.major > 0 || self.minor > minor || (self.minor == minor && self.patch >= patch)
+    }
+}
+
+impl Default for VllmVersion {
+    fn default() -> Self {
+        VllmVersion::LATEST
+    }
+}
+
+/// Where vLLM runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VllmDevice {
+    /// A CUDA/ROCm GPU: the budget comes from utilization and profiling.
+    Gpu,
+    /// The CPU backend with `VLLM_CPU_KVCACHE_SPACE` set: the KV cache gets exactly
+    /// that many bytes, the block size defaults to 128 and KV quantization is off.
+    Cpu {
+        /// `VLLM_CPU_KVCACHE_SPACE` in bytes (the variable is in GiB).
+        kvcache_space: ByteSize,
+    },
+}
+
+/// Overrides for the non-KV terms that cannot be derived from a config (calibrate
+/// them from one boot log of the same GPU, model and version).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct OverheadOverrides {
+    /// Transient torch peak of the profiling forward + sampler warm-up.
+    pub activation_peak: Option<ByteSize>,
+    /// Non-torch allocations (cuBLAS/attention workspaces, NCCL, allocator slack).
+    pub non_torch: Option<ByteSize>,
+    /// CUDA-graph memory estimate.
+    pub cudagraph: Option<ByteSize>,
+    /// Exact weight bytes per rank (e.g. from the safetensors index / 'Model loading took').
+    pub weights: Option<ByteSize>,
+}
+
+/// The vLLM flags that change KV capacity. `Default` is `vllm serve` with no flags.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmFlags {
+    /// `--gpu-memory-utilization` (default 0.9).
+    pub gpu_memory_utilization: f64,
+    /// `--max-model-len`; default: the config's `max_position_embeddings`.
+    pub max_model_len: Option<u64>,
+    /// `--max-num-seqs`; default 256, or 1024 on GPUs ≥ 70 GiB other than A100.
+    pub max_num_seqs: Option<u32>,
+    /// `--max-num-batched-tokens`; default 2048, or 8192 on GPUs ≥ 70 GiB other than A100.
+    pub max_num_batched_tokens: Option<u64>,
+    /// `--kv-cache-dtype`.
+    pub kv_cache_dtype: KvCacheDtype,
+    /// `--block-size` (default 16 on GPU, 128 on CPU; hybrid models raise it).
+    pub block_size: Option<u64>,
+    /// `--mamba-block-size` (only with mamba cache mode `all`).
+    pub mamba_block_size: Option<u64>,
+    /// `--enable-prefix-caching`.
+    pub enable_prefix_caching: bool,
+    /// `--mamba-cache-mode`; default: `align` with prefix caching, else `none`.
+    pub mamba_cache_mode: Option<MambaCacheMode>,
+    /// `--enforce-eager`: no CUDA graphs.
+    pub enforce_eager: bool,
+    /// `--kv-cache-memory-bytes`: the KV budget verbatim.
+    pub kv_cache_memory_bytes: Option<ByteSize>,
+    /// `--num-gpu-blocks-override`.
+    pub num_gpu_blocks_override: Option<u64>,
+    /// `--tensor-parallel-size`.
+    pub tensor_parallel_size: u32,
+    /// Speculative tokens (MTP/EAGLE): extra state blocks per recurrent group.
+    pub num_speculative_tokens: u64,
+    /// `--language-model-only` (or all multimodal limits 0): no vision tower.
+    pub language_model_only: bool,
+    /// `--disable-hybrid-kv-cache-manager`.
+    pub disable_hybrid_kv_cache_manager: bool,
+    /// Engine release.
+    pub version: VllmVersion,
+    /// GPU or CPU backend.
+    pub device: VllmDevice,
+    /// Calibrated non-KV terms.
+    pub overhead: OverheadOverrides,
+}
+
+impl Default for VllmFlags {
+    fn default() -> Self {
+        VllmFlags {
+            gpu_memory_utilization: 0.9,
+            max_model_len: None,
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            kv_cache_dtype: KvCacheDtype::Auto,
+            block_size: None,
+            mamba_block_size: None,
+            enable_prefix_caching: false,
+            mamba_cache_mode: None,
+            enforce_eager: false,
+            kv_cache_memory_bytes: None,
+            num_gpu_blocks_override: None,
+            tensor_parallel_size: 1,
+            num_speculative_tokens: 0,
+            language_model_only: false,
+            disable_hybrid_kv_cache_manager: false,
+            version: VllmVersion::LATEST,
+            device: VllmDevice::Gpu,
+            overhead: OverheadOverrides::default(),
+        }
+    }
+}
+
+/// Which formula produced the "GPU KV cache size: N tokens" line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormula {
+    /// v1 ≤ 0.8: `num_blocks × block_size`.
+    BlocksTimesBlockSize,
+    /// 0.9 … 0.20.0: `num_blocks // num_groups × min block size`.
+    PerGroupBlocks,
+    /// ≥ 0.20.1: `int(max_concurrency × max_model_len)`.
+    ConcurrencyTimesMaxLen,
+}
+
+/// Whether vLLM would start: one request of `max_model_len` must fit in the usable blocks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StartupCheck {
+    /// One max-length request fits.
+    pub fits: bool,
+    /// Bytes that request needs.
+    pub needed: ByteSize,
+    /// Bytes available after the null block.
+    pub usable: ByteSize,
+    /// Longest `max_model_len` that would fit.
+    pub estimated_max_model_len: u64,
+}
+
+/// What vLLM would report at startup.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmPrediction {
+    /// Memory budget.
+    pub budget: MemoryBudget,
+    /// Pool layout.
+    pub layout: VllmLayout,
+    /// `num_gpu_blocks`.
+    pub num_blocks: u64,
+    /// `max_model_len` in effect.
+    pub max_model_len: u64,
+    /// `max_num_seqs` in effect.
+    pub max_num_seqs: u32,
+    /// Blocks one `max_model_len` request needs.
+    pub blocks_per_request_at_max_len: u64,
+    /// "Maximum concurrency for L tokens per request: X x".
+    pub max_concurrency: f64,
+    /// "GPU KV cache size: N tokens".
+    pub kv_cache_size_tokens: u64,
+    /// Formula used for that figure.
+    pub log_formula: LogFormula,
+    /// Startup admission check.
+    pub startup: StartupCheck,
+}
+
+/// Predicts vLLM's KV pool for a model on a device.
+pub fn predict_vllm(
+    model: &ModelConfig,
+    gpu: &Gpu,
+    flags: &VllmFlags,
+) -> Result<VllmPrediction, CapacityError> {
+    check_flags(flags)?;
+    let (mnbt, mns) = batch_defaults(gpu, flags);
+    let flags = VllmFlags {
+        max_num_batched_tokens: Some(mnbt),
+        max_num_seqs: Some(mns),
+        ..flags.clone()
+    };
+    let layout = VllmLayout::plan(model, &flags)?;
+    let budget = memory_budget(model, gpu, &flags, &layout)?;
+    let max_model_len = flags
+        .max_model_len
+        .or(model.max_position_embeddings)
+        .ok_or(CapacityError::MissingField {
+            field: "max_position_embeddings (or pass max_model_len)",
+        })?;
+    Ok(capacity_from_budget(
+        layout,
+        budget,
+        max_model_len,
+        mns,
+        &flags,
+    ))
+}
+
+/// Finishes a prediction from a known KV budget (e.g. "Available KV cache memory: X GiB"
+/// read from a log): number of blocks, concurrency and the logged token figure.
+pub fn capacity_from_budget(
+    layout: VllmLayout,
+    budget: MemoryBudget,
+    max_model_len: u64,
+    max_num_seqs: u32,
+    flags: &VllmFlags,
+) -> VllmPrediction {
+    let bpb = layout.bytes_per_block.max(1);
+    let num_blocks = flags
+        .num_gpu_blocks_override
+        .unwrap_or(budget.available_kv.get() / bpb);
+    let bpr = layout.blocks_per_request(max_model_len).max(1);
+    let max_concurrency = num_blocks as f64 / bpr as f64;
+    let (kv_cache_size_tokens, log_formula) = log_tokens(
+        &layout,
+        num_blocks,
+        max_concurrency,
+        max_model_len,
+        flags.version,
+    );
+    let usable = (num_blocks.saturating_sub(1)) * bpb;
+    let needed = bpr * bpb;
+    let startup = StartupCheck {
+        fits: needed <= usable,
+        needed: ByteSize::new(needed),
+        usable: ByteSize::new(usable),
+        estimated_max_model_len: longest_fitting(&layout, usable, max_model_len),
+    };
+    VllmPrediction {
+        budget,
+        layout,
+        num_blocks,
+        max_model_len,
+        max_num_seqs,
+        blocks_per_request_at_max_len: bpr,
+        max_concurrency,
+        kv_cache_size_tokens,
+        log_formula,
+        startup,
+    }
+}
+
+fn log_tokens(
+    layout: &VllmLayout,
+    num_blocks: u64,
+    conc: f64,
+    max_len: u64,
+    v: VllmVersion,
+) -> (u64, LogFormula) {
+    if v.at_least(20, 1) {
+        (
+            (conc * max_len as f64).floor() as u64,
+            LogFormula::ConcurrencyTimesMaxLen,
+        )
+    } else if v.at_least(9, 0) {
+        let groups = layout.groups.len().max(1) as u64;
+        (
+            num_blocks / groups * layout.min_block_size(),
+            LogFormula::PerGroupBlocks,
+        )
+    } else {
+        (
+            num_blocks * layout.min_block_size(),
+            LogFormula::BlocksTimesBlockSize,
+        )
+    }
+}
+
+fn longest_fitting(layout: &VllmLayout, usable: u64, max_len: u64) -> u64 {
+    let fits = |l: u64| layout.blocks_per_request(l) * layout.bytes_per_block <= usable;
+    if !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1, max_len);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) { lo = mid } else { hi = mid - 1 }
+    }
+    lo
+}
+
+fn check_flags(flags: &VllmFlags) -> Result<(), CapacityError> {
+    let u = flags.gpu_memory_utilization;
+    if !(u > 0.0 && u <= 1.0) {
+        return Err(CapacityError::BadFlag {
+            flag: "--gpu-memory-utilization",
+            value: u.to_string(),
+            why: "must be in (0, 1]",
+        });
+    }
+    if flags.block_size == Some(0) {
+        return Err(CapacityError::BadFlag {
+            flag: "--block-size",
+            value: "0".into(),
+            why: "must be at least 1",
+        });
+    }
+    if flags.max_model_len == Some(0) {
+        return Err(CapacityError::BadFlag {
+            flag: "--max-model-len",
+            value: "0".into(),
+            why: "must be at least 1",
+        });
+    }
+    Ok(())
+}
+
+/// Convenience for tests and callers that read "Available KV cache memory: X GiB" from a log.
+pub fn budget_from_available_gib(gib: f64) -> MemoryBudget {
+    let bytes = gib_bytes(gib);
+    let none = |why: &str| Estimate::given(ByteSize::new(0), why);
+    MemoryBudget {
+        device_total: bytes,
+        utilization: 1.0,
+        requested: bytes,
+        weights: none("not needed: KV budget given"),
+        activation_peak: none("not needed: KV budget given"),
+        non_torch: none("not needed: KV budget given"),
+        cudagraph: none("not needed: KV budget given"),
+        available_kv: bytes,
+        source: KvBudgetSource::KvCacheMemoryBytes,
+    }
+}
+
+/// The element dtype vLLM would store KV in, for display.
+pub fn kv_element_dtype(model: &ModelConfig, kv: KvCacheDtype) -> Dtype {
+    match kv {
+        KvCacheDtype::Auto => model.dtype,
+        _ => Dtype::Fp8,
+    }
+}

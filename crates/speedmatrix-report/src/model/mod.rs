@@ -1,0 +1,259 @@
+//! The run document: what was measured, on what, how, and the numbers.
+//!
+//! Every field that carries a unit names it (`ttft_ms`, `window_duration_s`,
+//! `total_tokens_per_s`); token counts are [`Tokens`], request counts are
+//! [`Concurrency`] or plain integers, memory is [`ByteSize`] in bytes.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use speedmatrix_units::{ByteSize, Concurrency, Tokens};
+
+mod cells;
+
+pub use self::cells::{
+    CellStatus, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
+    ServerCounter, TokenCount, TokenCountSource,
+};
+
+/// The version of the document layout this crate writes.
+///
+/// Bump it on any change that an older reader would misread. Version 2 added
+/// partial cells, estimated token counts and the prefill mode; version 1
+/// documents are still read (see [`Report::from_json`]).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest document version [`Report::from_json`] reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+
+/// One speed test matrix run: the document `speedmatrix run` writes as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// Layout version of this document; always [`SCHEMA_VERSION`] when written by this crate.
+    pub schema_version: u32,
+    /// The machine the server ran on.
+    pub hardware: Hardware,
+    /// The inference engine as the server reports it and as it was launched.
+    pub engine: Engine,
+    /// What was asked of the server.
+    pub run: RunSettings,
+    /// The KV-cache capacity that decided which cells ran, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+    /// Cold prefill measurements, one per prefill context, in the order of `run.prefill_contexts`.
+    pub prefill: Vec<PrefillRow>,
+    /// Sustained-decode cells, one per context × concurrency, row by row.
+    pub decode: Vec<DecodeCell>,
+    /// Free-form remarks shown at the end of the report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The machine the server ran on, as detected or given by the user.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    /// What kind of accelerator, e.g. `Discrete GPU`, `Apple unified memory`, `CPU only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The accelerators; several identical ones are one entry with a count.
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// CPU model name, e.g. `AMD Ryzen 9 7900X`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// Physical CPU cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<u32>,
+    /// System memory in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<u64>")]
+    pub ram_bytes: Option<ByteSize>,
+    /// Operating system name and version, e.g. `Ubuntu 24.04.5`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+}
+
+/// One kind of accelerator in the machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    /// Marketing name, e.g. `RTX 3090`.
+    pub name: String,
+    /// Memory of one device in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<u64>")]
+    pub memory_bytes: Option<ByteSize>,
+    /// How many of these devices serve the model.
+    pub count: u32,
+}
+
+/// The inference engine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Engine {
+    /// Engine name as the server reports it, e.g. `vllm`.
+    pub name: String,
+    /// Engine version as the server reports it, e.g. `0.32.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Weight quantization, e.g. `FP8`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
+    /// Compute backend, e.g. `cuda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Source repository of the engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// Build or container image, e.g. `vllm/vllm-openai:v0.32.0-x86_64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
+    /// The command that started the server, as the user gave it (comments included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_command: Option<String>,
+}
+
+pub use speedmatrix_units::Api;
+
+/// The benchmark tool that produced the document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    /// Tool name, e.g. `speedmatrix`.
+    pub name: String,
+    /// Tool version, e.g. `0.1.0`.
+    pub version: String,
+}
+
+/// What was asked of the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// The model that was launched, e.g. `InternScience/Agents-A1-4B-FP8`.
+    pub model: String,
+    /// The model name requests were sent to (`--served-model-name`), e.g. `bench`.
+    pub served_model: String,
+    /// Model revision, e.g. `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Endpoint used.
+    pub api: Api,
+    /// How prompts were built, e.g. `unique` (no prefix shared between streams).
+    pub prompt_mode: String,
+    /// Tokenizer used to size prompts exactly, e.g. a HuggingFace repository name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// The benchmark tool.
+    pub tool: Tool,
+    /// Context lengths of the decode matrix rows, ascending.
+    #[schemars(with = "Vec<u64>")]
+    pub contexts: Vec<Tokens>,
+    /// Simultaneous requests of the decode matrix columns, ascending.
+    #[schemars(with = "Vec<std::num::NonZeroU32>")]
+    pub concurrencies: Vec<Concurrency>,
+    /// Context lengths of the prefill measurements, ascending.
+    #[schemars(with = "Vec<u64>")]
+    pub prefill_contexts: Vec<Tokens>,
+    /// Cold prefill requests per context; rows report their median.
+    pub prefill_repeats: u32,
+    /// How prefill was measured: separate cold requests, or the first
+    /// (cold) warm-up request of each context's decode cells.
+    #[serde(default)]
+    pub prefill_mode: PrefillMode,
+    /// Length of each decode cell's measurement window in seconds.
+    pub window_duration_s: f64,
+    /// `max_tokens` of every decode request.
+    #[schemars(with = "u64")]
+    pub max_output_tokens: Tokens,
+    /// Whether each decode cell's prompts were sent once before its window, so the
+    /// server's prompt cache holds them and TTFT mostly excludes prefill.
+    pub decode_cache_warmed: bool,
+    /// When the run started, RFC 3339 (e.g. `2026-11-30T07:30:00Z`).
+    pub started_at: String,
+    /// When the run finished, RFC 3339.
+    pub finished_at: String,
+}
+
+/// How the prefill rows were measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillMode {
+    /// One separate request per context with a never-seen prompt.
+    #[default]
+    Cold,
+    /// The first warm-up request of the first cell of each context (nothing
+    /// of its prompt cached), as the seed page's "Measured during decode warm-up".
+    Warmup,
+}
+
+impl PrefillMode {
+    /// The words the report shows, as the seed page spells its mode.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PrefillMode::Cold => "Separate cold request",
+            PrefillMode::Warmup => "Measured during decode warm-up",
+        }
+    }
+}
+
+/// How many tokens the server's KV cache holds, by measurement and by prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capacity {
+    /// What the server reported or what was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<KvCapacity>,
+    /// What the offline predictor computed from the model and the hardware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<KvCapacity>,
+    /// The rule that marked cells over capacity, in words,
+    /// e.g. `concurrency × (context + max output) > KV cache tokens`.
+    pub rule: String,
+}
+
+/// One capacity figure and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvCapacity {
+    /// Tokens the KV cache holds.
+    #[schemars(with = "u64")]
+    pub kv_cache_tokens: Tokens,
+    /// Where the figure came from, e.g. `vllm /metrics cache_config_info`.
+    pub source: String,
+}
+
+impl Capacity {
+    /// `predicted / measured − 1` (e.g. `0.03` = prediction 3 % high), when both are known.
+    pub fn difference(&self) -> Option<f64> {
+        let measured = self.measured.as_ref()?.kv_cache_tokens.get();
+        let predicted = self.predicted.as_ref()?.kv_cache_tokens.get();
+        (measured > 0).then(|| predicted as f64 / measured as f64 - 1.0)
+    }
+}
+
+/// One cold prefill measurement: a prompt of `context` tokens, nothing cached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrefillRow {
+    /// Prompt length asked for.
+    #[schemars(with = "u64")]
+    pub context: Tokens,
+    /// Outcome.
+    pub status: CellStatus,
+    /// Server-reported prompt tokens / TTFT, median over repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_per_s: Option<f64>,
+    /// Time to first token in milliseconds, median over repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Prompt tokens the benchmark built.
+    #[schemars(with = "u64")]
+    pub prompt_tokens_requested: Tokens,
+    /// Prompt tokens the server reported in `usage`, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<u64>")]
+    pub prompt_tokens_reported: Option<Tokens>,
+    /// Cold requests measured.
+    pub repeats: u32,
+}
