@@ -346,4 +346,36 @@ mod tests {
         let events = decode(b"data: [DONE]\n\ndata: {\"choices\":[]}\n\n");
         assert!(events.is_empty());
     }
+
+    /// Coverage-guided under `cargo xtask fuzz`: OpenAI chunks on top of SSE
+    /// never panic, and decode the same whatever the read boundaries.
+    #[test]
+    fn fuzz_stream() {
+        bolero::check!().for_each(|input: &[u8]| {
+            let (head, data) = input.split_at(input.len().min(8));
+            let mut seed = [0u8; 8];
+            seed[..head.len()].copy_from_slice(head);
+            let at = Instant::now();
+            let decode = |parts: &[&[u8]]| {
+                let mut d = StreamDecoder::new();
+                let mut events = Vec::new();
+                for part in parts {
+                    d.feed(part, at);
+                    while let Some(e) = d.next_event() {
+                        events.push(e.map_err(|e| e.kind()));
+                    }
+                }
+                if let Some(e) = d.finish() {
+                    events.push(e.map_err(|e| e.kind()));
+                }
+                events
+            };
+            let split = crate::sse::tests::pieces(data, u64::from_le_bytes(seed));
+            assert_eq!(
+                decode(&[data]),
+                decode(&split),
+                "events depend on read boundaries"
+            );
+        });
+    }
 }

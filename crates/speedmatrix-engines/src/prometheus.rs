@@ -324,4 +324,19 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",gpu_memory_utilization
             proptest::prop_assert_eq!(sample.value, number);
         }
     }
+
+    /// Coverage-guided under `cargo xtask fuzz`, random inputs under `cargo test`:
+    /// no text makes the parser or the engines' readers panic, and every line
+    /// is a sample or a skipped line at most once.
+    #[test]
+    fn fuzz_prometheus() {
+        bolero::check!().for_each(|bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            let m = ServerMetrics::parse(&text);
+            assert!(m.samples().len() + m.skipped_lines() <= text.lines().count());
+            let _ = crate::vllm::cache_config(&m).and_then(|c| c.kv_cache_tokens());
+            let _ = crate::SchedulerState::from_metrics(&m);
+            let _ = crate::generation_tokens(&m);
+        });
+    }
 }

@@ -385,6 +385,19 @@ mod tests {
         assert_eq!((d.journal.as_str(), d.now.as_str()), ("0", "7"));
     }
 
+    /// Coverage-guided under `cargo xtask fuzz`: any bytes read as a journal
+    /// keep a valid prefix, account for every byte and never panic.
+    #[test]
+    fn fuzz_journal() {
+        bolero::check!().for_each(|data: &[u8]| {
+            let c = journal_steps(data);
+            if let Some(t) = &c.corrupt_tail {
+                assert_eq!(t.offset + t.dropped_bytes, data.len() as u64);
+                assert!(t.line >= 1 && t.line <= c.records.len() + 1);
+            }
+        });
+    }
+
     #[test]
     fn the_fingerprint_is_stable() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);

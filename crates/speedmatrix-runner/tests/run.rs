@@ -3,6 +3,11 @@
 //! cancellation and a server that goes away. Seconds each, no binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// `cargo xtask fuzz` builds every test binary of the package with libFuzzer's
+// coverage instrumentation; linking bolero brings the runtime it needs.
+#[cfg(fuzzing)]
+use bolero as _;
+
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;

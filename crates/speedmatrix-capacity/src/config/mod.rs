@@ -261,3 +261,34 @@ impl ModelConfig {
         self.layers.iter().any(|k| k.is_recurrent())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{EngineFlags, Gpu, VllmFlags, predict};
+
+    use super::ModelConfig;
+
+    /// Coverage-guided under `cargo xtask fuzz`, random inputs under `cargo
+    /// test`: no config text makes the reader or the vLLM predictor panic
+    /// (the overflows the first fuzzer found are regression tests in
+    /// `tests/suite/fuzz_regressions.rs`).
+    #[test]
+    fn fuzz_model_config() {
+        bolero::check!().for_each(|input: &[u8]| {
+            let Some((&pick, rest)) = input.split_first() else {
+                return;
+            };
+            let Ok(model) = ModelConfig::from_json(&String::from_utf8_lossy(rest)) else {
+                return;
+            };
+            let gpu = ["rtx3090", "h100", "24GiB", "1GiB"][usize::from(pick % 4)];
+            let Ok(gpu) = Gpu::lookup(gpu) else { return };
+            let flags = VllmFlags {
+                gpu_memory_utilization: [0.9, 0.5, 1.0, 0.01][usize::from(pick / 4 % 4)],
+                max_num_seqs: [None, Some(1), Some(u32::MAX)][usize::from(pick / 16 % 3)],
+                ..VllmFlags::default()
+            };
+            let _ = predict(&model, &gpu, &EngineFlags::Vllm(flags));
+        });
+    }
+}
