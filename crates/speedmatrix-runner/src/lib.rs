@@ -11,8 +11,11 @@
 //! (see [`Journal`]), so a crash or a dead server loses at most the running
 //! cell and [`JournalOptions::resume`] continues a run.
 //!
-//! The runner never prints: it reports progress to an [`Observer`] and stops
-//! when its cancellation token fires, returning the partial result.
+//! The runner never prints and writes no sentence for a user: it reports
+//! progress to an [`Observer`] as typed [`Event`]s, returns typed outcomes
+//! ([`PrefillOutcome`], [`CellOutcome`], [`Notice`]) beside the report built
+//! from them, and stops when its cancellation token fires, returning the
+//! partial result ([`StopReason::Cancelled`]).
 //!
 //! # When the server misbehaves
 //!
@@ -25,16 +28,23 @@
 //!   (capped at 30 s; 1, 2, 4 s without one), at most 3 times, and the cell
 //!   notes how often. Every other failure (other statuses, resets, idle or
 //!   header timeouts, malformed chunks, over-long SSE lines, a non-SSE
-//!   answer) fails the cell at once: it is recorded as
-//!   [`CellStatus::Error`](speedmatrix_report::CellStatus::Error) with the client's stable error kind and message
-//!   (the API key redacted), and the run goes on to the next cell.
+//!   answer) fails the cell at once: its [`StepStatus`] is `Failed` with a
+//!   [`Failure`] (the client's stable error kind as a [`FailureKind`] and its
+//!   message, the API key redacted), and the run goes on to the next cell. A
+//!   cell in which a stream still ran the whole window is kept as Partial.
 //! - After a failed step the runner asks `/v1/models` whether the server is
 //!   still there; if not, the run stops ([`StopReason::ServerGone`]), the
-//!   running cell is left out of the journal so `--resume` measures it again,
-//!   and the partial result is returned.
+//!   running cell is left out of the journal so a resumed run measures it
+//!   again, and the partial result is returned.
 //! - A server that ends streams early although `ignore_eos` was set shows in
-//!   the cell's `finish_reasons` and a note; one that sends no usage has its
-//!   tokens counted one per chunk, and the cell's `token_count_source` says so.
+//!   the cell's finish reasons and a [`Notice`]. Tokens are counted from the
+//!   server's own counts where its stream carries them; otherwise each
+//!   stream's text is tokenized as a whole (`/tokenize` or the configured
+//!   tokenizer) and calibrated on the cell's finished requests, and the cell's
+//!   [`TokenCounting`] says which (see `docs/metrics.md`).
+//! - A journal written for another server, model, tokenizer or matrix is not
+//!   continued: [`RunError::ResumeMismatch`] names every difference of the
+//!   [`ResumeKey`].
 //!
 //! ```no_run
 //! use speedmatrix_runner::{run, JournalOptions, Preset, RunConfig, Silent, Target};
