@@ -23,8 +23,12 @@ enum Command {
     Abort(ReqId),
 }
 
-/// If the engine falls this far behind its schedule it stops catching up (no token bursts).
-const MAX_LAG: Duration = Duration::from_millis(50);
+/// How far behind its schedule the engine may fall and still catch up. A
+/// loaded test machine starves the driver for tens of milliseconds at a time;
+/// catching up keeps the tokens per second of wall time exact (the tests'
+/// ground truth), at the price of a short burst. Past this the schedule
+/// restarts from now, so a long stop never turns into a flood.
+const MAX_LAG: Duration = Duration::from_millis(500);
 
 /// The server's handle on the engine task.
 #[derive(Debug, Clone)]
