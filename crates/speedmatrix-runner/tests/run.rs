@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use speedmatrix_runner::{
     CapacityHints, Event, JOURNAL_VERSION, JournalOptions, MatrixSpec, NotRun, Observer,
-    PrefillMode, PromptSharing, RunConfig, RunError, RunLabels, Silent, SkipReason, StepId,
-    StepStatus, StopReason, Target, run,
+    PrefillMode, PromptSharing, RunConfig, RunError, RunLabels, RunOutcome, Silent, SkipReason,
+    StepId, StepStatus, StopReason, Target, run,
 };
 use speedmatrix_sim::{Profile, SimServer};
 use speedmatrix_units::{Api, Concurrency, Tokens};
@@ -74,6 +74,15 @@ fn journal(path: &std::path::Path, resume: bool) -> JournalOptions {
     }
 }
 
+/// A run nobody cancels.
+async fn run_uncancelled(
+    config: RunConfig,
+    journal: JournalOptions,
+    observer: &dyn Observer,
+) -> Result<RunOutcome, RunError> {
+    run(config, journal, observer, CancellationToken::new()).await
+}
+
 /// Records the steps an observer was told about.
 #[derive(Default)]
 struct Seen {
@@ -102,14 +111,9 @@ impl Observer for Seen {
 #[tokio::test]
 async fn a_run_journals_every_step_and_a_resume_measures_nothing_again() {
     let path = journal_path("resume");
-    let first = run(
-        embedded(),
-        journal(&path, false),
-        &Silent,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let first = run_uncancelled(embedded(), journal(&path, false), &Silent)
+        .await
+        .unwrap();
     assert!(first.complete);
     assert!(
         first
@@ -137,14 +141,9 @@ async fn a_run_journals_every_step_and_a_resume_measures_nothing_again() {
     assert_eq!(lines[0]["key"]["seed"], 3);
 
     let seen = Seen::default();
-    let again = run(
-        embedded(),
-        journal(&path, true),
-        &seen,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = run_uncancelled(embedded(), journal(&path, true), &seen)
+        .await
+        .unwrap();
     assert!(seen.finished.lock().unwrap().is_empty(), "a step ran again");
     assert_eq!(seen.in_journal.lock().unwrap().len(), 5);
     assert_eq!(again.decode, first.decode);
@@ -154,26 +153,16 @@ async fn a_run_journals_every_step_and_a_resume_measures_nothing_again() {
 #[tokio::test]
 async fn a_resume_with_other_settings_names_every_difference() {
     let path = journal_path("mismatch");
-    run(
-        embedded(),
-        journal(&path, false),
-        &Silent,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    run_uncancelled(embedded(), journal(&path, false), &Silent)
+        .await
+        .unwrap();
     let mut other = embedded();
     other.seed = 4;
     other.prompt_sharing = PromptSharing::Shared;
     other.extra_body.insert("top_k".into(), 1.into());
-    let err = run(
-        other,
-        journal(&path, true),
-        &Silent,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = run_uncancelled(other, journal(&path, true), &Silent)
+        .await
+        .unwrap_err();
     let RunError::ResumeMismatch { differences, .. } = err else {
         panic!("expected a mismatch, got {err}");
     };
@@ -189,14 +178,9 @@ async fn a_journal_from_before_journal_versions_is_refused_clearly() {
         "{\"record\":\"start\",\"matrix\":{\"contexts\":[0]},\"model\":\"tiny\"}\n",
     )
     .unwrap();
-    let err = run(
-        embedded(),
-        journal(&path, true),
-        &Silent,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = run_uncancelled(embedded(), journal(&path, true), &Silent)
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -293,14 +277,9 @@ async fn a_server_that_goes_away_stops_the_run_and_keeps_what_was_measured() {
         Duration::from_secs(2),
         Duration::from_secs(2),
     );
-    let out = run(
-        cfg,
-        journal(&path, false),
-        &observer,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let out = run_uncancelled(cfg, journal(&path, false), &observer)
+        .await
+        .unwrap();
     assert!(!out.complete);
     assert!(
         matches!(out.stopped, Some(StopReason::ServerGone(_))),

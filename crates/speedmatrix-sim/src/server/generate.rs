@@ -42,20 +42,11 @@ fn check_model(state: &State, model: Option<&str>) -> Result<(), Rejection> {
 }
 
 async fn tokenize_text(text: &Arc<TextModel>, prompt: String) -> Result<Vec<u32>, Rejection> {
-    let result = if prompt.len() <= INLINE_TOKENIZE_BYTES {
-        text.prompt_ids(&prompt)
-    } else {
-        let text = text.clone();
-        tokio::task::spawn_blocking(move || text.prompt_ids(&prompt))
-            .await
-            .map_err(|e| {
-                Rejection(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("tokenizer task failed: {e}"),
-                )
-            })?
-    };
-    result.map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    if prompt.len() <= INLINE_TOKENIZE_BYTES {
+        return text.prompt_ids(&prompt).map_err(tokenizer_failed);
+    }
+    let text = text.clone();
+    off_the_runtime(move || text.prompt_ids(&prompt)).await
 }
 
 async fn tokenize_chat(
@@ -64,7 +55,15 @@ async fn tokenize_chat(
     generation: bool,
 ) -> Result<Vec<u32>, Rejection> {
     let text = text.clone();
-    tokio::task::spawn_blocking(move || text.chat_ids(&messages, generation))
+    off_the_runtime(move || text.chat_ids(&messages, generation)).await
+}
+
+/// Long tokenizations run on tokio's blocking pool so that they do not stall
+/// the engine's steps.
+async fn off_the_runtime<E: std::fmt::Display + Send + 'static>(
+    tokenize: impl FnOnce() -> Result<Vec<u32>, E> + Send + 'static,
+) -> Result<Vec<u32>, Rejection> {
+    tokio::task::spawn_blocking(tokenize)
         .await
         .map_err(|e| {
             Rejection(
@@ -72,7 +71,11 @@ async fn tokenize_chat(
                 format!("tokenizer task failed: {e}"),
             )
         })?
-        .map_err(|e| Rejection(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        .map_err(tokenizer_failed)
+}
+
+fn tokenizer_failed(e: impl std::fmt::Display) -> Rejection {
+    Rejection(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
 async fn prompt_ids(
