@@ -113,8 +113,8 @@ impl Outcome {
 
     /// The decode cells in the journal, as the report shows them.
     pub fn journal_cells(&self) -> Vec<DecodeCell> {
-        let bytes = std::fs::read(self.out.join("journal.jsonl")).unwrap_or_default();
-        speedmatrix_runner::journal_steps(&bytes)
+        speedmatrix_runner::read_journal(&self.out.join("journal.jsonl"))
+            .expect("a journal")
             .records
             .into_iter()
             .filter_map(|step| match step {

@@ -134,8 +134,8 @@ fn damaged_tail_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Reads a journal without changing it.
-pub fn read_journal<T: DeserializeOwned>(path: &Path) -> Result<JournalContents<T>, RunError> {
+/// Reads a journal file's records without changing it.
+pub(crate) fn read_file<T: DeserializeOwned>(path: &Path) -> Result<JournalContents<T>, RunError> {
     let mut file = File::open(path).map_err(|source| RunError::Journal {
         path: path.to_owned(),
         action: "open",
@@ -224,7 +224,7 @@ mod tests {
             })
             .unwrap();
         }
-        let c: JournalContents<Rec> = read_journal(&path).unwrap();
+        let c: JournalContents<Rec> = read_file(&path).unwrap();
         assert_eq!(c.records.len(), 3);
         assert_eq!(
             c.records[2],
@@ -264,7 +264,7 @@ mod tests {
             s: "c".into(),
         })
         .unwrap();
-        let c: JournalContents<Rec> = read_journal(&path).unwrap();
+        let c: JournalContents<Rec> = read_file(&path).unwrap();
         assert_eq!(c.records.iter().map(|r| r.n).collect::<Vec<_>>(), [1, 3]);
         assert!(c.corrupt_tail.is_none());
         std::fs::remove_file(&path).unwrap();

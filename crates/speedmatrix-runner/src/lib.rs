@@ -104,7 +104,7 @@ pub use crate::config::{
     Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
     Target,
 };
-pub use crate::journal::{CorruptTail, Journal, JournalContents, read_journal};
+pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
     CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Latency, Notice, PrefillOutcome,
@@ -115,7 +115,9 @@ pub use crate::plan::{
     prompt_len,
 };
 pub use crate::report::{capacity_rule, decode_cell, measured_source, prefill_row};
-pub use crate::resume::{JOURNAL_VERSION, JournalStep, KeyDifference, ResumeKey, journal_steps};
+pub use crate::resume::{
+    JOURNAL_VERSION, JournalStep, KeyDifference, ResumeKey, journal_steps, read_journal,
+};
 
 use crate::report::{build_report, now_rfc3339};
 use crate::request::RequestShape;

@@ -84,8 +84,8 @@ pub enum JournalStep {
 /// assert_eq!(steps.corrupt_tail.unwrap().line, 1);
 /// ```
 pub fn journal_steps(bytes: &[u8]) -> JournalContents<JournalStep> {
-    let contents = match journal::read_records::<JournalRecord, _>(bytes) {
-        Ok(c) => c,
+    match journal::read_records::<JournalRecord, _>(bytes) {
+        Ok(c) => steps_of(c),
         // Reading from memory cannot fail; keep the signature honest anyway.
         Err(e) => JournalContents {
             records: Vec::new(),
@@ -97,7 +97,16 @@ pub fn journal_steps(bytes: &[u8]) -> JournalContents<JournalStep> {
                 saved_to: None,
             }),
         },
-    };
+    }
+}
+
+/// Reads the journal at `path` the way `resume` does, without changing it:
+/// the steps of its valid prefix and, if its end is damaged, where.
+pub fn read_journal(path: &Path) -> Result<JournalContents<JournalStep>, RunError> {
+    journal::read_file::<JournalRecord>(path).map(steps_of)
+}
+
+fn steps_of(contents: JournalContents<JournalRecord>) -> JournalContents<JournalStep> {
     JournalContents {
         records: contents
             .records
@@ -266,7 +275,7 @@ pub(crate) fn open_journal(
     check_version(path)?;
     // A file of which not even the first line reads is not a damaged
     // journal but something else: refuse rather than cut it to nothing.
-    let peek = journal::read_journal::<JournalRecord>(path)?;
+    let peek = journal::read_file::<JournalRecord>(path)?;
     if let (true, Some(tail)) = (peek.records.is_empty(), peek.corrupt_tail) {
         return Err(RunError::NotAJournal {
             path: path.clone(),
