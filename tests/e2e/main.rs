@@ -12,6 +12,7 @@
 )]
 
 mod cli_input;
+mod client;
 mod engines;
 mod faults;
 mod matrix;

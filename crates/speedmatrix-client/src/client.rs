@@ -18,6 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::error::{chain_text, server_message, snippet};
 use crate::request::{ChatRequest, CompletionRequest};
 use crate::stream::{RequestTimings, ResponseStream};
+use crate::wire::{StampingConnector, WireClock};
 use crate::{Error, sse};
 
 /// An API key. Debug and Display print `***`, so it cannot leak into logs or reports.
@@ -188,7 +189,7 @@ impl RawResponse {
     }
 }
 
-type Transport = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Transport = HyperClient<StampingConnector<HttpsConnector<HttpConnector>>, Full<Bytes>>;
 
 /// OpenAI-compatible HTTP client. Cheap to clone; clones share the pool.
 ///
@@ -243,7 +244,7 @@ impl Client {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_max_idle_per_host(usize::MAX)
-            .build(connector);
+            .build(StampingConnector(connector));
         Ok(Client {
             inner: Arc::new(Inner {
                 http: transport,
@@ -300,9 +301,17 @@ impl Client {
     async fn stream(&self, path: &str, body: Vec<u8>) -> Result<ResponseStream, Error> {
         let url = self.url(path);
         let request = self.request(Method::POST, &url, "text/event-stream", Some(body))?;
-        let sent_at = Instant::now();
+        let handed_over = Instant::now();
         let response = self.send(request, &url).await?;
         let headers_at = Instant::now();
+        // The request left when its connection wrote it, not when it
+        // joined the queue for a connection (see `wire.rs`).
+        let sent_at = response
+            .extensions()
+            .get::<WireClock>()
+            .and_then(WireClock::request_written)
+            .filter(|w| *w >= handed_over && *w <= headers_at)
+            .unwrap_or(handed_over);
         let status = response.status();
         if !status.is_success() {
             return Err(self.status_error(response, url).await);

@@ -87,6 +87,7 @@ impl StreamEvent {
 #[derive(Debug)]
 pub struct StreamDecoder {
     sse: SseDecoder,
+    opening: fast::Opening,
     received_at: Instant,
     done: bool,
     done_at: Option<Instant>,
@@ -108,6 +109,7 @@ impl StreamDecoder {
     pub fn with_max_event_bytes(max: usize) -> Self {
         StreamDecoder {
             sse: SseDecoder::with_max_event_bytes(max),
+            opening: fast::Opening::default(),
             received_at: Instant::now(),
             done: false,
             done_at: None,
@@ -129,14 +131,21 @@ impl StreamDecoder {
 
     /// The next event, or `None` when more bytes are needed or `[DONE]` was seen.
     pub fn next_event(&mut self) -> Option<Result<StreamEvent, Error>> {
+        let mut event = empty_event(self.received_at);
+        self.next_event_into(&mut event).map(|r| r.map(|()| event))
+    }
+
+    /// [`Self::next_event`] written into `event` (every field replaced), so
+    /// a reader of millions of events reuses one and its strings' memory.
+    pub fn next_event_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), Error>> {
         while !self.done {
             let at = self.received_at;
             let parsed = match self.sse.next_event()? {
-                Ok(sse) => parse_event(&sse, at),
+                Ok(sse) => parse_event(&sse, at, &mut self.opening, event),
                 Err(err) => Err(err),
             };
             match parsed {
-                Ok(Parsed::Event(event)) => return Some(Ok(event)),
+                Ok(Parsed::Event) => return Some(Ok(())),
                 Ok(Parsed::Done) => self.mark_done(at),
                 Ok(Parsed::Skip) => {}
                 Err(err) => return Some(Err(err)),
@@ -147,16 +156,22 @@ impl StreamDecoder {
 
     /// Call at end of input: yields an event left without its closing blank line.
     pub fn finish(&mut self) -> Option<Result<StreamEvent, Error>> {
+        let mut event = empty_event(self.received_at);
+        self.finish_into(&mut event).map(|r| r.map(|()| event))
+    }
+
+    /// [`Self::finish`] written into `event`, as [`Self::next_event_into`].
+    pub fn finish_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), Error>> {
         if self.done {
             return None;
         }
         let at = self.received_at;
         let parsed = match self.sse.finish()? {
-            Ok(sse) => parse_event(&sse, at),
+            Ok(sse) => parse_event(&sse, at, &mut self.opening, event),
             Err(err) => Err(err),
         };
         match parsed {
-            Ok(Parsed::Event(event)) => Some(Ok(event)),
+            Ok(Parsed::Event) => Some(Ok(())),
             Ok(Parsed::Done) => {
                 self.mark_done(at);
                 None
@@ -182,13 +197,19 @@ impl StreamDecoder {
     }
 }
 
+/// What one SSE event was: a chunk (written into the caller's event), the end, or nothing.
 enum Parsed {
-    Event(StreamEvent),
+    Event,
     Done,
     Skip,
 }
 
-fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error> {
+fn parse_event(
+    sse: &SseEvent<'_>,
+    received_at: Instant,
+    opening: &mut fast::Opening,
+    event: &mut StreamEvent,
+) -> Result<Parsed, Error> {
     if sse.is_done() {
         return Ok(Parsed::Done);
     }
@@ -204,12 +225,12 @@ fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error
         reason: format!("stream chunk is not UTF-8 ({err})"),
         snippet: snippet(sse.data),
     })?;
-    let mut event = empty_event(received_at);
-    let is_error = match fast::parse(text, &mut event) {
+    reset(event, received_at);
+    let is_error = match fast::parse(text, event, opening) {
         Some(is_error) => is_error,
         None => {
-            event = empty_event(received_at);
-            parse_serde(text, &mut event).map_err(|err| Error::Protocol {
+            reset(event, received_at);
+            parse_serde(text, event).map_err(|err| Error::Protocol {
                 reason: format!("stream chunk is not the expected JSON ({err})"),
                 snippet: snippet(sse.data),
             })?
@@ -218,10 +239,21 @@ fn parse_event(sse: &SseEvent<'_>, received_at: Instant) -> Result<Parsed, Error
     if is_error {
         return Err(error_event(sse.data));
     }
-    Ok(Parsed::Event(event))
+    Ok(Parsed::Event)
 }
 
-fn empty_event(received_at: Instant) -> StreamEvent {
+/// An event with nothing in it, its strings' memory kept.
+fn reset(event: &mut StreamEvent, received_at: Instant) {
+    event.received_at = received_at;
+    event.content.clear();
+    event.reasoning_content.clear();
+    event.finish_reason = None;
+    event.usage = None;
+    event.has_choices = false;
+    event.engine_tokens = None;
+}
+
+pub(crate) fn empty_event(received_at: Instant) -> StreamEvent {
     StreamEvent {
         received_at,
         content: String::new(),

@@ -74,6 +74,7 @@ mod request;
 mod sse;
 mod stream;
 mod tls;
+mod wire;
 
 pub use client::{ApiKey, Client, ClientConfig, RawResponse, Timeouts};
 pub use error::{Error, ErrorKind};

@@ -286,6 +286,13 @@ impl SseDecoder {
                 self.scan = self.pos;
             }
         }
+        // The blank line that ends an event, found without a search.
+        if self.scan == self.pos && src.get(self.pos) == Some(&b'\n') {
+            let at = self.pos;
+            self.pos += 1;
+            self.scan = self.pos;
+            return Ok(Some((at, at)));
+        }
         let Some(offset) = memchr::memchr2(b'\n', b'\r', &src[self.scan..]) else {
             self.scan = src.len();
             if src.len() - self.pos > self.max_event_bytes {

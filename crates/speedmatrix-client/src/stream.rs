@@ -1,5 +1,6 @@
 //! A streaming response: events with arrival instants, and request timings.
 
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
@@ -13,7 +14,9 @@ use crate::event::{StreamDecoder, StreamEvent, Usage};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestTimings {
-    /// Just before the request was handed to the connection pool.
+    /// When the connection began writing the request to the kernel (see
+    /// the crate docs); just before it was handed to the connection pool
+    /// when the connection could not say.
     pub sent_at: Instant,
     /// When the response head had arrived.
     pub headers_at: Instant,
@@ -58,6 +61,11 @@ pub struct ResponseStream {
     decoder: StreamDecoder,
     url: String,
     idle: Option<Duration>,
+    /// One timer for the whole stream, re-armed only when it fires: a timer
+    /// per read would cost more than the read.
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the last body frame arrived.
+    last_frame_at: Instant,
     timings: RequestTimings,
     usage: Option<Usage>,
     finish_reason: Option<String>,
@@ -65,6 +73,9 @@ pub struct ResponseStream {
     finished: bool,
     last_event_at: Option<Instant>,
     sniffed_content_type: Option<String>,
+    /// The last event decoded, lent out by [`Self::next_buffered`]: one
+    /// event reused for the whole stream.
+    current: StreamEvent,
 }
 
 /// Everything a finished stream delivered, from [`ResponseStream::collect`].
@@ -98,6 +109,8 @@ impl ResponseStream {
             decoder: StreamDecoder::with_max_event_bytes(max_event_bytes),
             url,
             idle,
+            idle_timer: None,
+            last_frame_at: timings.headers_at,
             timings,
             usage: None,
             finish_reason: None,
@@ -105,6 +118,7 @@ impl ResponseStream {
             finished: false,
             last_event_at: None,
             sniffed_content_type: None,
+            current: crate::event::empty_event(timings.headers_at),
         }
     }
 
@@ -143,24 +157,60 @@ impl ResponseStream {
     /// After an error the stream is finished and returns `Ok(None)`.
     pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
         loop {
-            if self.finished {
-                return Ok(None);
-            }
-            if let Some(result) = self.decoder.next_event() {
-                return self.observe(result);
-            }
-            if self.decoder.is_done() {
-                self.finished = true;
-                let at = self.decoder.done_at().unwrap_or_else(Instant::now);
-                self.timings.done_at.get_or_insert(at);
-                self.drain_in_background();
-                return Ok(None);
-            }
-            if self.body_ended {
-                return self.end_of_body();
+            if let Some(ready) = self.poll_buffered() {
+                let at = self.current.received_at;
+                return ready.map(|more| {
+                    more.then(|| {
+                        std::mem::replace(&mut self.current, crate::event::empty_event(at))
+                    })
+                });
             }
             self.read().await.inspect_err(|_| self.finished = true)?;
         }
+    }
+
+    /// What [`next`](Self::next) would return without waiting for the
+    /// network, lent rather than moved: an event decoded from bytes already
+    /// received, or the end of the stream. `None` when `next` would have to
+    /// wait; then [`Self::read_more`] waits for the next bytes.
+    ///
+    /// A reader that also waits on something else (a stop signal) takes
+    /// events from here first and `select!`s only when this is `None`, so
+    /// the other future is polled once per read rather than once per event.
+    pub fn next_buffered(&mut self) -> Option<Result<Option<&StreamEvent>, Error>> {
+        match self.poll_buffered()? {
+            Ok(true) => Some(Ok(Some(&self.current))),
+            Ok(false) => Some(Ok(None)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Waits for the next body bytes (or the body's end, or an error);
+    /// events they complete then come from [`Self::next_buffered`].
+    pub async fn read_more(&mut self) -> Result<(), Error> {
+        self.read().await.inspect_err(|_| self.finished = true)
+    }
+
+    /// `Some(Ok(true))`: an event is in `current`; `Some(Ok(false))`: the
+    /// stream is complete; `None`: more bytes are needed.
+    fn poll_buffered(&mut self) -> Option<Result<bool, Error>> {
+        if self.finished {
+            return Some(Ok(false));
+        }
+        if let Some(result) = self.decoder.next_event_into(&mut self.current) {
+            return Some(self.observe(result));
+        }
+        if self.decoder.is_done() {
+            self.finished = true;
+            let at = self.decoder.done_at().unwrap_or_else(Instant::now);
+            self.timings.done_at.get_or_insert(at);
+            self.drain_in_background();
+            return Some(Ok(false));
+        }
+        if self.body_ended {
+            return Some(self.end_of_body());
+        }
+        None
     }
 
     /// Reads the whole stream.
@@ -213,12 +263,11 @@ impl ResponseStream {
         &self.url
     }
 
-    fn observe(
-        &mut self,
-        result: Result<StreamEvent, Error>,
-    ) -> Result<Option<StreamEvent>, Error> {
+    /// Notes what the event in `current` tells about the whole stream.
+    fn observe(&mut self, result: Result<(), Error>) -> Result<bool, Error> {
         match result {
-            Ok(event) => {
+            Ok(()) => {
+                let event = &self.current;
                 self.last_event_at = Some(event.received_at);
                 if let Some(usage) = event.usage {
                     self.usage = Some(usage);
@@ -226,7 +275,7 @@ impl ResponseStream {
                 if let Some(reason) = &event.finish_reason {
                     self.finish_reason = Some(reason.clone());
                 }
-                Ok(Some(event))
+                Ok(true)
             }
             Err(err) => {
                 self.finished = true;
@@ -243,23 +292,51 @@ impl ResponseStream {
         Ok(())
     }
 
+    /// The next body frame, or [`Error::TimeoutIdle`] when none arrives
+    /// within the idle timeout.
+    async fn next_frame(
+        &mut self,
+    ) -> Result<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>, Error> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        let Some(after) = self.idle else {
+            let frame = body.frame().await;
+            self.last_frame_at = Instant::now();
+            return Ok(frame);
+        };
+        let timer = self
+            .idle_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
+        loop {
+            tokio::select! {
+                biased;
+                frame = body.frame() => {
+                    self.last_frame_at = Instant::now();
+                    return Ok(frame);
+                }
+                () = timer.as_mut() => {
+                    let due = tokio::time::Instant::from_std(self.last_frame_at + after);
+                    if tokio::time::Instant::now() >= due {
+                        return Err(Error::TimeoutIdle {
+                            url: self.url.clone(),
+                            after,
+                        });
+                    }
+                    timer.as_mut().reset(due);
+                }
+            }
+        }
+    }
+
     /// Reads one body frame; `None` for a frame without data or at the end
     /// of the body (then `body_ended` is set).
     async fn read_frame(&mut self) -> Result<Option<bytes::Bytes>, Error> {
-        let Some(body) = self.body.as_mut() else {
+        if self.body.is_none() {
             self.body_ended = true;
             return Ok(None);
-        };
-        let frame = match self.idle {
-            Some(after) => tokio::time::timeout(after, body.frame())
-                .await
-                .map_err(|_| Error::TimeoutIdle {
-                    url: self.url.clone(),
-                    after,
-                })?,
-            None => body.frame().await,
-        };
-        match frame {
+        }
+        match self.next_frame().await? {
             None => {
                 self.body_ended = true;
                 Ok(None)
@@ -274,15 +351,15 @@ impl ResponseStream {
     }
 
     fn feed(&mut self, data: bytes::Bytes) {
-        let received_at = Instant::now();
+        let received_at = self.last_frame_at;
         self.timings.first_byte_at.get_or_insert(received_at);
         self.decoder.feed_bytes(data, received_at);
     }
 
     /// The body ended: a trailing event may remain; without `[DONE]` or a
     /// finish reason the response is incomplete.
-    fn end_of_body(&mut self) -> Result<Option<StreamEvent>, Error> {
-        if let Some(result) = self.decoder.finish() {
+    fn end_of_body(&mut self) -> Result<bool, Error> {
+        if let Some(result) = self.decoder.finish_into(&mut self.current) {
             return self.observe(result);
         }
         self.finished = true;
@@ -293,7 +370,7 @@ impl ResponseStream {
                 .or(self.last_event_at)
                 .unwrap_or_else(Instant::now);
             self.timings.done_at.get_or_insert(at);
-            return Ok(None);
+            return Ok(false);
         }
         Err(Error::Disconnected {
             url: self.url.clone(),

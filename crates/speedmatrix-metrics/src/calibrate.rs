@@ -8,6 +8,7 @@
 //! estimates, and the spread of those ratios how uncertain the scaled
 //! estimate is.
 
+use speedmatrix_units::Tokens;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::RequestTimeline;
@@ -48,13 +49,15 @@ pub(crate) struct Calibrator {
 }
 
 impl Calibrator {
-    /// Takes `t` as a calibration sample when it finished with an exact
-    /// count (`arrivals` is its best count).
-    pub(crate) fn offer(&mut self, t: &RequestTimeline, arrivals: &Arrivals) {
-        if !t.is_finished() || !arrivals.source.is_exact() {
-            return;
-        }
-        let exact = arrivals.total().get() as f64;
+    /// Whether `t`, counted as `arrivals`, can calibrate: it finished with an exact count.
+    pub(crate) fn can_calibrate(t: &RequestTimeline, arrivals: &Arrivals) -> bool {
+        t.is_finished() && arrivals.source.is_exact()
+    }
+
+    /// Takes `t`, whose exact output is `exact` tokens, as a calibration
+    /// sample (see [`Self::can_calibrate`]).
+    pub(crate) fn offer(&mut self, t: &RequestTimeline, exact: Tokens) {
+        let exact = exact.get() as f64;
         let chunks = Arrivals::estimate(t, EstimateMethod::ChunkCount)
             .map_or(0.0, |a| a.total().get() as f64);
         if exact <= 0.0 || chunks <= 0.0 {

@@ -59,6 +59,7 @@
 //! ```
 
 mod calibrate;
+mod chunks;
 mod error;
 mod rate;
 mod request;
@@ -69,6 +70,7 @@ mod tokens;
 mod window;
 
 pub use crate::calibrate::{CONFIDENCE, Calibration};
+pub use crate::chunks::{Chunks, Iter as ChunkIter};
 pub use crate::error::MetricsError;
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use speedmatrix_units::Tokens;
 
-use crate::stats::{Sample, nanos};
+use crate::stats::DurationSample;
 use crate::tokens::Arrivals;
 use crate::{MetricsError, RequestTimeline, Summary, TokenSource, TokensPerSecond};
 
@@ -53,14 +53,16 @@ pub fn request_metrics(t: &RequestTimeline) -> Result<RequestMetrics, MetricsErr
         output_tokens,
         token_source: arrivals.source,
         tpot: tpot(&arrivals, output_tokens),
-        time_between_tokens: duration_summary(arrivals.token_intervals(|_| true)),
-        chunk_gaps: duration_summary(
-            arrivals
-                .chunk_gaps(|_| true)
-                .into_iter()
-                .map(|d| (d, 1))
-                .collect(),
-        ),
+        time_between_tokens: {
+            let mut sample = DurationSample::default();
+            arrivals.scaled_intervals(1.0, |_| true, |d, n| sample.push(d, n));
+            sample.summary()
+        },
+        chunk_gaps: {
+            let mut sample = DurationSample::default();
+            arrivals.chunk_gaps(|_| true, |d| sample.push(d, 1));
+            sample.summary()
+        },
     })
 }
 
@@ -69,13 +71,6 @@ fn tpot(arrivals: &Arrivals, n: Tokens) -> Option<Duration> {
     let intervals = u128::from(n.get().checked_sub(1).filter(|k| *k > 0)?);
     let ns = last.at.saturating_since(first.at).as_nanos() / intervals;
     Some(Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
-}
-
-/// The summary of `(duration, multiplicity)` pairs, `None` when there are none.
-pub(crate) fn duration_summary(pairs: Vec<(Duration, u64)>) -> Option<Summary<Duration>> {
-    let pairs = pairs.into_iter().map(|(d, n)| (nanos(d), n)).collect();
-    // Durations are finite, so the only possible error is an empty sample.
-    Sample::weighted(pairs).ok().map(|s| s.duration_summary())
 }
 
 /// Prompt throughput of a cold request (nothing of its prompt cached).
@@ -144,7 +139,8 @@ mod tests {
             Chunk::reasoning(ms(160)),
             Chunk::content(ms(200)),
             Chunk::content(ms(250)),
-        ];
+        ]
+        .into();
         let m = request_metrics(&t).unwrap();
         assert_eq!(m.time_to_headers, Some(Duration::from_millis(10)));
         assert_eq!(m.ttfr, Some(Duration::from_millis(20)));
@@ -205,7 +201,7 @@ mod tests {
     #[test]
     fn prefill_rate_is_prompt_tokens_over_ttft() {
         let mut t = finished(0, 900);
-        t.chunks = vec![Chunk::empty(ms(10)), Chunk::content(ms(800))];
+        t.chunks = vec![Chunk::empty(ms(10)), Chunk::content(ms(800))].into();
         assert_eq!(prefill_metrics(&t), Err(MetricsError::MissingPromptTokens));
         t.final_usage = Some(Usage::new(Tokens::new(8_192), Tokens::new(1)));
         let p = prefill_metrics(&t).unwrap();
@@ -219,7 +215,7 @@ mod tests {
         let mut t = finished(0, 900);
         t.final_usage = Some(Usage::new(Tokens::new(8_192), Tokens::new(0)));
         assert_eq!(prefill_metrics(&t), Err(MetricsError::NoFirstToken));
-        t.chunks = vec![Chunk::content(ms(0))];
+        t.chunks = vec![Chunk::content(ms(0))].into();
         assert!(matches!(
             prefill_metrics(&t),
             Err(MetricsError::InvalidTimeline { .. })

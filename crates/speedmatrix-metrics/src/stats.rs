@@ -45,12 +45,16 @@ impl Summary<Duration> {
     /// # Errors
     /// [`MetricsError::EmptySample`] for no values.
     pub fn of_durations(values: &[Duration]) -> Result<Self, MetricsError> {
-        let pairs = values.iter().map(|d| (nanos(*d), 1)).collect();
-        Ok(Sample::weighted(pairs)?.duration_summary())
+        let mut sample = DurationSample::default();
+        for d in values {
+            sample.push(*d, 1);
+        }
+        sample.summary().ok_or(MetricsError::EmptySample)
     }
 }
 
 impl<T> Summary<T> {
+    #[cfg(test)]
     fn map<U>(self, f: impl Fn(T) -> U) -> Summary<U> {
         Summary {
             count: self.count,
@@ -136,23 +140,7 @@ impl Sample {
 
     /// Type-7 percentile; `p` must lie in `0..=100`.
     pub(crate) fn percentile(&self, p: f64) -> f64 {
-        let last = self.len() - 1;
-        let h = last as f64 * (p / 100.0);
-        // `as` saturates, and the clamp keeps rounding in `h` from reaching past the end.
-        let lo = (h.floor() as u128).min(last);
-        let frac = h - lo as f64;
-        let a = self.at_rank(lo);
-        if frac <= 0.0 || lo == last {
-            return a;
-        }
-        let b = self.at_rank(lo + 1);
-        let span = b - a;
-        let v = if span.is_finite() {
-            a + frac * span
-        } else {
-            a * (1.0 - frac) + b * frac
-        };
-        v.clamp(a, b)
+        type_7(self.len(), |r| self.at_rank(r), p)
     }
 
     /// Weighted mean: a compensated sum divided by the count, or, if that
@@ -182,9 +170,153 @@ impl Sample {
         }
     }
 
-    /// The summary of a sample of nanosecond counts, as durations.
-    pub(crate) fn duration_summary(&self) -> Summary<Duration> {
+    /// The summary of a sample of nanosecond counts, as durations: the
+    /// reference [`DurationSample`] is checked against.
+    #[cfg(test)]
+    fn duration_summary(&self) -> Summary<Duration> {
         self.summary().map(from_nanos)
+    }
+}
+
+/// Hyndman & Fan type 7 over `n > 0` sorted values read by rank.
+fn type_7(n: u128, mut at_rank: impl FnMut(u128) -> f64, p: f64) -> f64 {
+    let last = n - 1;
+    let h = last as f64 * (p / 100.0);
+    // `as` saturates, and the clamp keeps rounding in `h` from reaching past the end.
+    let lo = (h.floor() as u128).min(last);
+    let frac = h - lo as f64;
+    let a = at_rank(lo);
+    if frac <= 0.0 || lo == last {
+        return a;
+    }
+    let b = at_rank(lo + 1);
+    let span = b - a;
+    let v = if span.is_finite() {
+        a + frac * span
+    } else {
+        a * (1.0 - frac) + b * frac
+    };
+    v.clamp(a, b)
+}
+
+/// An exact sample of durations at nanosecond resolution in 4 bytes per
+/// value: a window's every time between tokens is kept and sorted, not
+/// binned, so its percentiles are the [`Summary`] method's exactly. Values
+/// of 2³² ns (4.29 s) or more, and values repeated many times at once (a
+/// chunk of many tokens), are kept as `(value, times)` runs instead, so an
+/// absurd count from a server costs one run, not memory for each repeat.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DurationSample {
+    short: Vec<u32>,
+    runs: Vec<(u64, u64)>,
+}
+
+/// Repeats up to this many go into the 4-byte values; more make a run.
+const MOST_REPEATS: u64 = 8;
+
+impl DurationSample {
+    /// Adds `d`, `times` times.
+    pub(crate) fn push(&mut self, d: Duration, times: u64) {
+        if times == 0 {
+            return;
+        }
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match u32::try_from(ns) {
+            Ok(short) if times <= MOST_REPEATS => {
+                // `times` is at most 8, so the cast is lossless.
+                self.short
+                    .extend(std::iter::repeat_n(short, times as usize));
+            }
+            _ => self.runs.push((ns, times)),
+        }
+    }
+
+    /// The summary, `None` for no values.
+    pub(crate) fn summary(mut self) -> Option<Summary<Duration>> {
+        let count =
+            self.short.len() as u128 + self.runs.iter().map(|(_, n)| u128::from(*n)).sum::<u128>();
+        if count == 0 {
+            return None;
+        }
+        self.short.sort_unstable();
+        self.runs.sort_unstable();
+        let total = self
+            .short
+            .iter()
+            .map(|v| u128::from(*v))
+            .chain(
+                self.runs
+                    .iter()
+                    .map(|(v, n)| u128::from(*v) * u128::from(*n)),
+            )
+            .fold(0u128, u128::saturating_add);
+        // Round half up: the mean of whole nanoseconds, to the nanosecond.
+        let mean = total / count + u128::from((total % count).saturating_mul(2) >= count);
+        let ranks = self.ranks_needed(count);
+        let values = self.values_at(&ranks);
+        let at = |r: u128| -> u64 { ranks.binary_search(&r).map_or(u64::MAX, |i| values[i]) };
+        let percentile = |p: f64| from_nanos(type_7(count, |r| at(r) as f64, p));
+        Some(Summary {
+            count: u64::try_from(count).unwrap_or(u64::MAX),
+            min: Duration::from_nanos(at(0)),
+            mean: Duration::from_nanos(u64::try_from(mean).unwrap_or(u64::MAX)),
+            p50: percentile(50.0),
+            p90: percentile(90.0),
+            p99: percentile(99.0),
+            max: Duration::from_nanos(at(count - 1)),
+        })
+    }
+
+    /// The ranks a summary reads, sorted: the extremes and the two ranks
+    /// each percentile interpolates between.
+    fn ranks_needed(&self, count: u128) -> Vec<u128> {
+        let mut ranks = Vec::with_capacity(8);
+        ranks.push(0);
+        ranks.push(count - 1);
+        for p in [50.0, 90.0, 99.0] {
+            let mut read = |r: u128| {
+                ranks.push(r);
+                0.0
+            };
+            type_7(count, &mut read, p);
+        }
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks
+    }
+
+    /// The values at sorted `ranks` of the sorted sample: one merging walk
+    /// of the sorted 4-byte values and the sorted runs.
+    fn values_at(&self, ranks: &[u128]) -> Vec<u64> {
+        let mut out = Vec::with_capacity(ranks.len());
+        let (mut i, mut j) = (0, 0);
+        let mut seen = 0u128;
+        for &rank in ranks {
+            loop {
+                let short = self.short.get(i).map(|v| u64::from(*v));
+                let run = self.runs.get(j).copied();
+                let (value, times, from_short) = match (short, run) {
+                    (Some(s), Some((r, _))) if s <= r => (s, 1, true),
+                    (Some(s), None) => (s, 1, true),
+                    (_, Some((r, n))) => (r, n, false),
+                    (None, None) => {
+                        out.push(u64::MAX);
+                        break;
+                    }
+                };
+                if rank < seen + u128::from(times) {
+                    out.push(value);
+                    break;
+                }
+                seen += u128::from(times);
+                if from_short {
+                    i += 1;
+                } else {
+                    j += 1;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -201,10 +333,6 @@ fn neumaier_sum(values: impl Iterator<Item = f64>) -> f64 {
         sum = t;
     }
     sum + compensation
-}
-
-pub(crate) fn nanos(d: Duration) -> f64 {
-    d.as_nanos() as f64
 }
 
 fn from_nanos(n: f64) -> Duration {
@@ -329,6 +457,44 @@ mod tests {
                 let theirs = data.order_statistic(rank + 1);
                 prop_assert!((ours - theirs).abs() <= 1e-9 * (1.0 + theirs.abs()));
             }
+        }
+
+        // Short values, values past 2³² ns, and repeats past the 4-byte limit,
+        // against the weighted float sample: the same percentiles exactly.
+        #[test]
+        fn duration_sample_matches_the_weighted_sample(
+            pairs in prop::collection::vec((prop_oneof![0u64..1_000, 0u64..20_000_000_000], prop_oneof![1u64..4, 0u64..40]), 1..60),
+        ) {
+            let mut sample = DurationSample::default();
+            for (ns, n) in &pairs {
+                sample.push(Duration::from_nanos(*ns), *n);
+            }
+            let float = Sample::weighted(pairs.iter().map(|(ns, n)| (*ns as f64, *n)).collect());
+            match (sample.summary(), float) {
+                (None, Err(_)) => {}
+                (Some(ours), Ok(reference)) => {
+                    let reference = reference.duration_summary();
+                    prop_assert_eq!((ours.count, ours.min, ours.max), (reference.count, reference.min, reference.max));
+                    prop_assert_eq!((ours.p50, ours.p90, ours.p99), (reference.p50, reference.p90, reference.p99));
+                    let total: u128 = pairs.iter().map(|(ns, n)| u128::from(*ns) * u128::from(*n)).sum();
+                    let exact = total as f64 / ours.count as f64;
+                    prop_assert!((ours.mean.as_nanos() as f64 - exact).abs() <= 0.5 + 1e-9 * exact, "{:?} vs {}", ours.mean, exact);
+                }
+                (ours, reference) => prop_assert!(false, "{:?} vs {:?}", ours, reference.ok()),
+            }
+        }
+
+        #[test]
+        fn an_absurd_repeat_costs_one_run(
+            n in 9u64..u64::MAX,
+        ) {
+            let mut sample = DurationSample::default();
+            sample.push(Duration::from_millis(10), n);
+            sample.push(Duration::from_millis(20), 1);
+            prop_assert_eq!(sample.runs.len() + sample.short.len(), 2);
+            let s = sample.summary().unwrap();
+            prop_assert_eq!(s.p99, Duration::from_millis(10));
+            prop_assert_eq!(s.max, Duration::from_millis(20));
         }
 
         #[test]

@@ -2,7 +2,7 @@
 
 use speedmatrix_units::Tokens;
 
-use crate::{MetricsError, Timestamp};
+use crate::{Chunks, MetricsError, Timestamp};
 
 /// Token counts the server reported in a `usage` object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,8 +139,8 @@ pub struct RequestTimeline {
     pub headers_at: Option<Timestamp>,
     /// When the first byte of the response body arrived.
     pub first_byte_at: Option<Timestamp>,
-    /// The stream's events in arrival order.
-    pub chunks: Vec<Chunk>,
+    /// The stream's events in arrival order, a few bytes each.
+    pub chunks: Chunks,
     /// When the stream ended: `[DONE]`, the last byte, the error, or the cancellation.
     pub ended_at: Timestamp,
     /// The server's totals for a stream that ended normally: the last usage it
@@ -152,6 +152,13 @@ pub struct RequestTimeline {
     pub outcome: Outcome,
 }
 
+/// So that [`crate::window_metrics`] takes timelines or anything that holds one.
+impl AsRef<RequestTimeline> for RequestTimeline {
+    fn as_ref(&self) -> &RequestTimeline {
+        self
+    }
+}
+
 impl RequestTimeline {
     /// A request sent at `sent_at` that ended at `ended_at` with no chunks
     /// recorded yet; fill the other fields directly.
@@ -160,7 +167,7 @@ impl RequestTimeline {
             sent_at,
             headers_at: None,
             first_byte_at: None,
-            chunks: Vec::new(),
+            chunks: Chunks::new(),
             ended_at,
             final_usage: None,
             outcome,
@@ -168,19 +175,19 @@ impl RequestTimeline {
     }
 
     /// The first chunk with content or reasoning text.
-    pub(crate) fn first_text(&self) -> Option<&Chunk> {
+    pub(crate) fn first_text(&self) -> Option<Chunk> {
         self.chunks.iter().find(|c| c.has_text())
     }
 
     /// The first chunk with answer text.
-    pub(crate) fn first_content(&self) -> Option<&Chunk> {
+    pub(crate) fn first_content(&self) -> Option<Chunk> {
         self.chunks.iter().find(|c| c.content)
     }
 
     /// The server's prompt-token count: final usage, else the last chunk usage.
     pub(crate) fn prompt_tokens(&self) -> Option<Tokens> {
         self.final_usage
-            .or_else(|| self.chunks.iter().rev().find_map(|c| c.usage))
+            .or_else(|| self.chunks.iter().filter_map(|c| c.usage).last())
             .map(|u| u.prompt_tokens)
     }
 
@@ -246,7 +253,8 @@ mod tests {
             Chunk::empty(Timestamp::from_millis(10)),
             Chunk::content(Timestamp::from_millis(10)),
             Chunk::content(Timestamp::from_millis(100)),
-        ];
+        ]
+        .into();
         assert_eq!(t.check(), Ok(()));
     }
 
@@ -258,12 +266,13 @@ mod tests {
         t.chunks = vec![
             Chunk::content(Timestamp::from_millis(20)),
             Chunk::content(Timestamp::from_millis(10)),
-        ];
+        ]
+        .into();
         let err = t.check().unwrap_err().to_string();
         assert!(err.contains("chunk 1"), "{err}");
-        t.chunks = vec![Chunk::content(Timestamp::from_millis(101))];
+        t.chunks = vec![Chunk::content(Timestamp::from_millis(101))].into();
         assert!(t.check().is_err());
-        t.chunks.clear();
+        t.chunks = Chunks::new();
         t.first_byte_at = Some(Timestamp::from_millis(200));
         assert!(t.check().is_err());
     }
@@ -274,7 +283,8 @@ mod tests {
         t.chunks = vec![
             Chunk::content(Timestamp::from_millis(10))
                 .with_usage(Usage::new(Tokens::new(90), Tokens::new(1))),
-        ];
+        ]
+        .into();
         assert_eq!(t.prompt_tokens(), Some(Tokens::new(90)));
         t.final_usage = Some(Usage::new(Tokens::new(91), Tokens::new(1)));
         assert_eq!(t.prompt_tokens(), Some(Tokens::new(91)));

@@ -82,6 +82,14 @@ impl Arrivals {
     /// Checks `t` and finds where its tokens arrived, by the most exact
     /// source the timeline holds (estimates unscaled).
     pub(crate) fn of(t: &RequestTimeline) -> Result<Self, MetricsError> {
+        match continuous_usage_in_one_pass(t) {
+            Some(arrivals) => Ok(arrivals),
+            None => Self::of_any(t),
+        }
+    }
+
+    /// [`Self::of`] for every kind of timeline, one question per pass.
+    fn of_any(t: &RequestTimeline) -> Result<Self, MetricsError> {
         t.check()?;
         if counts_every_text_chunk(t, |c| c.usage.map(|u| u.completion_tokens)) {
             return from_running_count(t, TokenSource::ContinuousUsage, |c| {
@@ -150,18 +158,24 @@ impl Arrivals {
     /// chunk's extra tokens are zero intervals, and each later chunk of `k`
     /// tokens splits the gap since the previous chunk into `k` equal parts.
     /// Only chunks accepted by `keep` contribute.
+    #[cfg(test)]
     pub(crate) fn token_intervals(&self, keep: impl Fn(Timestamp) -> bool) -> Vec<(Duration, u64)> {
-        self.scaled_intervals(1.0, keep)
+        let mut out = Vec::new();
+        self.scaled_intervals(1.0, keep, |d, n| out.push((d, n)));
+        out
     }
 
     /// [`Self::token_intervals`] with every chunk taken to carry `scale`
     /// times its tokens (an estimate's calibration): `k · scale` intervals,
-    /// rounded to a whole number of at least one, splitting the gap.
+    /// rounded to a whole number of at least one, splitting the gap. Each
+    /// `(interval, multiplicity)` goes to `to`, so a window's millions of
+    /// them are stored once, where they are summarized.
     pub(crate) fn scaled_intervals(
         &self,
         scale: f64,
         keep: impl Fn(Timestamp) -> bool,
-    ) -> Vec<(Duration, u64)> {
+        mut to: impl FnMut(Duration, u64),
+    ) {
         let scaled = |k: u64| -> u64 {
             if scale == 1.0 {
                 k
@@ -169,28 +183,31 @@ impl Arrivals {
                 ((k as f64 * scale).round() as u64).max(1)
             }
         };
-        let mut out = Vec::new();
         if let Some(first) = self.list.first().filter(|a| keep(a.at)) {
-            out.push((Duration::ZERO, scaled(first.tokens) - 1));
+            to(Duration::ZERO, scaled(first.tokens) - 1);
         }
         for w in self.list.windows(2) {
             if keep(w[1].at) {
-                out.extend(spread(
-                    w[1].at.saturating_since(w[0].at),
-                    scaled(w[1].tokens),
-                ));
+                for (d, n) in spread(w[1].at.saturating_since(w[0].at), scaled(w[1].tokens)) {
+                    if n > 0 {
+                        to(d, n);
+                    }
+                }
             }
         }
-        out
     }
 
-    /// Gaps between consecutive token-bearing chunks that `keep` accepts.
-    pub(crate) fn chunk_gaps(&self, keep: impl Fn(Timestamp) -> bool) -> Vec<Duration> {
-        self.list
-            .windows(2)
-            .filter(|w| keep(w[1].at))
-            .map(|w| w[1].at.saturating_since(w[0].at))
-            .collect()
+    /// Gaps between consecutive token-bearing chunks that `keep` accepts, to `to`.
+    pub(crate) fn chunk_gaps(
+        &self,
+        keep: impl Fn(Timestamp) -> bool,
+        mut to: impl FnMut(Duration),
+    ) {
+        for w in self.list.windows(2) {
+            if keep(w[1].at) {
+                to(w[1].at.saturating_since(w[0].at));
+            }
+        }
     }
 }
 
@@ -201,7 +218,7 @@ impl RequestTimeline {
     }
 }
 
-fn text_chunks(t: &RequestTimeline) -> impl Iterator<Item = &Chunk> {
+fn text_chunks(t: &RequestTimeline) -> impl Iterator<Item = Chunk> + '_ {
     t.chunks.iter().filter(|c| c.has_text())
 }
 
@@ -211,9 +228,9 @@ fn text_chunks(t: &RequestTimeline) -> impl Iterator<Item = &Chunk> {
 /// put an all-zero `usage` on every chunk.
 fn counts_every_text_chunk(t: &RequestTimeline, count: impl Fn(&Chunk) -> Option<Tokens>) -> bool {
     let mut grows = false;
-    t.chunks.iter().any(|c| count(c).is_some())
+    t.chunks.iter().any(|c| count(&c).is_some())
         && text_chunks(t).all(|c| {
-            let n = count(c);
+            let n = count(&c);
             grows |= n.is_some_and(|n| n.get() > 0);
             n.is_some()
         })
@@ -241,7 +258,7 @@ fn from_running_count(
     let mut list = Vec::new();
     let mut so_far = Tokens::ZERO;
     for (chunk, c) in t.chunks.iter().enumerate() {
-        let Some(n) = count(c) else { continue };
+        let Some(n) = count(&c) else { continue };
         if n < so_far {
             return Err(MetricsError::TokenCountDecreased {
                 chunk,
@@ -256,6 +273,47 @@ fn from_running_count(
         so_far = n;
     }
     Ok(Arrivals { source, list })
+}
+
+/// [`Arrivals::of`] for the usual timeline, cumulative usage on every chunk
+/// with text, in a single pass that also checks the timeline: a window holds
+/// millions of chunks, and each pass decodes them all. `None` for any other
+/// timeline (a text chunk without usage, a bad order, a count going down):
+/// the general path then decides, and words any error.
+fn continuous_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
+    let ordered_edges = t.ended_at >= t.sent_at
+        && [t.headers_at, t.first_byte_at]
+            .iter()
+            .flatten()
+            .all(|at| *at >= t.sent_at && *at <= t.ended_at);
+    if !ordered_edges {
+        return None;
+    }
+    let (mut list, mut so_far, mut previous, mut grows) = (Vec::new(), 0, t.sent_at, false);
+    let mut any_usage = false;
+    for c in &t.chunks {
+        if c.at < previous || c.at > t.ended_at {
+            return None;
+        }
+        previous = c.at;
+        let Some(n) = c.usage.map(|u| u.completion_tokens.get()) else {
+            if c.has_text() {
+                return None;
+            }
+            continue;
+        };
+        any_usage = true;
+        grows |= c.has_text() && n > 0;
+        let tokens = n.checked_sub(so_far)?;
+        if tokens > 0 {
+            list.push(Arrival { at: c.at, tokens });
+        }
+        so_far = n;
+    }
+    (any_usage && grows).then_some(Arrivals {
+        source: TokenSource::ContinuousUsage,
+        list,
+    })
 }
 
 /// Shares `n` whole tokens out over the chunks in proportion to their
@@ -304,7 +362,7 @@ mod tests {
 
     fn timeline(chunks: Vec<Chunk>) -> RequestTimeline {
         let mut t = RequestTimeline::new(ms(0), ms(10_000), Outcome::Cancelled);
-        t.chunks = chunks;
+        t.chunks = chunks.into();
         t
     }
 
@@ -424,7 +482,7 @@ mod tests {
         assert_eq!(a.source, TokenSource::FinalUsage);
         assert_eq!(pairs(&a), vec![(10, 2), (20, 6), (40, 8)]);
         // Without tokenized text on every chunk there is no tokenizer estimate.
-        t.chunks[0].text_tokens = None;
+        t.chunks.set_text_tokens(0, None);
         assert!(Arrivals::estimate(&t, EstimateMethod::Tokenizer).is_none());
     }
 
@@ -445,14 +503,17 @@ mod tests {
         let z = Duration::ZERO;
         let ten = Duration::from_millis(10);
         assert_eq!(sorted, vec![z, z, ten, ten, ten]);
-        assert_eq!(a.chunk_gaps(|_| true), vec![Duration::from_millis(30)]);
+        let mut gaps = Vec::new();
+        a.chunk_gaps(|_| true, |d| gaps.push(d));
+        assert_eq!(gaps, vec![Duration::from_millis(30)]);
     }
 
     #[test]
     fn scaled_intervals_split_gaps_by_the_estimated_tokens() {
         let t = timeline(vec![Chunk::content(ms(100)), Chunk::content(ms(130))]);
         let a = Arrivals::of(&t).unwrap();
-        let iv = a.scaled_intervals(3.0, |_| true);
+        let mut iv = Vec::new();
+        a.scaled_intervals(3.0, |_| true, |d, n| iv.push((d, n)));
         let n: u64 = iv.iter().map(|p| p.1).sum();
         assert_eq!(n, 5, "{iv:?}");
         assert!(
@@ -461,7 +522,75 @@ mod tests {
         );
     }
 
+    fn any_timeline() -> impl Strategy<Value = RequestTimeline> {
+        let chunk = (
+            0u64..40,
+            any::<bool>(),
+            prop::option::of(0u64..6),
+            any::<bool>(),
+        );
+        (prop::collection::vec(chunk, 0..25), 0u64..3, any::<bool>()).prop_map(
+            |(steps, end_early, finished)| {
+                let (mut at, mut count) = (5u64, 0u64);
+                let chunks: Vec<Chunk> = steps
+                    .iter()
+                    .map(|&(dt, text, grow, back)| {
+                        // Now and then a chunk out of order or a count going down.
+                        at = if back && dt % 7 == 0 {
+                            at.saturating_sub(3)
+                        } else {
+                            at + dt
+                        };
+                        let mut c = if text {
+                            Chunk::content(ms(at))
+                        } else {
+                            Chunk::empty(ms(at))
+                        };
+                        if let Some(g) = grow {
+                            count = if back && g == 5 {
+                                count.saturating_sub(1)
+                            } else {
+                                count + g
+                            };
+                            c = c.with_usage(usage(count));
+                        }
+                        c
+                    })
+                    .collect();
+                let outcome = if finished {
+                    Outcome::Finished {
+                        finish_reason: None,
+                    }
+                } else {
+                    Outcome::Cancelled
+                };
+                let mut t = RequestTimeline::new(
+                    ms(0),
+                    ms((at + 10).saturating_sub(end_early * 20)),
+                    outcome,
+                );
+                t.chunks = chunks.into();
+                t
+            },
+        )
+    }
+
     proptest! {
+        // The one-pass reader of the usual timeline gives what the general
+        // path gives, and takes every timeline the general path reads as
+        // continuous usage.
+        #[test]
+        fn the_one_pass_reader_agrees_with_the_general_path(t in any_timeline()) {
+            let general = Arrivals::of_any(&t);
+            match continuous_usage_in_one_pass(&t) {
+                Some(fast) => prop_assert_eq!(Ok(fast), general),
+                None => {
+                    let continuous = general.is_ok_and(|a| a.source == TokenSource::ContinuousUsage);
+                    prop_assert!(!continuous);
+                }
+            }
+        }
+
         #[test]
         fn spreading_preserves_the_gap(gap_ns in 0u64..10_000_000_000, k in 1u64..10_000) {
             let parts = spread(Duration::from_nanos(gap_ns), k);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use speedmatrix_units::Tokens;
 
 use crate::calibrate::{Calibration, Calibrator};
-use crate::request::duration_summary;
+use crate::stats::DurationSample;
 use crate::tokens::{Arrivals, EstimateMethod};
 use crate::{
     MetricsError, Outcome, RequestTimeline, Summary, Timestamp, TokenSource, TokensPerSecond,
@@ -89,38 +89,52 @@ impl TokenCount {
 ///
 /// # Errors
 /// The timeline errors of [`crate::request_metrics`] for any request.
-pub fn window_metrics(
-    requests: &[RequestTimeline],
+pub fn window_metrics<T: AsRef<RequestTimeline>>(
+    requests: &[T],
     window: Window,
 ) -> Result<WindowMetrics, MetricsError> {
+    // A window holds millions of tokens, so no request's arrivals are kept
+    // past its turn: exact ones are added at once, estimates once the
+    // calibration over every request is known.
     let mut acc = Accumulator::default();
-    let mut calibrator = Calibrator::default();
-    let mut counted = Vec::with_capacity(requests.len());
-    for t in requests {
+    let (mut estimated, mut calibrators) = (Vec::new(), Vec::new());
+    for (i, t) in requests.iter().map(AsRef::as_ref).enumerate() {
         let arrivals = Arrivals::of(t)?;
-        calibrator.offer(t, &arrivals);
-        counted.push(arrivals);
-    }
-    let overlaps = |t: &RequestTimeline| t.sent_at < window.end() && t.ended_at > window.start();
-    let estimated: Vec<usize> = (0..requests.len())
-        .filter(|&i| {
-            !counted[i].source.is_exact() && !is_failed(&requests[i]) && overlaps(&requests[i])
-        })
-        .collect();
-    let calibration = (!estimated.is_empty()).then(|| {
-        let tokenized = estimated
-            .iter()
-            .filter(|&&i| Arrivals::estimate(&requests[i], EstimateMethod::Tokenizer).is_some())
-            .count();
-        calibrator.best(estimated.len() as u64, tokenized as u64)
-    });
-    for (t, arrivals) in requests.iter().zip(counted) {
+        if Calibrator::can_calibrate(t, &arrivals) {
+            calibrators.push((i, arrivals.total()));
+        }
         if is_failed(t) {
             acc.add_failed(t, window);
-            continue;
+        } else if arrivals.source.is_exact() {
+            acc.add(t, &arrivals, 1.0, window);
+        } else {
+            estimated.push(i);
         }
-        match (&calibration, arrivals.source.is_exact()) {
-            (Some(c), false) => {
+    }
+    let overlaps = |t: &RequestTimeline| t.sent_at < window.end() && t.ended_at > window.start();
+    let overlapping = estimated
+        .iter()
+        .filter(|&&i| overlaps(requests[i].as_ref()))
+        .count();
+    let calibration = (overlapping > 0).then(|| {
+        // Estimating the exact requests costs passes over their chunks: only
+        // a window with estimates pays it.
+        let mut calibrator = Calibrator::default();
+        for &(i, exact) in &calibrators {
+            calibrator.offer(requests[i].as_ref(), exact);
+        }
+        let tokenized = estimated
+            .iter()
+            .map(|&i| requests[i].as_ref())
+            .filter(|t| overlaps(t))
+            .filter(|t| Arrivals::estimate(t, EstimateMethod::Tokenizer).is_some())
+            .count();
+        calibrator.best(overlapping as u64, tokenized as u64)
+    });
+    for t in estimated.iter().map(|&i| requests[i].as_ref()) {
+        let arrivals = Arrivals::of(t)?;
+        match &calibration {
+            Some(c) => {
                 let by = Arrivals::estimate(t, c.method).unwrap_or(arrivals);
                 let scale = if by.source == c.method.source() {
                     c.factor
@@ -129,7 +143,7 @@ pub fn window_metrics(
                 };
                 acc.add(t, &by, scale, window);
             }
-            _ => acc.add(t, &arrivals, 1.0, window),
+            None => acc.add(t, &arrivals, 1.0, window),
         }
     }
     Ok(acc.finish(window, calibration))
@@ -149,9 +163,9 @@ struct Accumulator {
     requests: u64,
     completed: u64,
     failed: u64,
-    ttft: Vec<(Duration, u64)>,
-    intervals: Vec<(Duration, u64)>,
-    chunk_gaps: Vec<(Duration, u64)>,
+    ttft: DurationSample,
+    intervals: DurationSample,
+    chunk_gaps: DurationSample,
     source: Option<TokenSource>,
     by_source: BTreeMap<TokenSource, u64>,
 }
@@ -190,17 +204,17 @@ impl Accumulator {
             self.requests += 1;
             self.active_time += w.overlap(t.sent_at, t.ended_at);
             if let Some(c) = t.first_text() {
-                self.ttft.push((c.at.saturating_since(t.sent_at), 1));
+                self.ttft.push(c.at.saturating_since(t.sent_at), 1);
             }
         }
         if w.contains(t.ended_at) && t.is_finished() {
             self.completed += 1;
         }
         let inside = |at: Timestamp| w.contains(at);
-        self.intervals
-            .extend(arrivals.scaled_intervals(scale, inside));
-        self.chunk_gaps
-            .extend(arrivals.chunk_gaps(inside).into_iter().map(|d| (d, 1)));
+        let intervals = &mut self.intervals;
+        arrivals.scaled_intervals(scale, inside, |d, n| intervals.push(d, n));
+        let gaps = &mut self.chunk_gaps;
+        arrivals.chunk_gaps(inside, |d| gaps.push(d, 1));
     }
 
     fn finish(self, w: Window, calibration: Option<Calibration>) -> WindowMetrics {
@@ -221,9 +235,9 @@ impl Accumulator {
             requests: self.requests,
             completed_requests: self.completed,
             failed_requests: self.failed,
-            ttft: duration_summary(self.ttft),
-            time_between_tokens: duration_summary(self.intervals),
-            chunk_gaps: duration_summary(self.chunk_gaps),
+            ttft: self.ttft.summary(),
+            time_between_tokens: self.intervals.summary(),
+            chunk_gaps: self.chunk_gaps.summary(),
             token_source: self.source,
             token_count: TokenCount {
                 requests_by_source: self.by_source,

@@ -4,7 +4,7 @@ use crate::model::{CellStatus, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 27] = [
+pub const CSV_COLUMNS: [&str; 29] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -32,6 +32,8 @@ pub const CSV_COLUMNS: [&str; 27] = [
     "token_count_uncertainty_pct",
     "server_generation_tokens",
     "server_tokens_per_s",
+    "client_cpu_cores",
+    "client_bound",
 ];
 
 /// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
@@ -48,7 +50,7 @@ pub fn to_csv(report: &Report) -> String {
     out
 }
 
-fn prefill_fields(row: &PrefillRow) -> [String; 27] {
+fn prefill_fields(row: &PrefillRow) -> [String; 29] {
     let completed = row.status.is_valid().then_some(u64::from(row.repeats));
     [
         "prefill".to_owned(),
@@ -78,10 +80,12 @@ fn prefill_fields(row: &PrefillRow) -> [String; 27] {
         String::new(),
         String::new(),
         String::new(),
+        String::new(),
+        String::new(),
     ]
 }
 
-fn decode_fields(cell: &DecodeCell) -> [String; 27] {
+fn decode_fields(cell: &DecodeCell) -> [String; 29] {
     let m = cell.measurements.as_ref();
     let f = |get: fn(&crate::model::DecodeMeasurements) -> f64| num(m.map(get));
     [
@@ -119,6 +123,10 @@ fn decode_fields(cell: &DecodeCell) -> [String; 27] {
             .and_then(|m| m.server_counter)
             .map(|c| c.generation_tokens.get())),
         num(m.and_then(|m| m.server_counter).map(|c| c.tokens_per_s())),
+        num(m.and_then(|m| m.client).map(|c| c.cpu_cores)),
+        m.and_then(|m| m.client)
+            .map(|c| c.client_bound.to_string())
+            .unwrap_or_default(),
     ]
 }
 

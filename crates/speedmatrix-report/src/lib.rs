@@ -39,6 +39,7 @@
 //!     token_count: Some(TokenCount::exact(TokenCountSource::UsagePerChunk, 1)),
 //!     finish_reasons: Default::default(),
 //!     server_counter: None,
+//!     client: None,
 //! };
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
@@ -63,6 +64,7 @@
 //!         started_at: "2026-11-30T07:00:00Z".into(),
 //!         finished_at: "2026-11-30T07:01:00Z".into(),
 //!     },
+//!     client: None,
 //!     capacity: None,
 //!     prefill: vec![],
 //!     decode: vec![DecodeCell {
@@ -97,7 +99,8 @@ pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
-    Api, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, Gpu, Hardware, KvCapacity,
-    MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode, PrefillRow,
-    Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCount, TokenCountSource, Tool,
+    Api, Capacity, CellStatus, ClientCpu, ClientSetup, DecodeCell, DecodeMeasurements, Engine, Gpu,
+    Hardware, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
+    Percentiles, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
+    TokenCount, TokenCountSource, Tool,
 };

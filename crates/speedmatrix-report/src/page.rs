@@ -1,6 +1,8 @@
 //! The content both page renderers show, as plain text: headings' facts, table rows,
 //! footnotes. Markdown and HTML only differ in how they wrap and escape it.
 
+use std::fmt::Write as _;
+
 use speedmatrix_units::{ByteSize, Tokens};
 
 use crate::format::{self, DASH};
@@ -175,9 +177,38 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
             },
         ));
     }
+    facts.extend(client_fact(report).map(|v| ("Client", v)));
     facts.push(("Started", run.started_at.clone()));
     facts.push(("Finished", run.finished_at.clone()));
     facts
+}
+
+/// The client's threads, cores and busiest cell, in a line.
+fn client_fact(report: &Report) -> Option<String> {
+    let c = report.client.as_ref()?;
+    let mut line = plural(
+        c.runtime_threads as usize,
+        "runtime thread",
+        "runtime threads",
+    );
+    if let Some(cores) = &c.cores {
+        let how = if c.pinned { "pinned to" } else { "on" };
+        let _ = write!(line, " {how} cores {cores}");
+    }
+    let busiest = report
+        .decode
+        .iter()
+        .filter_map(|d| d.measurements.as_ref()?.client)
+        .max_by(|a, b| a.cpu_cores.total_cmp(&b.cpu_cores));
+    if let Some(b) = busiest {
+        let _ = write!(
+            line,
+            "; busiest cell {:.2} cores ({:.0} % of its threads)",
+            b.cpu_cores,
+            100.0 * b.cpu_cores / f64::from(b.runtime_threads.max(1))
+        );
+    }
+    Some(line)
 }
 
 /// Label/value pairs of the Capacity section; empty when the document has none.
@@ -347,6 +378,33 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
         notes.push(format!(
             "The over-capacity rule: {}.",
             cap.rule.trim_end_matches('.')
+        ));
+    }
+    if let Some(server) = report.client.as_ref().and_then(|c| c.local_server.as_ref())
+        && let Some(shared) = &server.shared_cores
+    {
+        notes.push(format!(
+            "The client shared cores {shared} with the server process on the same host (pid {}, \
+             cores {}): the two competed for CPU, which can lower the numbers. Pin them apart \
+             (the client with --client-cores, the server with taskset or numactl).",
+            server.pid, server.cores
+        ));
+    }
+    let bound = report
+        .decode
+        .iter()
+        .filter(|d| {
+            d.measurements
+                .as_ref()
+                .and_then(|m| m.client)
+                .is_some_and(|c| c.client_bound)
+        })
+        .count();
+    if bound > 0 {
+        notes.push(format!(
+            "Client-bound: in {} the client was busy at least 80 % of its runtime threads' time \
+             during the window, so its own speed may have limited the numbers.",
+            plural(bound, "cell", "cells")
         ));
     }
     notes.push(if report.run.decode_cache_warmed {

@@ -115,6 +115,8 @@ pub struct RunLabels {
     pub revision: Option<String>,
     /// Name of the tokenizer used to size prompts, for the report.
     pub tokenizer: Option<String>,
+    /// How the client runs (threads, cores, a local server's cores), for the report.
+    pub client: Option<speedmatrix_report::ClientSetup>,
 }
 
 /// Everything one run needs. The binary fills it from flags; embedders build it directly.

@@ -75,6 +75,7 @@
 //! # Ok(()) }
 //! ```
 
+mod client_load;
 mod config;
 mod decode;
 mod estimate;
@@ -88,6 +89,7 @@ mod request;
 mod resume;
 mod server;
 mod steps;
+mod stop;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -100,6 +102,7 @@ use speedmatrix_units::Tokens;
 use speedmatrix_workload::{ChatOverhead, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
     Target,

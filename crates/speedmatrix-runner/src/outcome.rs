@@ -352,6 +352,10 @@ pub struct WindowResult {
     /// The server's own output-token count over the window, when it has one.
     #[serde(default)]
     pub server_counter: Option<CounterIncrease>,
+    /// The client's own CPU use over the window; `None` with the embedded
+    /// simulator (it shares the process) or where there is no process clock.
+    #[serde(default)]
+    pub client: Option<crate::ClientLoad>,
 }
 
 /// How a window's output tokens were counted.
@@ -438,6 +442,14 @@ pub enum Notice {
         /// The cell.
         step: StepId,
     },
+    /// The client used most of its runtime threads' time during the window,
+    /// so its own speed may have limited what it measured.
+    ClientBound {
+        /// The cell.
+        step: StepId,
+        /// The client's CPU use.
+        load: crate::ClientLoad,
+    },
     /// The server still reported running requests after the drain's limit.
     StillBusyAfterDrain {
         /// The cell.
@@ -513,16 +525,16 @@ impl fmt::Display for StopReason {
 }
 
 /// Durations as whole nanoseconds in the journal.
-mod duration_ns {
+pub(crate) mod duration_ns {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_nanos)
     }
 }

@@ -70,6 +70,7 @@ pub(crate) fn build_report(
             started_at,
             finished_at: now_rfc3339(),
         },
+        client: config.labels.client.clone(),
         capacity: capacity(&the_plan.capacity),
         prefill: prefill.iter().map(prefill_row).collect(),
         decode: decode.iter().map(decode_cell).collect(),
@@ -233,6 +234,11 @@ fn measurements(w: &WindowResult) -> DecodeMeasurements {
             generation_tokens: c.tokens,
             between_scrapes_s: c.between_scrapes.as_secs_f64(),
         }),
+        client: w.client.map(|l| speedmatrix_report::ClientCpu {
+            cpu_cores: l.cores(),
+            runtime_threads: l.threads,
+            client_bound: l.is_client_bound(),
+        }),
     }
 }
 
@@ -307,6 +313,12 @@ impl Notice {
             ),
             Notice::IgnoreEosIgnored { step } => format!(
                 "{step}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (send min_tokens as well)"
+            ),
+            Notice::ClientBound { step, load } => format!(
+                "{step}: the client was busy {:.0} % of the time of its {} runtime thread(s) during the window ({:.2} cores): it may have limited the numbers; give it more threads or cores",
+                100.0 * load.busy_share(),
+                load.threads,
+                load.cores()
             ),
             Notice::StillBusyAfterDrain { step, waited } => format!(
                 "{step}: the server still reported running requests {} s after the window closed",

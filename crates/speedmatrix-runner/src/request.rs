@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use speedmatrix_client::{
     ChatRequest, Client, CompletionRequest, Generation, Message, ResponseStream, StreamOptions,
 };
-use speedmatrix_metrics::{Chunk, Outcome, RequestTimeline, Timestamp, Usage};
+use speedmatrix_metrics::{Chunk, Chunks, Outcome, RequestTimeline, Timestamp, Usage};
 use speedmatrix_units::Tokens;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Api;
 use crate::outcome::{Failure, FailureKind};
+use crate::stop::Stop;
 
 /// What every request of a step sends besides its prompt.
 #[derive(Debug, Clone)]
@@ -51,6 +51,12 @@ pub(crate) struct Recorded {
     pub(crate) unexpected_content_type: Option<String>,
 }
 
+impl AsRef<RequestTimeline> for Recorded {
+    fn as_ref(&self) -> &RequestTimeline {
+        &self.timeline
+    }
+}
+
 /// A request's whole output text and where each chunk with text ends in it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OutputText {
@@ -63,16 +69,15 @@ impl OutputText {
     /// Sets each chunk's `text_tokens` from `token_ends`, the byte offsets
     /// where the tokens of the whole text end: a token belongs to the chunk
     /// in which its last byte arrived.
-    pub(crate) fn assign(&self, token_ends: &[usize], chunks: &mut [Chunk]) {
+    pub(crate) fn assign(&self, token_ends: &[usize], chunks: &mut Chunks) {
         let mut next = 0;
         for &(index, end) in &self.ends {
             let start = next;
             while next < token_ends.len() && token_ends[next] <= end {
                 next += 1;
             }
-            if let Some(c) = chunks.get_mut(index) {
-                c.text_tokens = Some(u32::try_from(next - start).unwrap_or(u32::MAX));
-            }
+            // In index order, so each lands at the end of the side table.
+            chunks.set_text_tokens(index, Some(u32::try_from(next - start).unwrap_or(u32::MAX)));
         }
     }
 }
@@ -145,14 +150,15 @@ impl RequestShape {
 
 /// Sends one request and records it until it ends or `stop` fires.
 /// `first_tokens` is incremented once when the first text chunk arrives.
-pub(crate) async fn record_one(
+pub(crate) async fn record_one<'s>(
     client: &Client,
     shape: &RequestShape,
     prompt: &str,
     epoch: Instant,
-    stop: &CancellationToken,
+    stop: impl Into<Stop<'s>>,
     first_tokens: Option<&Arc<AtomicUsize>>,
 ) -> Recorded {
+    let stop = stop.into();
     let at = |i: Instant| Timestamp::from_instant(epoch, i);
     let mut retries = 0;
     let mut stream = loop {
@@ -167,7 +173,7 @@ pub(crate) async fn record_one(
         };
         let result = tokio::select! {
             r = shape.send(client, prompt) => r,
-            () = stop.cancelled() => return cancelled(retries),
+            () = stop.stopped() => return cancelled(retries),
         };
         match result {
             Ok(s) => break s,
@@ -177,7 +183,7 @@ pub(crate) async fn record_one(
                     retries += 1;
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
-                        () = stop.cancelled() => return cancelled(retries),
+                        () = stop.stopped() => return cancelled(retries),
                     }
                 }
                 None => {
@@ -198,39 +204,49 @@ pub(crate) async fn record_one(
         at(timings.headers_at),
         shape.one_event_per_token,
     );
+    let mut cancelled = stop.stopped();
     let outcome = loop {
-        let next = tokio::select! {
-            n = stream.next() => n,
-            () = stop.cancelled() => break Outcome::Cancelled,
-        };
-        match next {
-            Ok(Some(ev)) => {
-                if recorder.event(&ev, at(ev.received_at))
+        // Events already received are taken without looking at the stop
+        // signal: it is checked once per read, not once per event.
+        let failure = match stream.next_buffered() {
+            Some(Ok(Some(ev))) => {
+                if recorder.event(ev, at(ev.received_at))
                     && let Some(n) = first_tokens
                 {
                     n.fetch_add(1, Ordering::Relaxed);
                 }
+                continue;
             }
-            Ok(None) => {
+            Some(Ok(None)) => {
                 break Outcome::Finished {
                     finish_reason: stream.finish_reason().map(str::to_owned),
                 };
             }
-            Err(e) => {
-                let mut r = failed(
-                    recorder.timeline.sent_at,
-                    at(Instant::now()),
-                    &e,
-                    shape.secret.as_deref(),
-                );
-                r.timeline.chunks = std::mem::take(&mut recorder.timeline.chunks);
-                r.timeline.headers_at = recorder.timeline.headers_at;
-                r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
-                r.prompt_tokens_reported = recorder.prompt_tokens;
-                r.retries = retries;
-                return r;
-            }
-        }
+            Some(Err(e)) => e,
+            // The flag is one load; the stop future is polled (its waker
+            // registered) only when the read must wait.
+            None if stop.is_stopped() => break Outcome::Cancelled,
+            None => match tokio::select! {
+                biased;
+                r = stream.read_more() => r,
+                () = &mut cancelled => break Outcome::Cancelled,
+            } {
+                Ok(()) => continue,
+                Err(e) => e,
+            },
+        };
+        let mut r = failed(
+            recorder.timeline.sent_at,
+            at(Instant::now()),
+            &failure,
+            shape.secret.as_deref(),
+        );
+        r.timeline.chunks = std::mem::take(&mut recorder.timeline.chunks);
+        r.timeline.headers_at = recorder.timeline.headers_at;
+        r.timeline.first_byte_at = stream.timings().first_byte_at.map(at);
+        r.prompt_tokens_reported = recorder.prompt_tokens;
+        r.retries = retries;
+        return r;
     };
     let timings = stream.timings();
     let finished = matches!(outcome, Outcome::Finished { .. });
@@ -373,6 +389,8 @@ impl Recorder {
         self.timeline.ended_at = last_chunk.map_or(ended_at, |c| c.max(ended_at));
         self.timeline.first_byte_at = first_byte_at;
         self.timeline.outcome = outcome;
+        // A cell holds every request until it is summarized.
+        self.timeline.chunks.shrink_to_fit();
         let text =
             (self.keep_text && !self.text_lost && self.last_text.is_some()).then_some(self.text);
         (self.timeline, self.prompt_tokens, text)
@@ -534,7 +552,7 @@ mod tests {
             // Chunks 0 (" the"), 2 (" caf"), 3 ("é"); chunk 1 had no text.
             ends: vec![(0, 4), (2, 8), (3, 10)],
         };
-        let mut chunks = vec![Chunk::empty(Timestamp::EPOCH); 4];
+        let mut chunks: Chunks = vec![Chunk::empty(Timestamp::EPOCH); 4].into();
         // Tokens " the", " ca", "f", "Ã", "©": the last two end with the character.
         text.assign(&[4, 7, 8, 10, 10], &mut chunks);
         let got: Vec<Option<u32>> = chunks.iter().map(|c| c.text_tokens).collect();

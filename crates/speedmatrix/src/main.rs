@@ -5,6 +5,7 @@
 //! exit codes (0 done, 1 the work failed or is incomplete, 2 bad input).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod client_host;
 mod cmd;
 mod hardware;
 
@@ -32,10 +33,22 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Threads and cores are fixed before the runtime starts its threads.
+    let threads = match cmd::prepare_client(&cli.command) {
+        Ok(threads) => threads,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return cmd::exit_code_for(&err);
+        }
+    };
+    let mut builder = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if let Some(n) = threads {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: could not start the async runtime: {err}");

@@ -23,12 +23,36 @@ const MAX_DEPTH: u8 = 32;
 
 /// Fills `event` from `text`; returns whether the chunk is an error object,
 /// or `None` to ask for the serde_json path (`event` may be half-filled).
-pub(super) fn parse(text: &str, event: &mut StreamEvent) -> Option<bool> {
+///
+/// `opening` carries what the stream's previous chunk taught: a server
+/// opens every chunk with the same fields nobody reads (`{"id":"cmpl-1",
+/// "object":"text_completion","created":1732000000,"model":"m",`), and bytes
+/// equal to ones already read as valid and of no effect need no reading.
+pub(super) fn parse(text: &str, event: &mut StreamEvent, opening: &mut Opening) -> Option<bool> {
     let mut r = Reader { s: text, i: 0 };
-    let is_error = r.chunk(event)?;
+    let (is_error, learned) = r.chunk(event, opening)?;
     r.ws();
-    (r.i == r.s.len()).then_some(is_error)
+    if r.i != r.s.len() {
+        return None;
+    }
+    if let Some(end) = learned {
+        opening.bytes.clear();
+        opening.bytes.extend_from_slice(&text.as_bytes()[..end]);
+    }
+    Some(is_error)
 }
+
+/// The start of a stream's last chunk that the next one may skip: from `{`
+/// through the comma after its last leading field of no effect (not
+/// `choices`, `usage`, `timings`, `error`, nor an `object` of `"error"`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Opening {
+    bytes: Vec<u8>,
+}
+
+/// Most bytes an opening keeps: ids and model names are short; a longer
+/// opening is not worth a copy per chunk.
+const MAX_OPENING: usize = 512;
 
 struct Reader<'a> {
     s: &'a str,
@@ -277,31 +301,64 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The chunk object; returns whether it is an error object.
-    fn chunk(&mut self, event: &mut StreamEvent) -> Option<bool> {
+    /// The chunk object; returns whether it is an error object, and the end
+    /// of a new opening to remember (see [`Opening`]), if it learned one.
+    fn chunk(
+        &mut self,
+        event: &mut StreamEvent,
+        opening: &Opening,
+    ) -> Option<(bool, Option<usize>)> {
         let mut is_error = false;
-        self.eat(b'{')?;
-        if self.try_eat(b'}') {
-            return Some(false);
+        // Equal bytes read the same way: resume after the known opening.
+        let resumed = !opening.bytes.is_empty() && self.bytes().starts_with(&opening.bytes);
+        if resumed {
+            self.i = opening.bytes.len();
+        } else {
+            self.eat(b'{')?;
+            if self.try_eat(b'}') {
+                return Some((false, None));
+            }
         }
+        let (mut leading, mut learned) = (!resumed, None);
         loop {
             let key = self.string()?;
             self.eat(b':')?;
-            match &*key {
-                "choices" => self.choices(event)?,
-                "usage" => event.usage = self.usage()?,
-                "timings" => event.engine_tokens = self.timings()?,
+            let effect = match &*key {
+                "choices" => {
+                    self.choices(event)?;
+                    true
+                }
+                "usage" => {
+                    event.usage = self.usage()?;
+                    true
+                }
+                "timings" => {
+                    event.engine_tokens = self.timings()?;
+                    true
+                }
                 "error" => {
                     if !self.null()? {
                         self.skip(MAX_DEPTH)?;
                         is_error = true;
                     }
+                    true
                 }
-                "object" => is_error |= self.opt_string()?.is_some_and(|o| o == "error"),
-                _ => self.skip(MAX_DEPTH)?,
-            }
+                "object" => {
+                    let error = self.opt_string()?.is_some_and(|o| o == "error");
+                    is_error |= error;
+                    error
+                }
+                _ => {
+                    self.skip(MAX_DEPTH)?;
+                    false
+                }
+            };
             if !self.more(b'}')? {
-                return Some(is_error);
+                return Some((is_error, learned));
+            }
+            leading &= !effect;
+            if leading && self.i <= MAX_OPENING {
+                learned = Some(self.i);
             }
         }
     }
@@ -334,7 +391,7 @@ impl<'a> Reader<'a> {
             match &*key {
                 "text" => {
                     if let Some(text) = self.opt_string()? {
-                        event.content = text.into_owned();
+                        replace(&mut event.content, &text);
                     }
                 }
                 "delta" => {
@@ -368,18 +425,18 @@ impl<'a> Reader<'a> {
             match &*key {
                 "content" => {
                     if let Some(text) = self.opt_string()? {
-                        event.content = text.into_owned();
+                        replace(&mut event.content, &text);
                     }
                 }
                 "reasoning_content" => {
                     if let Some(text) = self.opt_string()? {
-                        event.reasoning_content = text.into_owned();
+                        replace(&mut event.reasoning_content, &text);
                         had_reasoning_content = true;
                     }
                 }
                 "reasoning" => {
                     if let (Some(text), false) = (self.opt_string()?, had_reasoning_content) {
-                        event.reasoning_content = text.into_owned();
+                        replace(&mut event.reasoning_content, &text);
                     }
                 }
                 _ => self.skip(MAX_DEPTH)?,
@@ -453,6 +510,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// `*slot = text`, in the memory `slot` already has.
+fn replace(slot: &mut String, text: &str) {
+    slot.clear();
+    slot.push_str(text);
+}
+
 /// Records a field's value; `None` when it was already set.
 fn set_once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     slot.is_none().then(|| *slot = Some(value))
@@ -487,7 +550,7 @@ mod tests {
     fn both(text: &str) -> (Decoded, Decoded) {
         let now = Instant::now();
         let mut fast = empty_event(now);
-        let fast = super::parse(text, &mut fast).map(|e| (e, fast));
+        let fast = super::parse(text, &mut fast, &mut super::Opening::default()).map(|e| (e, fast));
         let mut slow = empty_event(now);
         let slow = parse_serde(text, &mut slow).ok().map(|e| (e, slow));
         (fast, slow)
@@ -712,6 +775,30 @@ mod tests {
             let (fast, slow) = both(&text);
             if fast.is_some() {
                 prop_assert_eq!(fast, slow, "{}", text);
+            }
+        }
+
+        // A chunk read after another (its opening remembered) reads as it
+        // does alone: equal openings, different ones, and damaged ones.
+        #[test]
+        fn a_remembered_opening_changes_nothing(first in chunk(), second in chunk(), cut in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let now = Instant::now();
+            let mut opening = super::Opening::default();
+            let mut scratch = empty_event(now);
+            let _ = super::parse(&first, &mut scratch, &mut opening);
+            // The second chunk as is, and with the first's opening and its own rest.
+            let spliced = format!("{}{}", String::from_utf8_lossy(&opening.bytes), second.trim_start().trim_start_matches('{'));
+            let mut damaged = spliced.clone().into_bytes();
+            let at = cut.index(damaged.len());
+            damaged[at] = byte;
+            let damaged = String::from_utf8(damaged).unwrap_or_default();
+            for text in [&second, &spliced, &damaged, &first] {
+                let mut remembered = opening.clone();
+                let mut with = empty_event(now);
+                let with = super::parse(text, &mut with, &mut remembered).map(|e| (e, with));
+                let mut alone = empty_event(now);
+                let alone = super::parse(text, &mut alone, &mut super::Opening::default()).map(|e| (e, alone));
+                prop_assert_eq!(with, alone, "{}", text);
             }
         }
 

@@ -179,7 +179,9 @@ fn window_token_source_is_the_weakest() {
 #[test]
 fn a_bad_timeline_fails_the_window() {
     let mut t = stream(0, 100, 100, 5, 1);
-    t.chunks.swap(1, 3);
+    let mut chunks: Vec<Chunk> = t.chunks.iter().collect();
+    chunks.swap(1, 3);
+    t.chunks = chunks.into();
     assert!(matches!(
         window_metrics(&[t], window(0, 1_000)),
         Err(MetricsError::InvalidTimeline { .. })
@@ -251,7 +253,7 @@ fn streams() -> impl Strategy<Value = Vec<RequestTimeline>> {
                 })
                 .collect();
             let mut t = RequestTimeline::new(ms(sent), ms(at + 5), Outcome::Cancelled);
-            t.chunks = chunks;
+            t.chunks = chunks.into();
             t
         });
     prop::collection::vec(one, 1..6)

@@ -349,6 +349,23 @@ pub struct DecodeMeasurements {
     /// its end. Absent when the server exports no such counter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_counter: Option<ServerCounter>,
+    /// The client's own CPU use over the window. Absent before schema
+    /// version 3 and with the built-in simulator (it shares the process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientCpu>,
+}
+
+/// The benchmark client's CPU use over a window, read from its process CPU clock.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCpu {
+    /// CPU time of the whole client process over the window / window length, in cores.
+    pub cpu_cores: f64,
+    /// Threads of the client's async runtime.
+    pub runtime_threads: u32,
+    /// The client was busy at least 80 % of its runtime threads' time: its
+    /// own speed may have limited the cell's numbers.
+    pub client_bound: bool,
 }
 
 /// The increase of a server-side token counter between two scrapes.

@@ -11,16 +11,17 @@ use speedmatrix_units::{ByteSize, Concurrency, Tokens};
 mod cells;
 
 pub use self::cells::{
-    CellStatus, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
+    CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
     ServerCounter, TokenCount, TokenCountSource,
 };
 
 /// The version of the document layout this crate writes.
 ///
 /// Bump it on any change that an older reader would misread. Version 2 added
-/// partial cells, estimated token counts and the prefill mode; version 1
-/// documents are still read (see [`Report::from_json`]).
-pub const SCHEMA_VERSION: u32 = 2;
+/// partial cells, estimated token counts and the prefill mode; version 3 the
+/// client's setup and its CPU use per cell. Version 1 and 2 documents are
+/// still read (see [`Report::from_json`]).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest document version [`Report::from_json`] reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
@@ -37,6 +38,10 @@ pub struct Report {
     pub engine: Engine,
     /// What was asked of the server.
     pub run: RunSettings,
+    /// How the benchmark client ran: its threads and cores, and a server
+    /// process on the same host. Absent before schema version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientSetup>,
     /// The KV-cache capacity that decided which cells ran, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
@@ -47,6 +52,36 @@ pub struct Report {
     /// Free-form remarks shown at the end of the report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// How the benchmark client ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSetup {
+    /// Threads of the client's async runtime.
+    pub runtime_threads: u32,
+    /// The cores the client could run on, as a CPU list (`0-3,8`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<String>,
+    /// Whether those cores were chosen with `--client-cores`.
+    #[serde(default)]
+    pub pinned: bool,
+    /// The server process, when it listened on this host and could be seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_server: Option<LocalServer>,
+}
+
+/// A server process on the client's host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalServer {
+    /// Its process id.
+    pub pid: u32,
+    /// The cores it could run on, as a CPU list.
+    pub cores: String,
+    /// The cores both it and the client could run on, as a CPU list; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_cores: Option<String>,
 }
 
 /// The machine the server ran on, as detected or given by the user.

@@ -13,10 +13,12 @@ use speedmatrix_metrics::{Timestamp, Window};
 use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
+use crate::client_load::{ClientLoad, CpuReading, runtime_threads};
 use crate::observer::{Event, Phase};
 use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
 use crate::request::{Recorded, RequestShape};
 use crate::server::{CounterReading, Drain, Server, read_generation_counter};
+use crate::stop::StopSignal;
 use crate::{Observer, RunError};
 
 use self::streams::{Readiness, SlotRecord, measure_window, start_streams, wait_ready, warm_up};
@@ -87,7 +89,7 @@ pub(crate) async fn run_cell(
     }
 
     phase(Phase::StartingStreams);
-    let stop = CancellationToken::new();
+    let stop = StopSignal::default();
     let first_tokens = Arc::new(AtomicUsize::new(0));
     let dead_slots = Arc::new(AtomicUsize::new(0));
     let tasks = start_streams(server, &spec, epoch, &stop, &first_tokens, &dead_slots);
@@ -98,7 +100,7 @@ pub(crate) async fn run_cell(
     match ready {
         Readiness::Ready | Readiness::StreamsDied => {}
         Readiness::Cancelled => {
-            stop.cancel();
+            stop.stop();
             for t in tasks {
                 let _ = t.await;
             }
@@ -113,6 +115,7 @@ pub(crate) async fn run_cell(
     let window_start = Instant::now();
     let mut gauges = Vec::new();
     let mut counter = None;
+    let mut client = None;
     let window_opened = !matches!(ready, Readiness::StreamsDied);
     if window_opened {
         phase(Phase::Measuring);
@@ -120,7 +123,11 @@ pub(crate) async fn run_cell(
         let opening = server
             .has_generation_counter()
             .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
+        let cpu_before = CpuReading::now().filter(|_| server.embedded.is_none());
         gauges = measure_window(server, window_start, spec.duration, cancel).await;
+        client = cpu_before
+            .zip(CpuReading::now())
+            .map(|(before, after)| before.until(after, runtime_threads()));
         let closing = opening
             .is_some()
             .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
@@ -131,7 +138,7 @@ pub(crate) async fn run_cell(
             counter = counter_increase(open.await.ok().flatten(), close.await.ok().flatten());
         }
     }
-    stop.cancel();
+    stop.stop();
     let mut recorded: Vec<SlotRecord> = Vec::new();
     for t in tasks {
         if let Ok(mut r) = t.await {
@@ -166,6 +173,13 @@ pub(crate) async fn run_cell(
         .await;
     if let Some(w) = outcome.cell.window.as_mut() {
         w.server_counter = counter;
+        w.client = client;
+    }
+    if let Some(load) = client.filter(ClientLoad::is_client_bound) {
+        outcome.cell.notices.push(Notice::ClientBound {
+            step: spec.step,
+            load,
+        });
     }
     outcome.first_warmup = first_warmup;
     Ok(outcome)

@@ -13,6 +13,7 @@ use super::DecodeCellSpec;
 use crate::outcome::Failure;
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{Gauges, Server};
+use crate::stop::{Stop, StopListener, StopSignal};
 
 /// A stream slot whose requests fail this many times in a row stops.
 const MAX_CONSECUTIVE_FAILURES: u32 = 3;
@@ -81,7 +82,7 @@ pub(super) fn start_streams(
     server: &Server,
     spec: &DecodeCellSpec<'_>,
     epoch: Instant,
-    stop: &CancellationToken,
+    stop: &StopSignal,
     first_tokens: &Arc<AtomicUsize>,
     dead_slots: &Arc<AtomicUsize>,
 ) -> Vec<JoinHandle<Vec<SlotRecord>>> {
@@ -90,7 +91,7 @@ pub(super) fn start_streams(
             let prompt = Arc::clone(&spec.prompts[slot % spec.prompts.len()]);
             let client = server.client.clone();
             let shape = spec.shape.clone();
-            let stop = stop.clone();
+            let stop = stop.listener();
             let first = Arc::clone(first_tokens);
             let dead = Arc::clone(dead_slots);
             tokio::spawn(async move {
@@ -112,17 +113,18 @@ async fn stream_loop(
     shape: RequestShape,
     prompt: Arc<str>,
     epoch: Instant,
-    stop: CancellationToken,
+    stop: StopListener,
     first_tokens: Arc<AtomicUsize>,
     dead: Arc<AtomicUsize>,
 ) -> Vec<Recorded> {
+    let stop = Stop::Listener(&stop);
     let mut out = Vec::new();
     let mut counted = false;
     let mut failures_in_a_row = 0;
-    while !stop.is_cancelled() {
+    while !stop.is_stopped() {
         let counter = (!counted).then_some(&first_tokens);
         let before = first_tokens.load(Ordering::Relaxed);
-        let r = record_one(&client, &shape, &prompt, epoch, &stop, counter).await;
+        let r = record_one(&client, &shape, &prompt, epoch, stop, counter).await;
         counted |= counter.is_some() && first_tokens.load(Ordering::Relaxed) > before;
         let failed = r.error.is_some();
         out.push(r);
@@ -137,7 +139,7 @@ async fn stream_loop(
         }
         tokio::select! {
             () = tokio::time::sleep(FAILURE_BACKOFF) => {}
-            () = stop.cancelled() => {}
+            () = stop.stopped() => {}
         }
     }
     out

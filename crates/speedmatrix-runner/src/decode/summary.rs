@@ -192,6 +192,7 @@ impl Cell<'_, '_> {
             token_count: TokenCounting::of(&m.token_count, m.token_source),
             finish_reasons,
             server_counter: None,
+            client: None,
         };
         DecodeOutcome {
             cell: CellOutcome {
@@ -208,8 +209,7 @@ impl Cell<'_, '_> {
 }
 
 fn metrics_of(recorded: &[Recorded], window: Window) -> Result<WindowMetrics, MetricsError> {
-    let timelines: Vec<_> = recorded.iter().map(|r| r.timeline.clone()).collect();
-    window_metrics(&timelines, window)
+    window_metrics(recorded, window)
 }
 
 fn finish_reasons(recorded: &[Recorded]) -> BTreeMap<String, u64> {

@@ -45,6 +45,16 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Sets up the process for `command` before the async runtime starts: pins
+/// `run --client-cores`, raises the open-file limit for its streams, and
+/// returns the runtime's worker threads (`None`: one per core).
+pub(crate) fn prepare_client(command: &Command) -> anyhow::Result<Option<usize>> {
+    match command {
+        Command::Run(args) => run::prepare_client(args),
+        _ => Ok(None),
+    }
+}
+
 /// Bad input the user can fix: exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -128,6 +128,16 @@ pub(crate) struct Args {
     #[arg(long, short)]
     pub(crate) quiet: bool,
 
+    /// Runtime threads of the client. Default against --url: one per 512 streams, at most half
+    /// the usable cores, 1 to 4, so the engine keeps the rest; with the built-in simulator, one
+    /// per core. The report says per cell how busy they were ("client-bound" past 80 %).
+    #[arg(long, value_name = "N", help_heading = "Client")]
+    pub(crate) client_threads: Option<std::num::NonZeroUsize>,
+    /// Pin the client to these cores, a CPU list such as 0-3,8 (see `lscpu`, `taskset`), away
+    /// from the engine's; the report warns when a server on this host may use the same cores.
+    #[arg(long, value_name = "LIST", help_heading = "Client")]
+    pub(crate) client_cores: Option<crate::client_host::Cores>,
+
     /// Skip TLS certificate verification (recorded in the report).
     #[arg(long)]
     pub(crate) insecure: bool,

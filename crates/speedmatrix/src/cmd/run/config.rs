@@ -1,6 +1,7 @@
 //! From flags to the runner's configuration: the matrix, the tokenizer, the
 //! capacity hints, the labels, the extra body, and the clear-text warning.
 
+use speedmatrix_report::{ClientSetup, LocalServer};
 use speedmatrix_runner::{CapacityHints, MatrixSpec, PrefillMode, Preset, RunLabels};
 
 use super::args::{Args, PrefillModeArg, PresetArg};
@@ -141,6 +142,38 @@ pub(crate) fn labels(args: &Args, embedded: bool) -> RunLabels {
         engine: args.engine.clone(),
         revision: None,
         tokenizer: args.tokenizer.clone(),
+        client: Some(client_setup(args)),
+    }
+}
+
+/// How the client runs, for the report: its runtime threads and cores, and
+/// the cores of a server listening on this host (see [`crate::client_host`]).
+fn client_setup(args: &Args) -> ClientSetup {
+    use crate::client_host::{Cores, allowed_cores, local_listener, loopback_port};
+    let threads = tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
+    let cores = allowed_cores();
+    let local_server = args
+        .url
+        .as_deref()
+        .and_then(loopback_port)
+        .and_then(local_listener)
+        .map(|(pid, server)| {
+            let shared = cores
+                .as_ref()
+                .map(|c| c.0.intersection(&server.0).copied().collect());
+            LocalServer {
+                pid,
+                cores: server.to_string(),
+                shared_cores: shared
+                    .filter(|s: &std::collections::BTreeSet<usize>| !s.is_empty())
+                    .map(|s| Cores(s).to_string()),
+            }
+        });
+    ClientSetup {
+        runtime_threads: u32::try_from(threads).unwrap_or(u32::MAX),
+        cores: cores.map(|c| c.to_string()),
+        pinned: args.client_cores.is_some(),
+        local_server,
     }
 }
 

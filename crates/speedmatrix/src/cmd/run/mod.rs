@@ -25,6 +25,35 @@ use self::config::{
 use self::progress::Progress;
 use crate::cmd::UsageError;
 
+/// Pins the client (`--client-cores`), raises the open-file limit for the
+/// widest cell, and sizes the runtime (see [`crate::client_host`]).
+pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
+    use crate::client_host;
+    let embedded = args.url.is_none();
+    if let Some(cores) = &args.client_cores {
+        client_host::pin(cores).map_err(UsageError)?;
+    }
+    let widest = matrix(args, embedded)
+        .concurrencies
+        .iter()
+        .map(|c| c.get())
+        .max()
+        .unwrap_or(1);
+    // The built-in simulator's end of each connection is in this process too.
+    let sockets = u64::from(widest) * if embedded { 2 } else { 1 };
+    client_host::open_files_for(sockets).map_err(UsageError)?;
+    let usable = client_host::allowed_cores()
+        .map(|c| c.0.len())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1);
+    Ok(match (args.client_threads, embedded) {
+        (Some(n), _) => Some(n.get()),
+        // The simulator shares the runtime: it gets every core.
+        (None, true) => None,
+        (None, false) => Some(client_host::default_threads(widest, usable)),
+    })
+}
+
 /// Runs `speedmatrix run`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let embedded = args.url.is_none();

@@ -91,6 +91,13 @@ pub(crate) fn notice(n: &Notice) -> String {
             serde_json::Value::Object(fields.clone())
         ),
         Notice::Insecure => "TLS certificate verification was disabled (--insecure).".into(),
+        Notice::ClientBound { step, load } => format!(
+            "{step}: the client was busy {:.0} % of the time of its {} runtime thread(s) during the window ({:.2} cores), so it may have limited the numbers: rerun with --client-threads {} (and --client-cores away from the engine's)",
+            100.0 * load.busy_share(),
+            load.threads,
+            load.cores(),
+            load.threads.saturating_mul(2)
+        ),
         other => other.describe(),
     }
 }
