@@ -215,6 +215,12 @@ pub(crate) struct DurationSample {
 const MOST_REPEATS: u64 = 8;
 
 impl DurationSample {
+    /// Room for `n` more short values: a window's sample grows to millions,
+    /// and growing by doubling would hold up to twice its size.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.short.reserve_exact(n);
+    }
+
     /// Adds `d`, `times` times.
     pub(crate) fn push(&mut self, d: Duration, times: u64) {
         if times == 0 {

@@ -97,6 +97,10 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
     // past its turn: exact ones are added at once, estimates once the
     // calibration over every request is known.
     let mut acc = Accumulator::default();
+    // One interval per token and one gap per chunk, mostly: room for them
+    // at once rather than by doubling (an estimate's scaling may add more).
+    let chunks: usize = requests.iter().map(|t| t.as_ref().chunks.len()).sum();
+    acc.intervals.reserve(chunks);
     let (mut estimated, mut calibrators) = (Vec::new(), Vec::new());
     for (i, t) in requests.iter().map(AsRef::as_ref).enumerate() {
         let arrivals = Arrivals::of(t)?;
@@ -132,21 +136,41 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
         calibrator.best(overlapping as u64, tokenized as u64)
     });
     for t in estimated.iter().map(|&i| requests[i].as_ref()) {
-        let arrivals = Arrivals::of(t)?;
-        match &calibration {
-            Some(c) => {
-                let by = Arrivals::estimate(t, c.method).unwrap_or(arrivals);
-                let scale = if by.source == c.method.source() {
-                    c.factor
-                } else {
-                    1.0
-                };
-                acc.add(t, &by, scale, window);
-            }
-            None => acc.add(t, &arrivals, 1.0, window),
-        }
+        let (arrivals, scale) = counted(t, calibration.as_ref())?;
+        acc.add(t, &arrivals, scale, window);
     }
-    Ok(acc.finish(window, calibration))
+    // The time-between-tokens sample is summarized, and its memory freed,
+    // before the chunk gaps' is gathered: the two never take room together.
+    let time_between_tokens = std::mem::take(&mut acc.intervals).summary();
+    let mut gaps = DurationSample::default();
+    gaps.reserve(chunks);
+    let inside = |at: Timestamp| window.contains(at);
+    for t in requests.iter().map(AsRef::as_ref).filter(|t| !is_failed(t)) {
+        let (arrivals, _) = counted(t, calibration.as_ref())?;
+        arrivals.chunk_gaps(inside, |d| gaps.push(d, 1));
+    }
+    Ok(acc.finish(window, calibration, time_between_tokens, gaps.summary()))
+}
+
+/// How `t`'s tokens are counted in the window, and the factor on each
+/// chunk's tokens: its own count, or the calibrated estimate.
+fn counted(
+    t: &RequestTimeline,
+    calibration: Option<&Calibration>,
+) -> Result<(Arrivals, f64), MetricsError> {
+    let arrivals = Arrivals::of(t)?;
+    match calibration {
+        Some(c) if !arrivals.source.is_exact() => {
+            let by = Arrivals::estimate(t, c.method).unwrap_or(arrivals);
+            let scale = if by.source == c.method.source() {
+                c.factor
+            } else {
+                1.0
+            };
+            Ok((by, scale))
+        }
+        _ => Ok((arrivals, 1.0)),
+    }
 }
 
 fn is_failed(t: &RequestTimeline) -> bool {
@@ -165,7 +189,6 @@ struct Accumulator {
     failed: u64,
     ttft: DurationSample,
     intervals: DurationSample,
-    chunk_gaps: DurationSample,
     source: Option<TokenSource>,
     by_source: BTreeMap<TokenSource, u64>,
 }
@@ -213,11 +236,15 @@ impl Accumulator {
         let inside = |at: Timestamp| w.contains(at);
         let intervals = &mut self.intervals;
         arrivals.scaled_intervals(scale, inside, |d, n| intervals.push(d, n));
-        let gaps = &mut self.chunk_gaps;
-        arrivals.chunk_gaps(inside, |d| gaps.push(d, 1));
     }
 
-    fn finish(self, w: Window, calibration: Option<Calibration>) -> WindowMetrics {
+    fn finish(
+        self,
+        w: Window,
+        calibration: Option<Calibration>,
+        time_between_tokens: Option<Summary<Duration>>,
+        chunk_gaps: Option<Summary<Duration>>,
+    ) -> WindowMetrics {
         let d = w.duration();
         let by_time = |busy: Duration| busy.as_secs_f64() / d.as_secs_f64();
         let estimated_share = if self.tokens > 0.0 {
@@ -236,8 +263,8 @@ impl Accumulator {
             completed_requests: self.completed,
             failed_requests: self.failed,
             ttft: self.ttft.summary(),
-            time_between_tokens: self.intervals.summary(),
-            chunk_gaps: self.chunk_gaps.summary(),
+            time_between_tokens,
+            chunk_gaps,
             token_source: self.source,
             token_count: TokenCount {
                 requests_by_source: self.by_source,
