@@ -309,3 +309,31 @@ fn a_file_that_is_not_a_journal_is_refused_on_resume_and_left_alone() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no journal.jsonl"));
 }
+
+#[test]
+fn capacity_orders_versions_as_pep_440_and_names_the_rules_it_applied() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json"
+    );
+    let run = |version: &str| {
+        bin()
+            .args(["capacity", "--config", config, "--gpu", "RTX 3090"])
+            .args(["--vllm-version", version])
+            .output()
+            .unwrap()
+    };
+    // A nightly before 0.20.1 still has the old "GPU KV cache size" formula.
+    let nightly = run("0.20.1rc1.dev16+g1a2b3c4");
+    let text = String::from_utf8_lossy(&nightly.stdout);
+    assert_eq!(nightly.status.code(), Some(0), "{text}");
+    assert!(text.contains("vLLM rules for v0.20.1rc1.dev16:"), "{text}");
+    assert!(text.contains("sorts below v0.20.1 (PEP 440)"), "{text}");
+    assert!(text.contains("[not yet] since v0.20.1:"), "{text}");
+    let release = run("v0.21.0+cu130");
+    let text = String::from_utf8_lossy(&release.stdout);
+    assert!(text.contains("[applied] since v0.21.0:"), "{text}");
+    assert!(!text.contains("note:"), "{text}");
+    let bad = run("0.21.0-foo");
+    assert!(stderr_after(&bad, 2).contains("PEP 440"));
+}

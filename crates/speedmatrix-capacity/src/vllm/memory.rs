@@ -212,7 +212,7 @@ pub(super) fn cudagraph_estimate(flags: &VllmFlags) -> Estimate {
     if flags.enforce_eager {
         return Estimate::given(ByteSize::new(0), "--enforce-eager: no CUDA graphs");
     }
-    if !flags.version.at_least(21, 0) {
+    if !flags.version.has(super::version::CUDAGRAPH_BUDGET) {
         return Estimate::given(
             ByteSize::new(0),
             "not budgeted before v0.21.0: graphs are captured after the KV cache and use the 1−utilization headroom",

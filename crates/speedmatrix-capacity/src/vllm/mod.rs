@@ -11,10 +11,13 @@ use crate::{CapacityError, Dtype, KvCacheDtype};
 
 mod layout;
 mod memory;
+mod version;
 
 pub use self::layout::{GroupKind, KvGroup, LayerCost, VllmLayout};
 pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget};
 use self::memory::{batch_defaults, memory_budget};
+use self::version::{LOG_CONCURRENCY, LOG_PER_GROUP};
+pub use self::version::{PreRelease, RuleUse, VLLM_RULES, VllmRule, VllmVersion, rules_for};
 
 /// How vLLM keeps recurrent (Mamba/GDN) states for prefix caching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -26,60 +29,6 @@ pub enum MambaCacheMode {
     Align,
     /// A state per block for every cached block.
     All,
-}
-
-/// A vLLM release, for the behaviours that changed between releases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct VllmVersion {
-    /// Major.
-    pub major: u32,
-    /// Minor.
-    pub minor: u32,
-    /// Patch.
-    pub patch: u32,
-}
-
-impl VllmVersion {
-    /// The newest behaviour this crate models (v0.32.0 ≈ main at the time of writing).
-    pub const LATEST: VllmVersion = VllmVersion {
-        major: 0,
-        minor: 32,
-        patch: 0,
-    };
-
-    /// Parses `0.32.0`, `v0.20.1rc1`, `0.19`.
-    pub fn parse(text: &str) -> Result<Self, CapacityError> {
-        let bad = || CapacityError::BadFlag {
-            flag: "vllm version",
-            value: text.to_owned(),
-            why: "expected e.g. 0.32.0",
-        };
-        let mut parts = text.trim().trim_start_matches('v').split('.').map(|p| {
-            p.chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-                .parse::<u32>()
-                .ok()
-        });
-        let major = parts.next().flatten().ok_or_else(bad)?;
-        let minor = parts.next().flatten().ok_or_else(bad)?;
-        let patch = parts.next().flatten().unwrap_or(0);
-        Ok(VllmVersion {
-            major,
-            minor,
-            patch,
-        })
-    }
-
-    const fn at_least(self, minor: u32, patch: u32) -> bool {
-        self.major > 0 || self.minor > minor || (self.minor == minor && self.patch >= patch)
-    }
-}
-
-impl Default for VllmVersion {
-    fn default() -> Self {
-        VllmVersion::LATEST
-    }
 }
 
 /// Where vLLM runs.
@@ -225,6 +174,14 @@ pub struct VllmPrediction {
     pub kv_cache_size_tokens: u64,
     /// Formula used for that figure.
     pub log_formula: LogFormula,
+    /// The version the rules were taken for, and each version-dependent
+    /// rule of [`VLLM_RULES`] with whether it applied.
+    pub version: VllmVersion,
+    /// The rules, as `version` has them.
+    pub rules: Vec<RuleUse>,
+    /// What was assumed about `version` (nightly, a source build, a
+    /// pre-release); `None` for a plain release.
+    pub version_assumption: Option<String>,
     /// Startup admission check.
     pub startup: StartupCheck,
 }
@@ -299,6 +256,9 @@ pub fn capacity_from_budget(
         max_concurrency,
         kv_cache_size_tokens,
         log_formula,
+        version: flags.version,
+        rules: rules_for(flags.version),
+        version_assumption: flags.version.assumption(),
         startup,
     }
 }
@@ -310,12 +270,12 @@ fn log_tokens(
     max_len: u64,
     v: VllmVersion,
 ) -> (u64, LogFormula) {
-    if v.at_least(20, 1) {
+    if v.has(LOG_CONCURRENCY) {
         (
             (conc * max_len as f64).floor() as u64,
             LogFormula::ConcurrencyTimesMaxLen,
         )
-    } else if v.at_least(9, 0) {
+    } else if v.has(LOG_PER_GROUP) {
         let groups = layout.groups.len().max(1) as u64;
         (
             num_blocks / groups * layout.min_block_size(),

@@ -241,6 +241,18 @@ fn vllm_breakdown(out: &mut String, v: &VllmPrediction) {
         b.available_kv.to_string(),
         b.source
     );
+    let _ = writeln!(out, "\nvLLM rules for v{}:", v.version);
+    if let Some(assumed) = &v.version_assumption {
+        let _ = writeln!(out, "  note: {assumed}");
+    }
+    for r in &v.rules {
+        let mark = if r.applied { "applied" } else { "not yet" };
+        let _ = writeln!(
+            out,
+            "  [{mark}] since v{}: {} ({})",
+            r.rule.since, r.rule.what, r.rule.source
+        );
+    }
     let l = &v.layout;
     let _ = writeln!(out, "\nKV layout:");
     for c in &l.layer_costs {

@@ -102,7 +102,9 @@ pub(crate) struct EngineArgs {
     /// vLLM --disable-hybrid-kv-cache-manager.
     #[arg(long)]
     disable_hybrid_kv_cache_manager: bool,
-    /// vLLM release whose behaviour to model.
+    /// vLLM version whose behaviour to model, as `vllm --version` or its log prints it (PEP 440:
+    /// 0.21.0, 0.21.0rc1, 0.20.1rc1.dev16+g1a2b3c4, 0.21.0+cu130) or `nightly`. A pre-release sorts
+    /// below its release, so that release's rule changes are not applied (the output says so).
     #[arg(long, default_value = "0.32.0")]
     vllm_version: String,
     /// vLLM CPU backend: VLLM_CPU_KVCACHE_SPACE in GiB (selects the CPU path).
