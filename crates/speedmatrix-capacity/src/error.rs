@@ -38,7 +38,8 @@ pub enum CapacityError {
     },
     /// The GPU name is not in the catalog.
     #[error(
-        "unknown GPU `{0}`; use one of the catalog names (e.g. rtx3090, h100) or a size like `24GiB`"
+        "unknown GPU `{0}`; use a catalog name (rtx3090, h100, or as nvidia-smi or rocm-smi print it: \
+         `NVIDIA GeForce RTX 3090`), or the memory the runtime sees on it, like `23.5GiB`"
     )]
     UnknownGpu(String),
     /// A dtype string that is not known.

@@ -133,20 +133,26 @@ const CATALOG: &[Row] = &[
 ];
 
 impl Gpu {
-    /// Looks a GPU up by catalog key or alias (case-insensitive), or parses a custom
-    /// size such as `24GiB`, `24` (GiB) or `23.58GiB`.
+    /// Looks a GPU up by catalog key or alias, or by the name `nvidia-smi`,
+    /// `rocm-smi` or an engine's log prints (`NVIDIA GeForce RTX 3090`,
+    /// `NVIDIA A100-SXM4-80GB`, `NVIDIA H100 80GB HBM3`, `AMD Instinct
+    /// MI300X`), case-insensitively; or parses a custom size such as `24GiB`,
+    /// `24` (GiB) or `23.58GiB`. A name is matched word for word, never by a
+    /// part of a word (`H20` is not `H200`).
     pub fn lookup(text: &str) -> Result<Gpu, CapacityError> {
         let key = text.trim().to_ascii_lowercase().replace([' ', '_'], "-");
-        let compact = key.replace('-', "");
-        for row in CATALOG {
-            let hit = row.0 == key
-                || row.0.replace('-', "") == compact
-                || row
-                    .1
-                    .iter()
-                    .any(|a| *a == key || a.replace('-', "") == compact);
-            if hit {
-                return Ok(Gpu::from_row(row));
+        for name in runtime_name_keys(&key) {
+            let compact = name.replace('-', "");
+            for row in CATALOG {
+                let hit = row.0 == name
+                    || row.0.replace('-', "") == compact
+                    || row
+                        .1
+                        .iter()
+                        .any(|a| *a == name || a.replace('-', "") == compact);
+                if hit {
+                    return Ok(Gpu::from_row(row));
+                }
             }
         }
         let number = key
@@ -189,7 +195,77 @@ impl Gpu {
     }
 }
 
+/// Words of a runtime's GPU name that name the maker, brand or memory
+/// kind, not the model: a catalog entry is one model with one memory size.
+const NOT_THE_MODEL: &[&str] = &[
+    "nvidia", "geforce", "tesla", "amd", "instinct", "radeon", "intel", "hbm2", "hbm2e", "hbm3",
+    "hbm3e",
+];
+
+/// The keys to try for `key` (lowercase, words joined by `-`): as given,
+/// then without trademark marks and the words of [`NOT_THE_MODEL`].
+fn runtime_name_keys(key: &str) -> Vec<String> {
+    let plain = key.replace("(r)", "").replace("(tm)", "");
+    let words: Vec<&str> = plain.split('-').filter(|w| !w.is_empty()).collect();
+    let model: Vec<&str> = words
+        .iter()
+        .copied()
+        .filter(|w| !NOT_THE_MODEL.contains(w))
+        .collect();
+    let mut keys = vec![key.to_owned(), words.join("-")];
+    if !model.is_empty() {
+        keys.push(model.join("-"));
+    }
+    keys.dedup();
+    keys
+}
+
 /// GiB (possibly fractional) to bytes, rounded to the nearest byte.
 pub(crate) fn gib_bytes(gib: f64) -> ByteSize {
     ByteSize::new((gib * (1u64 << 30) as f64).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_names_find_their_catalog_entry() {
+        for (name, key) in [
+            ("NVIDIA GeForce RTX 3090", "rtx3090"),
+            ("nvidia geforce rtx 4090", "rtx4090"),
+            ("NVIDIA L4", "l4"),
+            ("NVIDIA L40S", "l40s"),
+            ("NVIDIA A10G", "a10g"),
+            ("NVIDIA A100-SXM4-80GB", "a100-80"),
+            ("NVIDIA A100-SXM4-40GB", "a100-40"),
+            ("NVIDIA H100 80GB HBM3", "h100"),
+            ("NVIDIA H200", "h200"),
+            ("NVIDIA B200", "b200"),
+            ("AMD Instinct MI300X", "mi300x"),
+            ("rtx3090", "rtx3090"),
+        ] {
+            assert_eq!(
+                Gpu::lookup(name).map(|g| g.key),
+                Ok(key.to_owned()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_is_never_matched_by_part_of_a_word() {
+        // The H20 (96 GB) is not the H200; the PCIe H100 is not the SXM one.
+        for name in [
+            "NVIDIA H20",
+            "NVIDIA H100 PCIe",
+            "NVIDIA GB10",
+            "Intel(R) Arc(TM) Pro B60",
+        ] {
+            assert!(
+                matches!(Gpu::lookup(name), Err(CapacityError::UnknownGpu(_))),
+                "{name}"
+            );
+        }
+    }
 }

@@ -57,7 +57,9 @@ pub(crate) enum MambaMode {
 #[derive(Debug, clap::Args)]
 pub(crate) struct EngineArgs {
     /// GPU: rtx3090, rtx4090, rtx5090, a10g, l4, l40s, a100-40, a100-80, h100, h200, b200,
-    /// mi300x, or a size as the runtime sees it (e.g. 23.5GiB).
+    /// mi300x — or the same cards by the names nvidia-smi and rocm-smi print ("NVIDIA GeForce RTX
+    /// 3090", "NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X") — or a size as the runtime sees it
+    /// (e.g. 23.5GiB).
     #[arg(long, default_value = "rtx3090")]
     pub(crate) gpu: String,
     /// vLLM --gpu-memory-utilization.
