@@ -90,7 +90,7 @@ impl VllmLayout {
             VllmDevice::Gpu => flags.kv_cache_dtype,
         };
         let attn_1tok = attention_bytes_per_token(model, kv_dtype, tp);
-        let state = recurrent_state_bytes(model, tp);
+        let state = recurrent_state_bytes(model, tp, flags.num_speculative_tokens);
         let mode = flags
             .mamba_cache_mode
             .unwrap_or(if flags.enable_prefix_caching {
@@ -229,7 +229,11 @@ pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, t
 }
 
 /// Recurrent state bytes per sequence per layer on one rank; `None` without recurrent layers.
-pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64) -> Option<u64> {
+/// Bytes of one request's recurrent state in one layer, per TP rank. A
+/// Gated DeltaNet conv state keeps `conv_kernel − 1 + num_speculative_tokens`
+/// rows (`MambaStateShapeCalculator.gated_delta_net_state_shape`,
+/// vllm/model_executor/layers/mamba/mamba_utils.py), so speculation widens it.
+pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64, num_spec: u64) -> Option<u64> {
     let conv_bytes = model.dtype.bytes();
     let ssm_bytes = model.ssm_dtype.bytes();
     if model
@@ -239,7 +243,8 @@ pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64) -> Option<u64>
     {
         let g = model.gdn?;
         let conv_dim = 2 * g.num_key_heads * g.key_head_dim + g.num_value_heads * g.value_head_dim;
-        let conv = g.conv_kernel.saturating_sub(1) * (conv_dim / tp) * conv_bytes;
+        let rows = g.conv_kernel.saturating_sub(1) + num_spec;
+        let conv = rows * (conv_dim / tp) * conv_bytes;
         let ssm = (g.num_value_heads / tp).max(1) * g.key_head_dim * g.value_head_dim * ssm_bytes;
         return Some(conv + ssm);
     }
@@ -301,9 +306,13 @@ pub(super) fn layer_specs(
     let promote = flags.disable_hybrid_kv_cache_manager && has_full;
     let has_attention = model.layers.iter().any(|k| k.is_attention());
     let attn_page = block * attn_1tok;
+    // An MTP drafter's layers are full-attention layers of the target's
+    // geometry, registered beside the target's: they join its KV groups.
+    let drafter = drafter_layers(model, flags);
     model
         .layers
         .iter()
+        .chain(std::iter::repeat_n(&LayerKind::FullAttention, drafter))
         .filter_map(|k| {
             let kind = match *k {
                 LayerKind::FullAttention => GroupKind::Full,
@@ -328,6 +337,20 @@ pub(super) fn layer_specs(
             })
         })
         .collect()
+}
+
+/// Full-attention layers a speculative drafter adds to the KV cache: the
+/// model's own MTP layers (`mtp_num_hidden_layers`, `num_nextn_predict_layers`)
+/// when the method is MTP; none for n-gram and suffix decoding; and none
+/// modelled for EAGLE and draft models, whose layers live in another
+/// checkpoint (see [`VllmFlags::speculative_method`]).
+pub(super) fn drafter_layers(model: &ModelConfig, flags: &VllmFlags) -> usize {
+    match flags.speculative_method {
+        Some(SpeculativeMethod::Mtp) if flags.num_speculative_tokens > 0 => {
+            usize::try_from(model.mtp_layers).unwrap_or(usize::MAX)
+        }
+        _ => 0,
+    }
 }
 
 /// `get_kv_cache_groups` for the cases this crate models:

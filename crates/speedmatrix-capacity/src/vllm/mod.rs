@@ -31,6 +31,84 @@ pub enum MambaCacheMode {
     All,
 }
 
+/// How vLLM drafts speculative tokens (`--speculative-config`'s `method`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeculativeMethod {
+    /// The model's own multi-token-prediction layers (`mtp`, and the older
+    /// per-model names such as `deepseek_mtp`, `qwen3_next_mtp`): their
+    /// full-attention layers join the model's KV groups.
+    Mtp,
+    /// EAGLE / EAGLE-3 heads: a separate checkpoint whose layers are not modelled.
+    Eagle,
+    /// A separate draft model: its layers are not modelled.
+    DraftModel,
+    /// N-gram or suffix decoding: no drafter, no KV.
+    NoDrafter,
+    /// Any other method, by its name: its drafter's KV is not modelled.
+    Other(String),
+}
+
+/// vLLM's `--speculative-config` JSON, the fields capacity depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpeculativeConfig {
+    /// The method.
+    pub method: SpeculativeMethod,
+    /// Tokens drafted per step.
+    pub num_speculative_tokens: u64,
+}
+
+impl SpeculativeConfig {
+    /// Parses the JSON object given to vLLM's `--speculative-config`, e.g.
+    /// `{"method": "mtp", "num_speculative_tokens": 2}`. Without a `method`,
+    /// vLLM infers one from `model`: a name with `eagle` is EAGLE, another
+    /// model a draft model, none at all MTP.
+    ///
+    /// # Errors
+    /// [`CapacityError::BadFlag`] for text that is not such an object.
+    pub fn parse(json: &str) -> Result<Self, CapacityError> {
+        let bad = |why| CapacityError::BadFlag {
+            flag: "--speculative-config",
+            value: json.to_owned(),
+            why,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|_| bad("expected a JSON object"))?;
+        let obj = v.as_object().ok_or_else(|| bad("expected a JSON object"))?;
+        let n = obj
+            .get("num_speculative_tokens")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| bad("needs num_speculative_tokens, a whole number"))?;
+        let model = obj.get("model").and_then(serde_json::Value::as_str);
+        let method = match obj.get("method").and_then(serde_json::Value::as_str) {
+            Some(m) => SpeculativeMethod::from_name(m),
+            None => match model {
+                Some(m) if m.to_ascii_lowercase().contains("eagle") => SpeculativeMethod::Eagle,
+                Some(_) => SpeculativeMethod::DraftModel,
+                None => SpeculativeMethod::Mtp,
+            },
+        };
+        Ok(SpeculativeConfig {
+            method,
+            num_speculative_tokens: n,
+        })
+    }
+}
+
+impl SpeculativeMethod {
+    fn from_name(name: &str) -> Self {
+        let n = name.trim().to_ascii_lowercase();
+        match n.as_str() {
+            "mtp" => SpeculativeMethod::Mtp,
+            _ if n.ends_with("_mtp") => SpeculativeMethod::Mtp,
+            "eagle" | "eagle3" => SpeculativeMethod::Eagle,
+            "draft_model" => SpeculativeMethod::DraftModel,
+            "ngram" | "suffix" | "ngram_gpu" => SpeculativeMethod::NoDrafter,
+            _ => SpeculativeMethod::Other(n),
+        }
+    }
+}
+
 /// Where vLLM runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -88,8 +166,11 @@ pub struct VllmFlags {
     pub num_gpu_blocks_override: Option<u64>,
     /// `--tensor-parallel-size`.
     pub tensor_parallel_size: u32,
-    /// Speculative tokens (MTP/EAGLE): extra state blocks per recurrent group.
+    /// Speculative tokens (`num_speculative_tokens` of `--speculative-config`):
+    /// extra state blocks per recurrent group, and wider GDN conv states.
     pub num_speculative_tokens: u64,
+    /// The speculative method (`method` of `--speculative-config`), when speculating.
+    pub speculative_method: Option<SpeculativeMethod>,
     /// `--language-model-only` (or all multimodal limits 0): no vision tower.
     pub language_model_only: bool,
     /// `--disable-hybrid-kv-cache-manager`.
@@ -119,6 +200,7 @@ impl Default for VllmFlags {
             num_gpu_blocks_override: None,
             tensor_parallel_size: 1,
             num_speculative_tokens: 0,
+            speculative_method: None,
             language_model_only: false,
             disable_hybrid_kv_cache_manager: false,
             version: VllmVersion::LATEST,

@@ -6,8 +6,8 @@
 //! checked exactly from the logged block count.
 
 use speedmatrix_capacity::{
-    KvCacheDtype, LogFormula, MambaCacheMode, ModelConfig, VllmFlags, VllmLayout, VllmVersion,
-    budget_from_available_gib, capacity_from_budget,
+    KvCacheDtype, LogFormula, MambaCacheMode, ModelConfig, SpeculativeConfig, SpeculativeMethod,
+    VllmFlags, VllmLayout, VllmVersion, budget_from_available_gib, capacity_from_budget,
 };
 
 struct Case {
@@ -374,4 +374,77 @@ fn padding_layers_with_an_mtp_style_extra_attention_layer() {
     assert_eq!(layout.padding_layers, 3);
     assert_eq!(layout.groups.len(), 4);
     assert_eq!(layout.bytes_per_block, 17 * layout.page_bytes);
+}
+
+#[test]
+fn an_mtp_speculative_config_adds_the_drafter_layer_and_widens_gdn_conv_states() {
+    // Qwen3.6-27B's shape (16 full + 48 GDN) with its one MTP layer: vLLM logs
+    // "Add 3 padding layers" once MTP is on (../shared/reference/kv-capacity.md §5).
+    let config = qwen35(64, 5120, 4, 48, 262_144).replace(
+        "\"max_position_embeddings\"",
+        "\"mtp_num_hidden_layers\": 1, \"max_position_embeddings\"",
+    );
+    let model = ModelConfig::from_json(&config).unwrap();
+    let plain = VllmLayout::plan(&model, &VllmFlags::default()).unwrap();
+    assert_eq!((plain.padding_layers, plain.groups.len()), (0, 4));
+    assert_eq!(plain.bytes_per_block, 16 * plain.page_bytes);
+
+    let spec =
+        SpeculativeConfig::parse(r#"{"method": "mtp", "num_speculative_tokens": 2}"#).unwrap();
+    let flags = VllmFlags {
+        num_speculative_tokens: spec.num_speculative_tokens,
+        speculative_method: Some(spec.method),
+        ..VllmFlags::default()
+    };
+    let mtp = VllmLayout::plan(&model, &flags).unwrap();
+    assert_eq!(mtp.padding_layers, 3);
+    assert_eq!(mtp.groups.len(), 4);
+    assert_eq!(mtp.bytes_per_block, 17 * mtp.page_bytes);
+    // conv rows 3 → 5: 2 more rows of conv_dim = 2·16·128 + 48·128 = 10,240 bf16 values.
+    let state = |l: &VllmLayout| l.layer_costs.iter().find_map(|c| c.state_bytes).unwrap();
+    assert_eq!(state(&mtp) - state(&plain), 2 * 10_240 * 2);
+
+    // n-gram drafting adds no layer, but the states still widen.
+    let ngram = VllmFlags {
+        speculative_method: Some(
+            SpeculativeConfig::parse(r#"{"method": "ngram", "num_speculative_tokens": 2}"#)
+                .unwrap()
+                .method,
+        ),
+        ..flags.clone()
+    };
+    let ngram = VllmLayout::plan(&model, &ngram).unwrap();
+    assert_eq!(ngram.padding_layers, 0);
+    assert_eq!(state(&ngram), state(&mtp));
+}
+
+#[test]
+fn speculative_configs_read_as_vllm_reads_them() {
+    let method = |json: &str| SpeculativeConfig::parse(json).map(|s| s.method);
+    assert_eq!(
+        method(r#"{"method":"qwen3_next_mtp","num_speculative_tokens":1}"#),
+        Ok(SpeculativeMethod::Mtp)
+    );
+    assert_eq!(
+        method(r#"{"method":"eagle3","model":"x","num_speculative_tokens":3}"#),
+        Ok(SpeculativeMethod::Eagle)
+    );
+    assert_eq!(
+        method(r#"{"model":"yuhuili/EAGLE-LLaMA3-Instruct-8B","num_speculative_tokens":3}"#),
+        Ok(SpeculativeMethod::Eagle)
+    );
+    assert_eq!(
+        method(r#"{"model":"Qwen/Qwen3-0.6B","num_speculative_tokens":3}"#),
+        Ok(SpeculativeMethod::DraftModel)
+    );
+    assert_eq!(
+        method(r#"{"num_speculative_tokens":2}"#),
+        Ok(SpeculativeMethod::Mtp)
+    );
+    assert_eq!(
+        method(r#"{"method":"suffix","num_speculative_tokens":8}"#),
+        Ok(SpeculativeMethod::NoDrafter)
+    );
+    assert!(SpeculativeConfig::parse(r#"{"method":"mtp"}"#).is_err());
+    assert!(SpeculativeConfig::parse("[1]").is_err());
 }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use speedmatrix_capacity::{
     CapacityError, EngineFlags, GgmlKvType, Gpu, KvCacheDtype, LlamaCppFlags, MambaCacheMode,
-    OverheadOverrides, SglangFlags, VllmDevice, VllmFlags, VllmVersion,
-    weights_from_safetensors_index,
+    OverheadOverrides, SglangFlags, SpeculativeConfig, SpeculativeMethod, VllmDevice, VllmFlags,
+    VllmVersion, weights_from_safetensors_index,
 };
 use speedmatrix_units::{ByteSize, Tokens};
 
@@ -95,9 +95,15 @@ pub(crate) struct EngineArgs {
     /// --tensor-parallel-size.
     #[arg(long, default_value_t = 1)]
     tensor_parallel_size: u32,
-    /// Speculative tokens (MTP/EAGLE).
+    /// Speculative tokens (MTP/EAGLE), when --speculative-config does not give them.
     #[arg(long, default_value_t = 0)]
     num_speculative_tokens: u64,
+    /// vLLM --speculative-config, the same JSON, e.g. '{"method": "mtp",
+    /// "num_speculative_tokens": 2}': MTP drafter layers join the KV groups, and every method
+    /// widens recurrent (GDN) states by the speculative tokens. EAGLE and draft-model drafters'
+    /// own layers are not modelled.
+    #[arg(long, value_name = "JSON")]
+    speculative_config: Option<String>,
     /// vLLM --language-model-only (skip the vision tower).
     #[arg(long)]
     language_model_only: bool,
@@ -173,6 +179,22 @@ impl EngineArgs {
             }
             None => None,
         };
+        let speculative = match &args.speculative_config {
+            Some(json) => {
+                let s = SpeculativeConfig::parse(json).map_err(usage)?;
+                if args.num_speculative_tokens != 0
+                    && args.num_speculative_tokens != s.num_speculative_tokens
+                {
+                    return Err(UsageError(format!(
+                        "--num-speculative-tokens {} disagrees with --speculative-config's {}; give one",
+                        args.num_speculative_tokens, s.num_speculative_tokens
+                    ))
+                    .into());
+                }
+                Some(s)
+            }
+            None => None,
+        };
         Ok(match engine {
             PredictedEngine::Vllm => EngineFlags::Vllm(VllmFlags {
                 gpu_memory_utilization: args.gpu_memory_utilization,
@@ -192,7 +214,13 @@ impl EngineArgs {
                 kv_cache_memory_bytes: args.kv_cache_memory_bytes,
                 num_gpu_blocks_override: None,
                 tensor_parallel_size: tp,
-                num_speculative_tokens: args.num_speculative_tokens,
+                num_speculative_tokens: speculative
+                    .as_ref()
+                    .map_or(args.num_speculative_tokens, |s| s.num_speculative_tokens),
+                speculative_method: speculative.map(|s| s.method).or_else(|| {
+                    // Speculative tokens alone are vLLM's MTP default for a model with MTP layers.
+                    (args.num_speculative_tokens > 0).then_some(SpeculativeMethod::Mtp)
+                }),
                 language_model_only: args.language_model_only,
                 disable_hybrid_kv_cache_manager: args.disable_hybrid_kv_cache_manager,
                 version: VllmVersion::parse(&args.vllm_version).map_err(usage)?,
