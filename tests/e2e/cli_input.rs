@@ -337,3 +337,66 @@ fn capacity_orders_versions_as_pep_440_and_names_the_rules_it_applied() {
     let bad = run("0.21.0-foo");
     assert!(stderr_after(&bad, 2).contains("PEP 440"));
 }
+
+#[test]
+fn capacity_from_a_vllm_log_puts_each_logged_figure_beside_the_prediction() {
+    let dir = temp_dir("from-log");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16",
+        "vocab_size": 151936, "intermediate_size": 12288, "max_position_embeddings": 40960}"#,
+    )
+    .unwrap();
+    // Qwen3-8B on an RTX A5000 with vLLM 0.21.0 (../shared/reference/kv-capacity.md §6):
+    // 147,456 B per token, 6.37 GiB, 46,368 tokens, 2.83x at 16,384.
+    let log = dir.join("vllm.log");
+    std::fs::write(
+        &log,
+        "INFO [core.py:75] Initializing a V1 LLM engine (v0.21.0) with config: model='Qwen/Qwen3-8B', max_seq_len=16384, tensor_parallel_size=1\n\
+         (EngineCore_DP0 pid=1) INFO [gpu_worker.py:300] Available KV cache memory: 6.37 GiB\n\
+         (EngineCore_DP0 pid=1) INFO [kv_cache_utils.py:1100] GPU KV cache size: 46,368 tokens\n\
+         (EngineCore_DP0 pid=1) INFO [kv_cache_utils.py:1104] Maximum concurrency for 16,384 tokens per request: 2.83x\n",
+    )
+    .unwrap();
+    let output = bin()
+        .args([
+            "capacity",
+            "--gpu",
+            "24GiB",
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1",
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--from-log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    // The log's version and max_seq_len are the ones modelled.
+    assert!(text.contains("vLLM rules for v0.21.0:"), "{text}");
+    let given = text
+        .split("beside the layout arithmetic from its own available KV memory:")
+        .nth(1)
+        .expect("the given-memory check is printed");
+    // 6.37 GiB / (16 × 147,456 B) = 2,899 blocks: 46,384 tokens, against a
+    // logged 46,368 (the log's GiB has two decimals).
+    assert!(
+        given.contains("predicted     46384.00  logged     46368.00  error +0.03 %"),
+        "{given}"
+    );
+    assert!(given.contains("maximum concurrency"), "{given}");
+
+    let missing = bin()
+        .args(["capacity", "--config"])
+        .arg(&config)
+        .args(["--from-log", "/nonexistent/vllm.log"])
+        .output()
+        .unwrap();
+    assert!(stderr_after(&missing, 2).contains("cannot read --from-log"));
+}

@@ -81,10 +81,10 @@ pub use report::{
 };
 pub use sglang::{SglangFlags, SglangPrediction, predict_sglang};
 pub use vllm::{
-    Estimate, GroupKind, KvBudgetSource, KvGroup, LayerCost, LogFormula, MambaCacheMode,
-    MemoryBudget, OverheadOverrides, PreRelease, RuleUse, SpeculativeConfig, SpeculativeMethod,
-    StartupCheck, VLLM_RULES, VllmDevice, VllmFlags, VllmLayout, VllmPrediction, VllmRule,
-    VllmVersion, budget_from_available_gib, capacity_from_budget, kv_element_dtype, predict_vllm,
-    rules_for,
+    Estimate, GroupKind, KvBudgetSource, KvGroup, LayerCost, LogFormula, LoggedFigure,
+    MambaCacheMode, MemoryBudget, OverheadOverrides, PreRelease, RuleUse, SpeculativeConfig,
+    SpeculativeMethod, StartupCheck, VLLM_RULES, VllmDevice, VllmFlags, VllmLayout, VllmPrediction,
+    VllmRule, VllmStartupLog, VllmVersion, budget_from_available_gib, capacity_from_budget,
+    kv_element_dtype, predict_vllm, rules_for,
 };
 pub use weights::{WeightEstimate, weights_from_safetensors_index};

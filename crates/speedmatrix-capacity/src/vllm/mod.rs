@@ -10,10 +10,12 @@ use crate::gpu::{Gpu, gib_bytes};
 use crate::{CapacityError, Dtype, KvCacheDtype};
 
 mod layout;
+mod log;
 mod memory;
 mod version;
 
 pub use self::layout::{GroupKind, KvGroup, LayerCost, VllmLayout};
+pub use self::log::{LoggedFigure, VllmStartupLog};
 pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget};
 use self::memory::{batch_defaults, memory_budget};
 use self::version::{LOG_CONCURRENCY, LOG_PER_GROUP};

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use speedmatrix_capacity::{
-    CapacityError, CapacityGrid, CellVerdict, Gpu, GridSpec, MeasuredCapacity, ModelConfig,
-    Prediction, ServerLimits, VllmPrediction, capacity_grid, predict,
+    CapacityError, CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, LoggedFigure,
+    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, VllmFlags, VllmPrediction,
+    VllmStartupLog, budget_from_available_gib, capacity_from_budget, capacity_grid, predict,
 };
 use speedmatrix_units::{Concurrency, Tokens, group_thousands};
 
@@ -27,6 +28,13 @@ pub(crate) struct Args {
     /// Emit JSON (prediction, measured vs predicted, every cell) instead of tables.
     #[arg(long)]
     json: bool,
+    /// A vLLM startup log: its figures (weights, available KV memory, block size, padding
+    /// layers, GPU KV cache size, maximum concurrency) are printed beside the prediction, and
+    /// beside the layout arithmetic from the log's own available KV memory; its version is
+    /// the one modelled unless --vllm-version says otherwise, and its max_seq_len the
+    /// max_model_len unless --max-model-len does.
+    #[arg(long, value_name = "FILE")]
+    from_log: Option<PathBuf>,
     #[command(flatten)]
     flags: Box<Flags>,
 }
@@ -67,6 +75,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ))
     })?;
     let model = ModelConfig::from_json(&text).map_err(usage)?;
+    let log = match &args.from_log {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UsageError(format!("cannot read --from-log {}: {e}", path.display()))
+            })?;
+            Some(VllmStartupLog::parse(&text))
+        }
+        None => None,
+    };
+    let mut args = args;
+    if let Some(v) = log.as_ref().and_then(|l| l.version.clone())
+        && args.flags.engine.vllm_version.is_none()
+    {
+        args.flags.engine.vllm_version = Some(v);
+    }
+    if let Some(len) = log.as_ref().and_then(|l| l.max_model_len)
+        && args.flags.engine.max_model_len.is_none()
+    {
+        args.flags.engine.max_model_len = Some(Tokens::new(len));
+    }
     let gpu = args.flags.engine.gpu().map_err(usage)?;
     let flags = args.flags.engine.engine_flags(args.engine)?;
     let prediction = predict(&model, &gpu, &flags).map_err(usage)?;
@@ -84,16 +112,92 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &spec,
     )
     .map_err(usage)?;
+    let beside_log = match (&log, &prediction, &flags) {
+        (Some(log), Prediction::Vllm(p), EngineFlags::Vllm(vflags)) => {
+            Some(log_figures(log, p, vflags))
+        }
+        _ => None,
+    };
     if args.json {
-        let out = serde_json::json!({ "model": model, "gpu": gpu, "prediction": prediction, "grid": grid });
+        let out = serde_json::json!({
+            "model": model, "gpu": gpu, "prediction": prediction, "grid": grid,
+            "log": log, "beside_log": beside_log,
+        });
         println!(
             "{}",
             serde_json::to_string_pretty(&out).context("serializing the capacity report")?
         );
     } else {
         print!("{}", render(&model, &gpu, &prediction, &grid, &spec));
+        if let Some(b) = &beside_log {
+            print!("{}", render_log(b));
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The log's figures beside the full prediction, and beside the layout
+/// arithmetic from the log's own available KV memory.
+#[derive(Debug, serde::Serialize)]
+struct BesideLog {
+    full: Vec<LoggedFigure>,
+    given_memory: Option<Vec<LoggedFigure>>,
+}
+
+fn log_figures(log: &VllmStartupLog, p: &VllmPrediction, flags: &VllmFlags) -> BesideLog {
+    let given_memory = log.available_kv_gib.map(|gib| {
+        let max_len = log.max_model_len.unwrap_or(p.max_model_len);
+        let given = capacity_from_budget(
+            p.layout.clone(),
+            budget_from_available_gib(gib),
+            max_len,
+            p.max_num_seqs,
+            flags,
+        );
+        log.compare(&given)
+            .into_iter()
+            .filter(|f| !f.figure.starts_with("weights") && !f.figure.starts_with("available"))
+            .collect()
+    });
+    BesideLog {
+        full: log.compare(p),
+        given_memory,
+    }
+}
+
+fn render_log(b: &BesideLog) -> String {
+    let mut out = String::new();
+    let table = |out: &mut String, title: &str, figures: &[LoggedFigure]| {
+        let _ = writeln!(out, "\n{title}");
+        if figures.is_empty() {
+            let _ = writeln!(out, "  (the log has none of these figures)");
+        }
+        for f in figures {
+            let error = f
+                .error_pct()
+                .map_or_else(|| "—".to_owned(), |e| format!("{e:+.2} %"));
+            let _ = writeln!(
+                out,
+                "  {:<34} predicted {:>12.2}  logged {:>12.2}  error {error}",
+                f.figure, f.predicted, f.logged
+            );
+        }
+    };
+    table(&mut out, "Startup log beside the full prediction:", &b.full);
+    match &b.given_memory {
+        Some(g) => table(
+            &mut out,
+            "Startup log beside the layout arithmetic from its own available KV memory:",
+            g,
+        ),
+        None => {
+            let _ = writeln!(
+                out,
+                "\n(the log has no \"Available KV cache memory\" line: no given-memory check)"
+            );
+        }
+    }
+    out
 }
 
 fn usage(e: CapacityError) -> anyhow::Error {

@@ -67,7 +67,7 @@ pub(crate) struct EngineArgs {
     pub(crate) gpu_memory_utilization: f64,
     /// --max-model-len (default: the config's max_position_embeddings).
     #[arg(long)]
-    max_model_len: Option<Tokens>,
+    pub(crate) max_model_len: Option<Tokens>,
     /// vLLM --max-num-seqs.
     #[arg(long)]
     max_num_seqs: Option<u32>,
@@ -113,8 +113,9 @@ pub(crate) struct EngineArgs {
     /// vLLM version whose behaviour to model, as `vllm --version` or its log prints it (PEP 440:
     /// 0.21.0, 0.21.0rc1, 0.20.1rc1.dev16+g1a2b3c4, 0.21.0+cu130) or `nightly`. A pre-release sorts
     /// below its release, so that release's rule changes are not applied (the output says so).
-    #[arg(long, default_value = "0.32.0")]
-    vllm_version: String,
+    /// [default: 0.32.0, or the version a --from-log log names]
+    #[arg(long)]
+    pub(crate) vllm_version: Option<String>,
     /// vLLM CPU backend: VLLM_CPU_KVCACHE_SPACE in GiB (selects the CPU path).
     #[arg(long)]
     cpu_kvcache_space_gib: Option<u64>,
@@ -223,7 +224,10 @@ impl EngineArgs {
                 }),
                 language_model_only: args.language_model_only,
                 disable_hybrid_kv_cache_manager: args.disable_hybrid_kv_cache_manager,
-                version: VllmVersion::parse(&args.vllm_version).map_err(usage)?,
+                version: match &args.vllm_version {
+                    Some(v) => VllmVersion::parse(v).map_err(usage)?,
+                    None => VllmVersion::LATEST,
+                },
                 device: match args.cpu_kvcache_space_gib {
                     Some(g) => VllmDevice::Cpu {
                         kvcache_space: ByteSize::gib(g),
