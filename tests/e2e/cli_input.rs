@@ -400,3 +400,55 @@ fn capacity_from_a_vllm_log_puts_each_logged_figure_beside_the_prediction() {
         .unwrap();
     assert!(stderr_after(&missing, 2).contains("cannot read --from-log"));
 }
+
+#[test]
+fn capacity_from_an_sglang_log_checks_bytes_per_token_against_the_logged_pool() {
+    let dir = temp_dir("from-sglang-log");
+    let config = dir.join("config.json");
+    // Qwen2.5-32B's attention: 64 layers, 8 KV heads of 128, bf16.
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120, "num_hidden_layers": 64,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "torch_dtype": "bfloat16",
+        "vocab_size": 152064, "intermediate_size": 27648, "max_position_embeddings": 32768}"#,
+    )
+    .unwrap();
+    let log = dir.join("sglang.log");
+    std::fs::write(
+        &log,
+        "[2025-03-08 12:29:21 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=6.09 GB, mem usage=15.54 GB.\n\
+         [2025-03-08 12:29:21 TP0] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n\
+         [2025-03-08 12:29:21 TP1] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n\
+         [2025-03-08 12:29:27 TP0] max_total_num_tokens=46611, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=2049, context_len=32768, available_gpu_mem=3.05 GB\n",
+    )
+    .unwrap();
+    let output = bin()
+        .args([
+            "capacity",
+            "--engine",
+            "sglang",
+            "--gpu",
+            "a100-40",
+            "--tensor-parallel-size",
+            "4",
+        ])
+        .args(["--contexts", "0", "--concurrency", "1", "--config"])
+        .arg(&config)
+        .arg("--from-log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    // 2 KV heads per rank × 128 × 2 (K and V) × 2 B × 64 layers = 65,536 B; the
+    // log's 2.84 GB over 46,611 tokens is 65,423 B (its GB have two decimals).
+    let line = text
+        .lines()
+        .find(|l| l.contains("KV bytes per token"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("predicted     65536.00  logged     65422.90  error +0.17 %"),
+        "{line}"
+    );
+    assert!(text.contains("max_total_num_tokens"), "{text}");
+}

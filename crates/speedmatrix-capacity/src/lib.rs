@@ -64,6 +64,7 @@ mod llamacpp;
 mod pool;
 mod report;
 mod sglang;
+mod sglang_log;
 mod vllm;
 mod weights;
 
@@ -80,6 +81,7 @@ pub use report::{
     ServerLimits, capacity_grid, predict,
 };
 pub use sglang::{SglangFlags, SglangPrediction, predict_sglang};
+pub use sglang_log::SglangStartupLog;
 pub use vllm::{
     Estimate, GroupKind, KvBudgetSource, KvGroup, LayerCost, LogFormula, LoggedFigure,
     MambaCacheMode, MemoryBudget, OverheadOverrides, PreRelease, RuleUse, SpeculativeConfig,

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use speedmatrix_capacity::{
     CapacityError, CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, LoggedFigure,
-    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, VllmFlags, VllmPrediction,
-    VllmStartupLog, budget_from_available_gib, capacity_from_budget, capacity_grid, predict,
+    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, SglangStartupLog, VllmFlags,
+    VllmPrediction, VllmStartupLog, budget_from_available_gib, capacity_from_budget, capacity_grid,
+    predict,
 };
 use speedmatrix_units::{Concurrency, Tokens, group_thousands};
 
@@ -75,22 +76,31 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ))
     })?;
     let model = ModelConfig::from_json(&text).map_err(usage)?;
-    let log = match &args.from_log {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+    let log_text =
+        match &args.from_log {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 UsageError(format!("cannot read --from-log {}: {e}", path.display()))
-            })?;
-            Some(VllmStartupLog::parse(&text))
-        }
-        None => None,
-    };
+            })?),
+            None => None,
+        };
+    let log = log_text
+        .as_deref()
+        .filter(|_| args.engine == PredictedEngine::Vllm)
+        .map(VllmStartupLog::parse);
+    let sglang_log = log_text
+        .as_deref()
+        .filter(|_| args.engine == PredictedEngine::Sglang)
+        .map(SglangStartupLog::parse);
     let mut args = args;
     if let Some(v) = log.as_ref().and_then(|l| l.version.clone())
         && args.flags.engine.vllm_version.is_none()
     {
         args.flags.engine.vllm_version = Some(v);
     }
-    if let Some(len) = log.as_ref().and_then(|l| l.max_model_len)
+    if let Some(len) = log
+        .as_ref()
+        .and_then(|l| l.max_model_len)
+        .or(sglang_log.as_ref().and_then(|l| l.context_len))
         && args.flags.engine.max_model_len.is_none()
     {
         args.flags.engine.max_model_len = Some(Tokens::new(len));
@@ -112,16 +122,27 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &spec,
     )
     .map_err(usage)?;
-    let beside_log = match (&log, &prediction, &flags) {
-        (Some(log), Prediction::Vllm(p), EngineFlags::Vllm(vflags)) => {
+    let beside_log = match (&log, &sglang_log, &prediction, &flags) {
+        (Some(log), _, Prediction::Vllm(p), EngineFlags::Vllm(vflags)) => {
             Some(log_figures(log, p, vflags))
         }
+        (_, Some(log), Prediction::Sglang(p), _) => Some(BesideLog {
+            full: log.compare(p),
+            given_memory: None,
+            engine: "SGLang",
+        }),
         _ => None,
     };
+    if args.from_log.is_some() && beside_log.is_none() {
+        eprintln!(
+            "note: --from-log reads vLLM and SGLang startup logs, not {:?} ones",
+            args.engine
+        );
+    }
     if args.json {
         let out = serde_json::json!({
             "model": model, "gpu": gpu, "prediction": prediction, "grid": grid,
-            "log": log, "beside_log": beside_log,
+            "log": log, "sglang_log": sglang_log, "beside_log": beside_log,
         });
         println!(
             "{}",
@@ -142,6 +163,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 struct BesideLog {
     full: Vec<LoggedFigure>,
     given_memory: Option<Vec<LoggedFigure>>,
+    engine: &'static str,
 }
 
 fn log_figures(log: &VllmStartupLog, p: &VllmPrediction, flags: &VllmFlags) -> BesideLog {
@@ -162,6 +184,7 @@ fn log_figures(log: &VllmStartupLog, p: &VllmPrediction, flags: &VllmFlags) -> B
     BesideLog {
         full: log.compare(p),
         given_memory,
+        engine: "vLLM",
     }
 }
 
@@ -190,12 +213,13 @@ fn render_log(b: &BesideLog) -> String {
             "Startup log beside the layout arithmetic from its own available KV memory:",
             g,
         ),
-        None => {
+        None if b.engine == "vLLM" => {
             let _ = writeln!(
                 out,
                 "\n(the log has no \"Available KV cache memory\" line: no given-memory check)"
             );
         }
+        None => {}
     }
     out
 }
