@@ -128,12 +128,27 @@ impl VllmVersion {
                  with the release it was built from if it is older",
                 VllmVersion::LATEST
             )),
-            None if self.pre.is_some() || self.dev.is_some() => Some(format!(
-                "v{self} is a pre-release: it sorts below v{} (PEP 440), so rules introduced \
-                 in that release are not applied; pass --vllm-version {} if this build has them",
-                self.base(),
-                self.base()
-            )),
+            None if self.pre.is_some() || self.dev.is_some() => {
+                let base = self.base();
+                let changed: Vec<&str> = VLLM_RULES
+                    .iter()
+                    .filter(|r| r.since == base)
+                    .map(|r| r.what)
+                    .collect();
+                Some(if changed.is_empty() {
+                    format!(
+                        "v{self} is a pre-release of v{base}, which changed none of the modelled \
+                         rules: modelled as v{base}"
+                    )
+                } else {
+                    format!(
+                        "v{self} is a pre-release: it sorts below v{base} (PEP 440), so what \
+                         v{base} introduced is not applied ({}); pass --vllm-version {base} if \
+                         this build has it",
+                        changed.join("; ")
+                    )
+                })
+            }
             None => None,
         }
     }
