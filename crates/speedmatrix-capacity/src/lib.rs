@@ -61,6 +61,7 @@ mod dtype;
 mod error;
 mod gpu;
 mod llamacpp;
+mod log_text;
 mod pool;
 mod report;
 mod sglang;

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use crate::SglangPrediction;
+use crate::log_text::{Beside, after, amount, count, gib};
 use crate::vllm::LoggedFigure;
 
 /// The KV figures of one SGLang startup log (the first TP rank's lines
@@ -36,7 +37,7 @@ impl SglangStartupLog {
         for line in text.lines() {
             if let Some(n) = after(line, "Load weight end.")
                 .and_then(|r| after(r, "mem usage="))
-                .and_then(gb)
+                .and_then(|r| amount(r, "GB"))
             {
                 log.weights_gib.get_or_insert(n);
             }
@@ -44,9 +45,9 @@ impl SglangStartupLog {
                 // Every TP rank prints the same pool; a later start replaces it.
                 if !seen_kv || !line.contains("TP") || line.contains("TP0") {
                     log.kv_tokens = count(rest);
-                    let k = after(rest, "K size: ").and_then(gb);
-                    let v = after(rest, "V size: ").and_then(gb);
-                    let kv = after(rest, "KV size: ").and_then(gb);
+                    let k = after(rest, "K size: ").and_then(|r| amount(r, "GB"));
+                    let v = after(rest, "V size: ").and_then(|r| amount(r, "GB"));
+                    let kv = after(rest, "KV size: ").and_then(|r| amount(r, "GB"));
                     log.kv_gib = match (k, v, kv) {
                         (Some(k), Some(v), _) => Some(k + v),
                         (_, _, Some(kv)) => Some(kv),
@@ -74,26 +75,16 @@ impl SglangStartupLog {
     /// Each figure the log has beside the prediction's; the bytes per token
     /// from the log's own pool size and tokens check the layout arithmetic.
     pub fn compare(&self, p: &SglangPrediction) -> Vec<LoggedFigure> {
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
-        let mut out = Vec::new();
-        let mut push = |figure: &'static str, predicted: f64, logged: Option<f64>| {
-            if let Some(logged) = logged {
-                out.push(LoggedFigure {
-                    figure,
-                    predicted,
-                    logged,
-                });
-            }
-        };
-        push("weights (GiB)", gib(p.weights.get()), self.weights_gib);
-        push(
+        let mut out = Beside::default();
+        out.push("weights (GiB)", gib(p.weights.get()), self.weights_gib);
+        out.push(
             "max_total_num_tokens",
             p.max_total_num_tokens as f64,
             self.max_total_num_tokens
                 .or(self.kv_tokens)
                 .map(|n| n as f64),
         );
-        push(
+        out.push(
             "KV bytes per token (from the log's pool size / tokens)",
             p.cell_bytes as f64,
             self.kv_gib
@@ -101,40 +92,14 @@ impl SglangStartupLog {
                 .map(|(g, n)| g * f64::from(1u32 << 30) / n as f64),
         );
         if let Some(slots) = p.mamba_slots {
-            push(
+            out.push(
                 "recurrent-state slots",
                 slots as f64,
                 self.mamba_slots.map(|n| n as f64),
             );
         }
-        out
+        out.0
     }
-}
-
-fn after<'a>(line: &'a str, words: &str) -> Option<&'a str> {
-    line.find(words).map(|i| &line[i + words.len()..])
-}
-
-fn count(s: &str) -> Option<u64> {
-    let digits: String = s
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// A `15.54 GB` (or `0.09GB`) figure at the start of `s`.
-fn gb(s: &str) -> Option<f64> {
-    let s = s.trim_start();
-    let end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    s[end..]
-        .trim_start()
-        .starts_with("GB")
-        .then(|| s[..end].parse().ok())
-        .flatten()
 }
 
 #[cfg(test)]

@@ -136,7 +136,8 @@ impl Run<'_, '_> {
         let block_size = cc.block_size.context("no block_size label")?;
         let blocks = cc.num_gpu_blocks.context("no num_gpu_blocks label")?;
         let log = self.ctx.server.log();
-        let logged = logged_number(&log, "KV cache size:")
+        let logged = speedmatrix_capacity::VllmStartupLog::parse(&log)
+            .kv_cache_size_tokens
             .context("the server log has no `KV cache size: N tokens` line")?;
         let predicted = super::model::predict_capacity(
             self.ctx.model_dir,
@@ -518,20 +519,6 @@ pub(crate) fn generated_total(metrics: &ServerMetrics) -> anyhow::Result<f64> {
         .context("/metrics has no vllm:generation_tokens_total")
 }
 
-/// The number in a log line `… <prefix> 524,288 tokens` (thousands separators allowed).
-pub(crate) fn logged_number(log: &str, prefix: &str) -> Option<u64> {
-    log.lines().rev().find_map(|line| {
-        let after = &line[line.find(prefix)? + prefix.len()..];
-        let digits: String = after
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == ',')
-            .filter(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    })
-}
-
 /// Log lines that say how vLLM sized the KV cache, versions and limits, for the fixtures.
 fn notable_log_lines(log: &str) -> Vec<&str> {
     const MARKERS: &[&str] = &[
@@ -616,12 +603,5 @@ mod tests {
             text,
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
-    }
-
-    #[test]
-    fn logged_numbers_drop_separators() {
-        let log = "INFO 11-30 07:50:01 [kv_cache_utils.py:1] CPU KV cache size: 524,288 tokens\n";
-        assert_eq!(logged_number(log, "KV cache size:"), Some(524_288));
-        assert_eq!(logged_number(log, "no such thing"), None);
     }
 }

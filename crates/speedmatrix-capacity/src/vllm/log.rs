@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use super::VllmPrediction;
+use crate::log_text::{Beside, after, amount, count, gib};
 
 /// The KV figures of one vLLM startup log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -46,10 +47,10 @@ impl VllmStartupLog {
             if let Some(v) = after(line, "vLLM API server version ") {
                 log.version = v.split_whitespace().next().map(str::to_owned);
             }
-            if let Some(n) = after(line, "Available KV cache memory: ").and_then(gib) {
+            if let Some(n) = after(line, "Available KV cache memory: ").and_then(|r| amount(r, "GiB")) {
                 log.available_kv_gib = Some(n);
             }
-            if let Some(n) = after(line, "GPU KV cache size: ").and_then(count) {
+            if let Some(n) = after(line, "KV cache size: ").and_then(count) {
                 log.kv_cache_size_tokens = Some(n);
             }
             if let Some(rest) = after(line, "Maximum concurrency for ") {
@@ -74,7 +75,7 @@ impl VllmStartupLog {
             {
                 log.padding_layers = Some(n);
             }
-            if let Some(n) = after(line, "Model loading took ").and_then(gib) {
+            if let Some(n) = after(line, "Model loading took ").and_then(|r| amount(r, "GiB")) {
                 log.weights_gib = Some(n);
             }
             if let Some(n) = after(line, "max_seq_len=").and_then(count) {
@@ -86,38 +87,28 @@ impl VllmStartupLog {
 
     /// Each figure the log has beside the prediction's.
     pub fn compare(&self, p: &VllmPrediction) -> Vec<LoggedFigure> {
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
-        let mut out = Vec::new();
-        let mut push = |figure: &'static str, predicted: f64, logged: Option<f64>| {
-            if let Some(logged) = logged {
-                out.push(LoggedFigure {
-                    figure,
-                    predicted,
-                    logged,
-                });
-            }
-        };
-        push(
+        let mut out = Beside::default();
+        out.push(
             "weights (GiB)",
             gib(p.budget.weights.bytes.get()),
             self.weights_gib,
         );
-        push(
+        out.push(
             "available KV cache memory (GiB)",
             gib(p.budget.available_kv.get()),
             self.available_kv_gib,
         );
-        push(
+        out.push(
             "attention block size (tokens)",
             p.layout.block_size as f64,
             self.block_size.map(|b| b as f64),
         );
-        push(
+        out.push(
             "padding layers",
             p.layout.padding_layers as f64,
             self.padding_layers.map(|n| n as f64),
         );
-        push(
+        out.push(
             "GPU KV cache size (tokens)",
             p.kv_cache_size_tokens as f64,
             self.kv_cache_size_tokens.map(|n| n as f64),
@@ -127,13 +118,13 @@ impl VllmStartupLog {
             .max_concurrency
             .is_some_and(|(t, _)| t == p.max_model_len)
         {
-            push(
+            out.push(
                 "maximum concurrency (×)",
                 p.max_concurrency,
                 self.max_concurrency.map(|(_, x)| x),
             );
         }
-        out
+        out.0
     }
 }
 
@@ -153,34 +144,6 @@ impl LoggedFigure {
     pub fn error_pct(&self) -> Option<f64> {
         (self.logged != 0.0).then(|| 100.0 * (self.predicted - self.logged) / self.logged)
     }
-}
-
-fn after<'a>(line: &'a str, words: &str) -> Option<&'a str> {
-    line.find(words).map(|i| &line[i + words.len()..])
-}
-
-/// The whole number at the start of `s`, thousands separators allowed.
-fn count(s: &str) -> Option<u64> {
-    let digits: String = s
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == ',')
-        .filter(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// A `12.34 GiB` figure at the start of `s`.
-fn gib(s: &str) -> Option<f64> {
-    let s = s.trim_start();
-    let end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let unit = s[end..].trim_start();
-    if !unit.starts_with("GiB") {
-        return None;
-    }
-    s[..end].parse().ok()
 }
 
 #[cfg(test)]
@@ -217,7 +180,9 @@ INFO 11-30 07:00:01 [core.py:75] Initializing a V1 LLM engine (v0.21.0) with con
             VllmStartupLog::parse("hello\nAvailable KV cache memory: lots\n"),
             VllmStartupLog::default()
         );
-        assert_eq!(gib("6.37 GB"), None);
-        assert_eq!(count("1,234,567 tokens"), Some(1_234_567));
+        // The CPU backend says "CPU KV cache size".
+        let cpu = "INFO 11-30 07:50:01 [kv_cache_utils.py:1] CPU KV cache size: 524,288 tokens
+";
+        assert_eq!(VllmStartupLog::parse(cpu).kv_cache_size_tokens, Some(524_288));
     }
 }
