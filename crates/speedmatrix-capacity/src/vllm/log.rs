@@ -47,7 +47,9 @@ impl VllmStartupLog {
             if let Some(v) = after(line, "vLLM API server version ") {
                 log.version = v.split_whitespace().next().map(str::to_owned);
             }
-            if let Some(n) = after(line, "Available KV cache memory: ").and_then(|r| amount(r, "GiB")) {
+            if let Some(n) =
+                after(line, "Available KV cache memory: ").and_then(|r| amount(r, "GiB"))
+            {
                 log.available_kv_gib = Some(n);
             }
             if let Some(n) = after(line, "KV cache size: ").and_then(count) {
@@ -183,6 +185,9 @@ INFO 11-30 07:00:01 [core.py:75] Initializing a V1 LLM engine (v0.21.0) with con
         // The CPU backend says "CPU KV cache size".
         let cpu = "INFO 11-30 07:50:01 [kv_cache_utils.py:1] CPU KV cache size: 524,288 tokens
 ";
-        assert_eq!(VllmStartupLog::parse(cpu).kv_cache_size_tokens, Some(524_288));
+        assert_eq!(
+            VllmStartupLog::parse(cpu).kv_cache_size_tokens,
+            Some(524_288)
+        );
     }
 }
