@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: the checks every submission must pass.
 
-use crate::util::{cargo, run as sh};
+use crate::util::{WORKSPACE_TESTS, cargo, run as sh};
 
 /// Options of `cargo xtask ci`.
 #[derive(Debug, clap::Args)]
@@ -24,14 +24,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             "warnings",
         ]))?;
     }
-    sh(&mut cargo(&[
-        "test",
-        "--workspace",
-        "--lib",
-        "--bins",
-        "--tests",
-        "--locked",
-    ]))?;
+    sh(&mut cargo(WORKSPACE_TESTS))?;
     sh(&mut cargo(&["test", "--workspace", "--doc", "--locked"]))?;
     let mut doc = cargo(&["doc", "--workspace", "--no-deps", "--locked"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");

@@ -13,6 +13,20 @@ pub(crate) fn project_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// `cargo test` over the whole workspace as `cargo xtask ci` runs it. Other
+/// workflows that need the `speedmatrix` binary build it with these same
+/// flags (plus `--no-run`), so they reuse CI's build: a plain `cargo build`
+/// unifies features without the dev-dependencies and would compile a second
+/// copy of most crates (about 2 GB more of `target/`).
+pub(crate) const WORKSPACE_TESTS: &[&str] = &[
+    "test",
+    "--workspace",
+    "--lib",
+    "--bins",
+    "--tests",
+    "--locked",
+];
+
 /// A `cargo` command with `args`, run from the workspace root.
 pub(crate) fn cargo(args: &[&str]) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use speedmatrix_report::{CellStatus, DecodeCell, Report};
 
-use crate::util::{cargo, project_root, run as sh};
+use crate::util::{WORKSPACE_TESTS, cargo, project_root, run as sh};
 
 /// Largest difference allowed between a cell's total tok/s and the server's
 /// `vllm:generation_tokens_total` increase over the same window.
@@ -50,7 +50,9 @@ pub(crate) fn run(
     launch_command: &str,
     out: &Path,
 ) -> anyhow::Result<Report> {
-    sh(&mut cargo(&["build", "--quiet", "-p", "speedmatrix"]))?;
+    // The binary as `cargo xtask ci` built it (nothing to compile after CI).
+    let build = [WORKSPACE_TESTS, &["--no-run", "--quiet"]].concat();
+    sh(&mut cargo(&build))?;
     let bin = binary()?;
     let mut cmd = std::process::Command::new(&bin);
     cmd.args(["run", "--url", url, "--tokenizer"])
