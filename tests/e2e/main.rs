@@ -15,6 +15,7 @@ mod cli_input;
 mod client;
 mod engines;
 mod faults;
+mod gpus;
 mod matrix;
 mod prompts;
 mod reliability;

@@ -38,10 +38,27 @@ pub enum CapacityError {
     },
     /// The GPU name is not in the catalog.
     #[error(
-        "unknown GPU `{0}`; use a catalog name (rtx3090, h100, or as nvidia-smi or rocm-smi print it: \
-         `NVIDIA GeForce RTX 3090`), or the memory the runtime sees on it, like `23.5GiB`"
+        "unknown GPU `{0}`; use a catalog key (rtx3090, h100-sxm; `speedmatrix capacity --list-gpus` \
+         lists them), the name nvidia-smi, rocm-smi or xpu-smi prints (`NVIDIA GeForce RTX 3090`), \
+         the memory the runtime sees on it (`23.5GiB`), or add it with --gpu-catalog FILE"
     )]
     UnknownGpu(String),
+    /// Several catalog entries print the same name (e.g. the 10 GB and 12 GB
+    /// RTX 3080).
+    #[error(
+        "`{name}` is the name of several GPUs in the catalog ({}); pass one of those keys \
+         with --gpu, or the memory the runtime reports, like `11.5GiB`",
+        keys.join(", ")
+    )]
+    AmbiguousGpu {
+        /// The name given.
+        name: String,
+        /// The catalog keys that print it.
+        keys: Vec<String>,
+    },
+    /// A GPU catalog file is not usable.
+    #[error("GPU catalog: {0}; see data/gpus.json in speedmatrix-capacity for the shape")]
+    BadCatalog(String),
     /// A dtype string that is not known.
     #[error("unknown dtype `{0}`; expected e.g. bfloat16, float16, float32, fp8, fp8_e5m2")]
     UnknownDtype(String),

@@ -70,24 +70,29 @@ mod vllm;
 mod weights;
 
 pub use config::{
-    GdnShape, LayerKind, Mamba2Shape, MlaShape, ModelConfig, MoeShape, Quantization, VisionShape,
+    GdnShape, HeadShape, LayerKind, Mamba2Shape, MlaShape, ModelConfig, MoeShape, Quantization,
+    VisionShape,
 };
 pub use dtype::{Dtype, KvCacheDtype};
 pub use error::CapacityError;
-pub use gpu::Gpu;
+pub use gpu::{DenseTflops, Gpu, GpuCatalog};
 pub use llamacpp::{GgmlKvType, LlamaCppFlags, LlamaCppPrediction, predict_llamacpp};
 pub use pool::{BlockPool, CellVerdict, FitRule, GridSpec, KvPool, SlotPool, TokenPool};
 pub use report::{
     CapacityComparison, CapacityGrid, CapacitySource, EngineFlags, MeasuredCapacity, Prediction,
     ServerLimits, capacity_grid, predict,
 };
-pub use sglang::{SglangFlags, SglangPrediction, predict_sglang};
+pub use sglang::{
+    SglangFlags, SglangPrediction, default_mem_fraction_static, predict_sglang,
+    sglang_tokens_from_memory,
+};
 pub use sglang_log::SglangStartupLog;
 pub use vllm::{
     Estimate, GroupKind, KvBudgetSource, KvGroup, LayerCost, LogFormula, LoggedFigure,
-    MambaCacheMode, MemoryBudget, OverheadOverrides, PreRelease, RuleUse, SpeculativeConfig,
-    SpeculativeMethod, StartupCheck, VLLM_RULES, VllmDevice, VllmFlags, VllmLayout, VllmPrediction,
-    VllmRule, VllmStartupLog, VllmVersion, budget_from_available_gib, capacity_from_budget,
-    kv_element_dtype, predict_vllm, rules_for,
+    MambaCacheMode, MemoryBudget, OverheadOverrides, PipelineStage, PreRelease, RuleUse,
+    SpeculativeConfig, SpeculativeMethod, StartupCheck, VLLM_RULES, VllmDevice, VllmFlags,
+    VllmLayout, VllmPrediction, VllmRule, VllmStartupLog, VllmVersion, budget_from_available_gib,
+    capacity_from_budget, capacity_from_stage_budgets, kv_element_dtype, pipeline_partition,
+    predict_vllm, rules_for,
 };
-pub use weights::{WeightEstimate, weights_from_safetensors_index};
+pub use weights::{WeightEstimate, WeightPlacement, weights_from_safetensors_index};

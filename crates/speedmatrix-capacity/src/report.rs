@@ -31,7 +31,7 @@ pub enum Prediction {
     /// vLLM.
     Vllm(Box<VllmPrediction>),
     /// SGLang.
-    Sglang(SglangPrediction),
+    Sglang(Box<SglangPrediction>),
     /// llama.cpp.
     LlamaCpp(LlamaCppPrediction),
 }
@@ -44,7 +44,7 @@ pub fn predict(
 ) -> Result<Prediction, CapacityError> {
     Ok(match flags {
         EngineFlags::Vllm(f) => Prediction::Vllm(Box::new(predict_vllm(model, gpu, f)?)),
-        EngineFlags::Sglang(f) => Prediction::Sglang(predict_sglang(model, gpu, f)?),
+        EngineFlags::Sglang(f) => Prediction::Sglang(Box::new(predict_sglang(model, gpu, f)?)),
         EngineFlags::LlamaCpp(f) => Prediction::LlamaCpp(predict_llamacpp(model, f)?),
     })
 }

@@ -11,8 +11,12 @@ use crate::pool::{KvPool, TokenPool};
 /// SGLang flags that change KV capacity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SglangFlags {
-    /// `--mem-fraction-static` (SGLang derives a default from GPU size; 0.88 here).
-    pub mem_fraction_static: f64,
+    /// `--mem-fraction-static`; `None` derives it as SGLang does from the
+    /// GPU's memory, tensor parallelism, chunked prefill and CUDA-graph sizes
+    /// ([`default_mem_fraction_static`]).
+    pub mem_fraction_static: Option<f64>,
+    /// `--chunked-prefill-size`; `None`: SGLang's default for the GPU's memory tier.
+    pub chunked_prefill_size: Option<u64>,
     /// `--tp-size`.
     pub tensor_parallel_size: u32,
     /// `--kv-cache-dtype` is fp8.
@@ -31,14 +35,17 @@ pub struct SglangFlags {
     pub context_length: Option<u64>,
     /// Exact weight bytes per rank, if known.
     pub weights: Option<ByteSize>,
-    /// Memory already in use before weights load (CUDA context etc.); default 0.5 GiB.
+    /// Memory already in use before weights load (CUDA context, NCCL);
+    /// default 0.25 GiB, and 0.13 GiB more under tensor parallelism (the
+    /// "Init torch distributed … mem usage" SGLang logs).
     pub preexisting: Option<ByteSize>,
 }
 
 impl Default for SglangFlags {
     fn default() -> Self {
         SglangFlags {
-            mem_fraction_static: 0.88,
+            mem_fraction_static: None,
+            chunked_prefill_size: None,
             tensor_parallel_size: 1,
             fp8_kv: false,
             page_size: 1,
@@ -56,6 +63,10 @@ impl Default for SglangFlags {
 /// What SGLang would log: "KV Cache is allocated. #tokens: N".
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SglangPrediction {
+    /// `mem_fraction_static` in effect, given or derived.
+    pub mem_fraction_static: f64,
+    /// How it was obtained.
+    pub mem_fraction_basis: String,
     /// Free memory before weights (estimate: device total − pre-existing use).
     pub free_before_weights: ByteSize,
     /// Weights per rank.
@@ -87,13 +98,95 @@ impl SglangPrediction {
     }
 }
 
+/// SGLang's chunked-prefill size and decode CUDA-graph batch for a GPU of
+/// `gpu_mib` MiB (`handle_gpu_memory_settings`, arg_groups/memory_hook.py,
+/// v0.5.23).
+fn memory_tier(gpu_mib: f64, tp: u64) -> (u64, u64) {
+    let gib = |g: f64| g * 1024.0;
+    let (chunk, small_bs, big_bs) = if gpu_mib < gib(20.0) {
+        (2048, 8, 8)
+    } else if gpu_mib < gib(35.0) {
+        (4096, 48, 160)
+    } else if gpu_mib < gib(60.0) {
+        (4096, 32, 160)
+    } else if gpu_mib < gib(160.0) {
+        (8192, 256, 512)
+    } else {
+        (16384, 512, 512)
+    };
+    (chunk, if tp < 4 { small_bs } else { big_bs })
+}
+
+/// Prefill CUDA-graph token sizes SGLang captures up to `max` (4..32 by 4,
+/// 48..256 by 16, 288..512 by 32, 576..1024 by 64, 1280..4096 by 256, then by 512).
+fn prefill_graph_sizes(max: u64) -> u64 {
+    let steps: [(u64, u64, u64); 6] = [
+        (4, 32, 4),
+        (48, 256, 16),
+        (288, 512, 32),
+        (576, 1024, 64),
+        (1280, 4096, 256),
+        (4608, u64::MAX, 512),
+    ];
+    steps
+        .iter()
+        .map(|&(from, to, step)| {
+            let hi = to.min(max);
+            if hi < from { 0 } else { (hi - from) / step + 1 }
+        })
+        .sum()
+}
+
+/// SGLang's default `--mem-fraction-static` (v0.5.23,
+/// `arg_groups/memory_hook.py`): the GPU's memory (nvidia-smi's total, MiB)
+/// less a reserve for activations (1.5 × the chunked-prefill size), NCCL
+/// (1 GiB per 8 ranks), decode CUDA graphs (2 MB per batch size) and prefill
+/// CUDA graphs (8 MB per captured size; 1.5 GiB for MLA), at least 10 GiB on
+/// GPUs over 60 GiB. Returns the fraction and how it was reached.
+pub fn default_mem_fraction_static(
+    model: &ModelConfig,
+    gpu: &Gpu,
+    flags: &SglangFlags,
+) -> (f64, String) {
+    // nvidia-smi's total is about 0.5 GiB above what CUDA reports.
+    let gpu_mib = gpu.memory.get() as f64 / (1u64 << 20) as f64 + 512.0;
+    let tp = u64::from(flags.tensor_parallel_size.max(1));
+    let (tier_chunk, max_bs) = memory_tier(gpu_mib, tp);
+    let chunk = flags.chunked_prefill_size.unwrap_or(tier_chunk);
+    let prefill_graphs = if model.mla.is_some() {
+        1536.0
+    } else {
+        8.0 * prefill_graph_sizes(chunk) as f64
+    };
+    let mut reserved = 512.0
+        + chunk.max(2048) as f64 * 1.5
+        + tp as f64 / 8.0 * 1024.0
+        + max_bs as f64 * 2.0
+        + prefill_graphs;
+    if gpu_mib > 60.0 * 1024.0 {
+        reserved = reserved.max(10.0 * 1024.0);
+    }
+    let fraction = ((gpu_mib - reserved) / gpu_mib * 1000.0).round() / 1000.0;
+    (
+        fraction,
+        format!(
+            "derived as SGLang v0.5.23 does: ({gpu_mib:.0} MiB − {reserved:.0} MiB reserved for \
+             chunked prefill {chunk}, NCCL, decode graphs up to batch {max_bs} and prefill graphs) / \
+             {gpu_mib:.0} MiB"
+        ),
+    )
+}
+
 /// Predicts SGLang's token pool.
 pub fn predict_sglang(
     model: &ModelConfig,
     gpu: &Gpu,
     flags: &SglangFlags,
 ) -> Result<SglangPrediction, CapacityError> {
-    let f = flags.mem_fraction_static;
+    let (f, basis) = match flags.mem_fraction_static {
+        Some(f) => (f, "given (--mem-fraction-static)".to_owned()),
+        None => default_mem_fraction_static(model, gpu, flags),
+    };
     if !(f > 0.0 && f < 1.0) {
         return Err(CapacityError::BadFlag {
             flag: "--mem-fraction-static",
@@ -102,28 +195,102 @@ pub fn predict_sglang(
         });
     }
     let tp = u64::from(flags.tensor_parallel_size.max(1));
-    let pre = flags.preexisting.unwrap_or(ByteSize::new(512 << 20)).get();
+    let default_pre = (256 << 20) + if tp > 1 { 133 << 20 } else { 0 };
+    let pre = flags.preexisting.map_or(default_pre, ByteSize::get);
     let free_before = gpu.memory.get().saturating_sub(pre);
     let weights = flags.weights.unwrap_or_else(|| {
         model
             .estimate_weights(true, flags.tensor_parallel_size)
             .per_rank
     });
+    // "Load weight end … mem usage" also holds the attention backend's
+    // workspace (FlashInfer: 256 MiB), allocated while the model is built.
+    let free_after = free_before.saturating_sub(weights.get() + LOAD_WORKSPACE);
     let reserved = (free_before as f64 * (1.0 - f)) as u64;
-    let rest = free_before
-        .saturating_sub(weights.get())
-        .saturating_sub(reserved);
+    let rest = free_after.saturating_sub(reserved);
     if rest == 0 {
         return Err(CapacityError::NoKvMemory {
             requested_gib: ByteSize::new(free_before - reserved.min(free_before)).as_gib_f64(),
             non_kv_gib: weights.as_gib_f64(),
         });
     }
+    let pool = token_pool(model, flags, tp, rest);
+    Ok(SglangPrediction {
+        mem_fraction_static: f,
+        mem_fraction_basis: basis,
+        free_before_weights: ByteSize::new(free_before),
+        weights,
+        rest: ByteSize::new(rest),
+        cell_bytes: pool.cell,
+        max_total_num_tokens: pool.tokens,
+        mamba_slots: pool.mamba_slots,
+        context_length: flags.context_length.or(model.max_position_embeddings),
+        flags: SglangFlags {
+            mem_fraction_static: Some(f),
+            ..flags.clone()
+        },
+    })
+}
+
+/// Memory SGLang's model load takes beyond the weights: the FlashInfer
+/// attention workspace (256 MiB), seen as the gap between "Load weight end …
+/// mem usage" and the checkpoint's bytes per rank.
+const LOAD_WORKSPACE: u64 = 256 << 20;
+
+/// `max_total_num_tokens` from the free memory SGLang measured before and
+/// after loading the weights (GiB, as its log prints them: "Load weight
+/// begin. avail mem=…", "Load weight end. … avail mem=…"): `rest = after −
+/// before × (1 − mem_fraction_static)`, over the bytes one token costs.
+///
+/// # Errors
+/// [`CapacityError::BadFlag`] without a `mem_fraction_static` in (0, 1);
+/// [`CapacityError::NoKvMemory`] when nothing is left.
+pub fn sglang_tokens_from_memory(
+    model: &ModelConfig,
+    flags: &SglangFlags,
+    free_before_gib: f64,
+    free_after_gib: f64,
+) -> Result<u64, CapacityError> {
+    let f = flags.mem_fraction_static.unwrap_or(0.0);
+    if !(f > 0.0 && f < 1.0) {
+        return Err(CapacityError::BadFlag {
+            flag: "--mem-fraction-static",
+            value: f.to_string(),
+            why: "must be given, in (0, 1), to size the pool from logged memory",
+        });
+    }
+    let rest_gib = free_after_gib - free_before_gib * (1.0 - f);
+    if rest_gib <= 0.0 {
+        return Err(CapacityError::NoKvMemory {
+            requested_gib: free_before_gib * f,
+            non_kv_gib: free_before_gib - free_after_gib,
+        });
+    }
+    let rest = (rest_gib * (1u64 << 30) as f64) as u64;
+    let tp = u64::from(flags.tensor_parallel_size.max(1));
+    Ok(token_pool(model, flags, tp, rest).tokens)
+}
+
+struct Pool {
+    cell: u64,
+    tokens: u64,
+    mamba_slots: Option<u64>,
+}
+
+/// The token pool `rest` bytes hold: `cell_size` per token over the
+/// attention layers (K and V, per rank), the recurrent-state slots taken
+/// first for hybrid models, rounded down to the page size.
+fn token_pool(model: &ModelConfig, flags: &SglangFlags, tp: u64, rest: u64) -> Pool {
     let elt = if flags.fp8_kv { 1 } else { model.dtype.bytes() };
     let attn_layers = model.layers.iter().filter(|k| k.is_attention()).count() as u64;
     let cell = match model.mla {
         Some(m) => m.latent_dim() * attn_layers * elt,
-        None => (model.num_kv_heads / tp).max(1) * model.head_dim * attn_layers * 2 * elt,
+        None => {
+            (model.num_kv_heads / tp).max(1)
+                * (model.head_dim + model.head_dim_v)
+                * attn_layers
+                * elt
+        }
     };
     let recurrent = model
         .layers
@@ -153,16 +320,11 @@ pub fn predict_sglang(
     }
     let page = flags.page_size.max(1);
     tokens = tokens / page * page;
-    Ok(SglangPrediction {
-        free_before_weights: ByteSize::new(free_before),
-        weights,
-        rest: ByteSize::new(rest),
-        cell_bytes: cell,
-        max_total_num_tokens: tokens,
+    Pool {
+        cell,
+        tokens,
         mamba_slots,
-        context_length: flags.context_length.or(model.max_position_embeddings),
-        flags: flags.clone(),
-    })
+    }
 }
 
 fn state_bytes(model: &ModelConfig, tp: u64) -> u64 {

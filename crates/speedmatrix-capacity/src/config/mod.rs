@@ -33,6 +33,10 @@ pub enum LayerKind {
     Mamba,
     /// A layer that keeps nothing per sequence (MLP-only block).
     NoCache,
+    /// An attention layer that reads another layer's KV cache and keeps none
+    /// of its own (Gemma 3n and Gemma 4 `num_kv_shared_layers`: vLLM gives
+    /// it no KV spec, `kv_sharing_target_layer_name`).
+    SharedKv,
 }
 
 impl LayerKind {
@@ -50,6 +54,17 @@ impl LayerKind {
     pub const fn is_recurrent(self) -> bool {
         matches!(self, LayerKind::LinearAttention | LayerKind::Mamba)
     }
+}
+
+/// KV heads and head size of a kind of attention layer whose geometry differs
+/// from the model's (Gemma 4's full-attention layers: `num_global_key_value_heads`,
+/// `global_head_dim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeadShape {
+    /// KV heads (before tensor parallelism).
+    pub num_kv_heads: u64,
+    /// Head size of K and V.
+    pub head_dim: u64,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3 style): one latent vector per token.
@@ -193,6 +208,9 @@ pub struct ModelConfig {
     pub head_dim: u64,
     /// Attention head dim for V.
     pub head_dim_v: u64,
+    /// KV geometry of the full-attention layers when it differs from the
+    /// sliding-window layers' (`num_kv_heads`/`head_dim` above).
+    pub full_attention_heads: Option<HeadShape>,
     /// One entry per decoder layer.
     pub layers: Vec<LayerKind>,
     /// MLA fields, when the attention is latent.

@@ -5,7 +5,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    GdnShape, LayerKind, Mamba2Shape, MlaShape, ModelConfig, MoeShape, Quantization, VisionShape,
+    GdnShape, HeadShape, LayerKind, Mamba2Shape, MlaShape, ModelConfig, MoeShape, Quantization,
+    VisionShape,
 };
 use crate::{CapacityError, Dtype};
 
@@ -97,7 +98,31 @@ pub(super) fn parse(
         Some(s) if s != "auto" => Dtype::parse(s)?,
         _ => dtype,
     };
-    let layers = layer_kinds(f, num_layers)?;
+    let model_type = f.str(&["model_type"]).unwrap_or_default();
+    let mut layers = layer_kinds(f, num_layers, model_type)?;
+    // Gemma 3n / Gemma 4: the last `num_kv_shared_layers` read the cache of
+    // an earlier layer of their kind and keep none (gemma3n.py, gemma4.py).
+    if let Some(shared) = f.u64(&["num_kv_shared_layers"]).filter(|n| *n > 0) {
+        let first_shared = layers.len().saturating_sub(shared as usize);
+        for k in &mut layers[first_shared..] {
+            if k.is_attention() {
+                *k = LayerKind::SharedKv;
+            }
+        }
+    }
+    // Gemma 4: full-attention layers use `global_head_dim` and, when K and V
+    // share weights (`attention_k_eq_v`), `num_global_key_value_heads`
+    // (Gemma4DecoderLayer / HF Gemma4TextConfig.per_layer_config).
+    let full_attention_heads = f.u64(&["global_head_dim"]).map(|global_head_dim| {
+        let k_eq_v = f.bool(&["attention_k_eq_v"]).unwrap_or(true);
+        HeadShape {
+            num_kv_heads: f
+                .u64(&["num_global_key_value_heads"])
+                .filter(|_| k_eq_v)
+                .unwrap_or(num_kv_heads),
+            head_dim: global_head_dim,
+        }
+    });
     let mla = f
         .u64(&["kv_lora_rank"])
         .filter(|r| *r > 0)
@@ -141,13 +166,14 @@ pub(super) fn parse(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned(),
-        model_type: f.str(&["model_type"]).unwrap_or_default().to_owned(),
+        model_type: model_type.to_owned(),
         dtype,
         hidden_size,
         num_attention_heads,
         num_kv_heads,
         head_dim,
         head_dim_v,
+        full_attention_heads,
         layers,
         mla,
         gdn,
@@ -251,8 +277,36 @@ pub(super) fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
 /// Layer kinds from, in order of preference: `layer_types`, `hybrid_override_pattern`,
 /// `layers_block_type`, `full_attention_interval`, `attn_layer_period`,
 /// sliding-window fields; otherwise all full attention.
-pub(super) fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, CapacityError> {
+pub(super) fn layer_kinds(
+    f: &Fields<'_>,
+    n: u64,
+    model_type: &str,
+) -> Result<Vec<LayerKind>, CapacityError> {
     let window = f.u64(&["sliding_window", "attention_window"]);
+    // Llama 4: layers with RoPE use chunked attention, the NoPE ones (every
+    // 4th by default) are global (llama4.py Llama4Attention; HF
+    // Llama4TextConfig's default `no_rope_layers`).
+    if let Some(chunk) = f.u64(&["attention_chunk_size"]).filter(|c| *c > 0) {
+        let rope: Vec<bool> = match f.value(&["no_rope_layers"]).and_then(Value::as_array) {
+            Some(v) => v.iter().map(|x| as_u64(x) != Some(0)).collect(),
+            None => (0..n).map(|i| (i + 1) % 4 != 0).collect(),
+        };
+        let kinds = rope
+            .into_iter()
+            .map(|r| {
+                if r {
+                    LayerKind::ChunkedLocal { chunk }
+                } else {
+                    LayerKind::FullAttention
+                }
+            })
+            .collect();
+        return fit_len(
+            kinds,
+            usize::try_from(n).unwrap_or(usize::MAX),
+            "no_rope_layers",
+        );
+    }
     let n_usize = usize::try_from(n).map_err(|_| CapacityError::BadField {
         field: "num_hidden_layers",
         value: n.to_string(),
@@ -309,11 +363,25 @@ pub(super) fn layer_kinds(f: &Fields<'_>, n: u64) -> Result<Vec<LayerKind>, Capa
     if f.bool(&["use_sliding_window"]) == Some(false) {
         return Ok(all_full);
     }
-    // Gemma 2/3: every `sliding_window_pattern`-th layer is global.
-    if let Some(p) = f.u64(&["sliding_window_pattern"]).filter(|p| *p > 0) {
+    // Gemma 2/3/3n/4 and Cohere 2: every `sliding_window_pattern`-th layer is
+    // global; without the field, the pattern their Hugging Face config class
+    // defaults to (Gemma 3 and 4: 6, Gemma 3n: 5, Cohere 2: 4), and Gemma 4's
+    // last layer is always global.
+    let default_pattern = match model_type {
+        "gemma3" | "gemma3_text" | "gemma4" | "gemma4_text" => Some(6),
+        "gemma3n" | "gemma3n_text" => Some(5),
+        "cohere2" => Some(4),
+        _ => None,
+    };
+    if let Some(p) = f
+        .u64(&["sliding_window_pattern"])
+        .or(default_pattern)
+        .filter(|p| *p > 0)
+    {
+        let last_global = model_type.starts_with("gemma4");
         return Ok((0..n)
             .map(|i| {
-                if (i + 1) % p == 0 {
+                if (i + 1) % p == 0 || (last_global && i + 1 == n) {
                     LayerKind::FullAttention
                 } else {
                     LayerKind::SlidingWindow { window: w }

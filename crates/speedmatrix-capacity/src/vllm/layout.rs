@@ -69,8 +69,25 @@ pub struct VllmLayout {
     pub mamba_cache_mode: MambaCacheMode,
     /// Extra state blocks per recurrent group (speculative tokens).
     pub num_speculative_blocks: u64,
-    /// `max_num_batched_tokens` (sliding-window groups hold window + one chunk).
+    /// Tokens a sliding-window or chunked group holds beyond its window:
+    /// `max_num_batched_tokens`, or two batches of it with async scheduling
+    /// from v0.26 (`max_in_flight_tokens`).
     pub max_num_batched_tokens: u64,
+    /// The pipeline stages (one without pipeline parallelism): each worker
+    /// sizes its pool by its own layers, and the stage with the fewest
+    /// blocks decides for all (`get_kv_cache_configs`).
+    pub stages: Vec<PipelineStage>,
+}
+
+/// One pipeline stage's share of the KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PipelineStage {
+    /// First decoder layer of the stage.
+    pub first_layer: u64,
+    /// One past its last decoder layer.
+    pub end_layer: u64,
+    /// Bytes one block id costs on this stage's workers.
+    pub bytes_per_block: u64,
 }
 
 /// One layer's spec during planning.
@@ -79,6 +96,8 @@ pub(super) struct Spec {
     kind: GroupKind,
     page: u64,
     block_size: u64,
+    /// Decoder layer index (drafter layers follow the model's).
+    layer: usize,
 }
 
 impl VllmLayout {
@@ -90,7 +109,13 @@ impl VllmLayout {
             VllmDevice::Gpu => flags.kv_cache_dtype,
         };
         let attn_1tok = attention_bytes_per_token(model, kv_dtype, tp);
-        let state = recurrent_state_bytes(model, tp, flags.num_speculative_tokens);
+        let mamba2_spec_rows = if flags.version.has(MAMBA2_SPEC_ROWS) {
+            flags.num_speculative_tokens
+        } else {
+            0
+        };
+        let state =
+            recurrent_state_bytes(model, tp, flags.num_speculative_tokens, mamba2_spec_rows);
         let mode = flags
             .mamba_cache_mode
             .unwrap_or(if flags.enable_prefix_caching {
@@ -125,13 +150,26 @@ impl VllmLayout {
             _ => (base, format!("{base} (engine default)")),
         };
         let mnbt = flags.max_num_batched_tokens.unwrap_or(2048);
+        let in_flight = if flags.version.has(IN_FLIGHT_TOKENS) {
+            2 * mnbt
+        } else {
+            mnbt
+        };
         let specs = layer_specs(model, flags, block_size, attn_1tok, state.unwrap_or(0));
         if specs.is_empty() {
             return Err(CapacityError::Unplannable(
                 "the model has no layer that keeps a KV cache".into(),
             ));
         }
-        let (groups, page_bytes, bytes_per_block, padding_layers) = group_layers(&specs)?;
+        let planned = group_layers(&specs, flags.version)?;
+        let stages = pipeline_stages(model, flags, &specs, &planned)?;
+        let Planned {
+            groups,
+            page_bytes,
+            bytes_per_block,
+            padding_layers,
+            ..
+        } = planned;
         Ok(VllmLayout {
             block_size,
             block_size_reason: reason,
@@ -139,10 +177,11 @@ impl VllmLayout {
             bytes_per_block,
             groups,
             padding_layers,
-            layer_costs: layer_costs(model, attn_1tok, state),
+            layer_costs: layer_costs(model, flags, state),
             mamba_cache_mode: mode,
             num_speculative_blocks: flags.num_speculative_tokens,
-            max_num_batched_tokens: mnbt,
+            max_num_batched_tokens: in_flight,
+            stages,
         })
     }
 
@@ -164,6 +203,7 @@ impl VllmLayout {
             mamba_cache_mode: MambaCacheMode::None,
             num_speculative_blocks: 0,
             max_num_batched_tokens: 2048,
+            stages: Vec::new(),
         }
     }
 
@@ -217,14 +257,51 @@ pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, t
         // The latent is not split across TP ranks.
         return mla.latent_dim() * elt;
     }
-    let heads = (model.num_kv_heads / tp).max(1);
+    head_bytes_per_token(
+        model.num_kv_heads,
+        model.head_dim,
+        model.head_dim_v,
+        model.dtype,
+        kv,
+        tp,
+    )
+}
+
+/// K+V bytes per token of one layer of `kind` on one rank: the model's
+/// geometry, or the full-attention layers' own (Gemma 4).
+pub(super) fn kind_bytes_per_token(
+    model: &ModelConfig,
+    kind: LayerKind,
+    kv: KvCacheDtype,
+    tp: u64,
+) -> u64 {
+    match (kind, model.full_attention_heads, model.mla) {
+        (LayerKind::FullAttention, Some(g), None) => {
+            head_bytes_per_token(g.num_kv_heads, g.head_dim, g.head_dim, model.dtype, kv, tp)
+        }
+        _ => attention_bytes_per_token(model, kv, tp),
+    }
+}
+
+/// `AttentionSpec.real_page_size_bytes` for one token: KV heads per rank
+/// (`max(1, heads // tp)`: replicated when TP exceeds them) × (K + V) bytes.
+fn head_bytes_per_token(
+    kv_heads: u64,
+    head_dim: u64,
+    head_dim_v: u64,
+    model_dtype: Dtype,
+    kv: KvCacheDtype,
+    tp: u64,
+) -> u64 {
+    let elt = kv.element_bytes(model_dtype);
+    let heads = (kv_heads / tp).max(1);
     match kv {
         KvCacheDtype::Nvfp4 => {
             let packed = |h: u64| h / 2 + h / 16;
-            heads * (packed(model.head_dim) + packed(model.head_dim_v))
+            heads * (packed(head_dim) + packed(head_dim_v))
         }
-        KvCacheDtype::PerTokenHead => heads * (model.head_dim + model.head_dim_v) + 2 * heads * 4,
-        _ => heads * (model.head_dim + model.head_dim_v) * elt,
+        KvCacheDtype::PerTokenHead => heads * (head_dim + head_dim_v) + 2 * heads * 4,
+        _ => heads * (head_dim + head_dim_v) * elt,
     }
 }
 
@@ -233,7 +310,12 @@ pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, t
 /// Gated DeltaNet conv state keeps `conv_kernel − 1 + num_speculative_tokens`
 /// rows (`MambaStateShapeCalculator.gated_delta_net_state_shape`,
 /// vllm/model_executor/layers/mamba/mamba_utils.py), so speculation widens it.
-pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64, num_spec: u64) -> Option<u64> {
+pub(super) fn recurrent_state_bytes(
+    model: &ModelConfig,
+    tp: u64,
+    num_spec: u64,
+    mamba2_spec_rows: u64,
+) -> Option<u64> {
     let conv_bytes = model.dtype.bytes();
     let ssm_bytes = model.ssm_dtype.bytes();
     if model
@@ -250,9 +332,12 @@ pub(super) fn recurrent_state_bytes(model: &ModelConfig, tp: u64, num_spec: u64)
     }
     if model.layers.iter().any(|k| matches!(k, LayerKind::Mamba)) {
         let m = model.mamba?;
-        let conv = m.conv_kernel.saturating_sub(1)
-            * ((m.d_inner + 2 * m.n_groups * m.state_size) / tp)
-            * conv_bytes;
+        // Groups are replicated when TP does not divide them
+        // (`extra_groups_for_head_shards`); conv rows grow by the
+        // speculative tokens from v0.17 (`mamba2_state_shape`).
+        let groups = if m.n_groups % tp == 0 { m.n_groups } else { tp };
+        let rows = m.conv_kernel.saturating_sub(1) + mamba2_spec_rows;
+        let conv = rows * ((m.d_inner + 2 * groups * m.state_size) / tp) * conv_bytes;
         let ssm = (m.num_heads / tp).max(1) * m.head_dim * m.state_size * ssm_bytes;
         return Some(conv + ssm);
     }
@@ -303,9 +388,17 @@ pub(super) fn layer_specs(
         .layers
         .iter()
         .any(|k| matches!(k, LayerKind::FullAttention));
-    let promote = flags.disable_hybrid_kv_cache_manager && has_full;
+    let promote =
+        (flags.disable_hybrid_kv_cache_manager || chunked_without_hma(model, flags)) && has_full;
     let has_attention = model.layers.iter().any(|k| k.is_attention());
     let attn_page = block * attn_1tok;
+    let tp = u64::from(flags.tensor_parallel_size.max(1));
+    let kv_dtype = match flags.device {
+        VllmDevice::Cpu { .. } => KvCacheDtype::Auto,
+        VllmDevice::Gpu => flags.kv_cache_dtype,
+    };
+    let window_extra =
+        u64::from(model.model_type == "cohere2" && flags.version.has(COHERE2_WINDOW_PLUS_ONE));
     // An MTP drafter's layers are full-attention layers of the target's
     // geometry, registered beside the target's: they join its KV groups.
     let drafter = drafter_layers(model, flags);
@@ -313,30 +406,46 @@ pub(super) fn layer_specs(
         .layers
         .iter()
         .chain(std::iter::repeat_n(&LayerKind::FullAttention, drafter))
-        .filter_map(|k| {
+        .enumerate()
+        .filter_map(|(layer, k)| {
             let kind = match *k {
                 LayerKind::FullAttention => GroupKind::Full,
                 LayerKind::SlidingWindow { .. } | LayerKind::ChunkedLocal { .. } if promote => {
                     GroupKind::Full
                 }
-                LayerKind::SlidingWindow { window } => GroupKind::SlidingWindow { window },
+                LayerKind::SlidingWindow { window } => GroupKind::SlidingWindow {
+                    window: window + window_extra,
+                },
                 LayerKind::ChunkedLocal { chunk } => GroupKind::ChunkedLocal { chunk },
                 LayerKind::LinearAttention | LayerKind::Mamba => GroupKind::Mamba,
-                LayerKind::NoCache => return None,
+                LayerKind::NoCache | LayerKind::SharedKv => return None,
             };
             let page = match kind {
                 // Aligned hybrids pad the state to one attention page.
                 GroupKind::Mamba if has_attention => attn_page.max(state),
                 GroupKind::Mamba => state,
-                _ => attn_page,
+                _ => block * kind_bytes_per_token(model, *k, kv_dtype, tp),
             };
             Some(Spec {
                 kind,
                 page,
                 block_size: block,
+                layer,
             })
         })
         .collect()
+}
+
+/// Llama 4's chunked layers are planned as full attention from v0.10.1 to
+/// v0.13 (`VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE` defaulted to
+/// "0", which turns the hybrid KV cache manager off).
+fn chunked_without_hma(model: &ModelConfig, flags: &VllmFlags) -> bool {
+    model
+        .layers
+        .iter()
+        .any(|k| matches!(k, LayerKind::ChunkedLocal { .. }))
+        && flags.version.has(CHUNKED_HMA_OFF)
+        && !flags.version.has(CHUNKED_HMA_ON)
 }
 
 /// Full-attention layers a speculative drafter adds to the KV cache: the
@@ -353,18 +462,39 @@ pub(super) fn drafter_layers(model: &ModelConfig, flags: &VllmFlags) -> usize {
     }
 }
 
-/// `get_kv_cache_groups` for the cases this crate models:
-/// returns (groups, page bytes, bytes per block, padding layers).
-pub(super) fn group_layers(specs: &[Spec]) -> Result<(Vec<KvGroup>, u64, u64, u64), CapacityError> {
+/// The grouping `get_kv_cache_groups` arrives at.
+pub(super) struct Planned {
+    groups: Vec<KvGroup>,
+    /// Decoder layers of each group (same order as `groups`).
+    members: Vec<Vec<usize>>,
+    page_bytes: u64,
+    bytes_per_block: u64,
+    padding_layers: u64,
+    /// One group whose block holds every layer's page (`UniformTypeKVCacheSpecs`).
+    summed_pages: bool,
+}
+
+/// `get_kv_cache_groups` for the cases this crate models.
+pub(super) fn group_layers(specs: &[Spec], version: VllmVersion) -> Result<Planned, CapacityError> {
     let first = specs[0];
     let n = specs.len() as u64;
-    if specs.iter().all(|s| *s == first) {
+    let all: Vec<usize> = specs.iter().map(|s| s.layer).collect();
+    let same =
+        |a: &Spec, b: &Spec| a.kind == b.kind && a.page == b.page && a.block_size == b.block_size;
+    if specs.iter().all(|s| same(s, &first)) {
         let g = KvGroup {
             kind: first.kind,
             layers: n,
             block_size: first.block_size,
         };
-        return Ok((vec![g], first.page, first.page * n, 0));
+        return Ok(Planned {
+            groups: vec![g],
+            members: vec![all],
+            page_bytes: first.page,
+            bytes_per_block: first.page * n,
+            padding_layers: 0,
+            summed_pages: false,
+        });
     }
     let same_type = specs
         .iter()
@@ -376,64 +506,178 @@ pub(super) fn group_layers(specs: &[Spec]) -> Result<(Vec<KvGroup>, u64, u64, u6
             layers: n,
             block_size: first.block_size,
         };
-        return Ok((
-            vec![g],
-            specs.iter().map(|s| s.page).max().unwrap_or(0),
-            sum,
-            0,
-        ));
+        return Ok(Planned {
+            groups: vec![g],
+            members: vec![all],
+            page_bytes: specs.iter().map(|s| s.page).max().unwrap_or(0),
+            bytes_per_block: sum,
+            padding_layers: 0,
+            summed_pages: true,
+        });
     }
     // Hybrid: unify page sizes (attention pages that divide the largest page get a
-    // proportionally larger block size; others and recurrent pages are padded).
+    // proportionally larger block size; recurrent pages were padded already).
     let max_page = specs.iter().map(|s| s.page).max().unwrap_or(0);
     if max_page == 0 {
         return Err(CapacityError::Unplannable(
             "a layer has a zero-byte page".into(),
         ));
     }
-    let mut buckets: Vec<(GroupKind, u64, u64)> = Vec::new();
+    let mut buckets: Vec<(GroupKind, u64, Vec<usize>)> = Vec::new();
     for s in specs {
-        let block_size =
-            if s.kind != GroupKind::Mamba && s.page < max_page && max_page % s.page == 0 {
-                s.block_size * (max_page / s.page)
-            } else {
-                s.block_size
-            };
+        let block_size = if s.page == max_page {
+            s.block_size
+        } else if s.kind != GroupKind::Mamba
+            && max_page % s.page == 0
+            && version.has(PAGE_UNIFICATION)
+        {
+            s.block_size * (max_page / s.page)
+        } else {
+            return Err(CapacityError::Unplannable(format!(
+                "attention layers with pages of {} and {max_page} bytes per block cannot share one \
+                 pool ({}); vLLM refuses to start",
+                s.page,
+                if version.has(PAGE_UNIFICATION) {
+                    "the smaller does not divide the larger"
+                } else {
+                    "this vLLM release cannot unify unequal pages (v0.12.0 can)"
+                }
+            )));
+        };
         match buckets
             .iter_mut()
             .find(|(k, b, _)| *k == s.kind && *b == block_size)
         {
-            Some((_, _, count)) => *count += 1,
-            None => buckets.push((s.kind, block_size, 1)),
+            Some((_, _, layers)) => layers.push(s.layer),
+            None => buckets.push((s.kind, block_size, vec![s.layer])),
         }
     }
-    let min_n = buckets.iter().map(|b| b.2).min().unwrap_or(1);
-    let max_n = buckets.iter().map(|b| b.2).max().unwrap_or(1);
-    // 1.5 since vLLM ~0.11 (1.25 before).
-    let group_size = if 2 * max_n < 3 * min_n { max_n } else { min_n };
+    let min_n = buckets.iter().map(|b| b.2.len() as u64).min().unwrap_or(1);
+    let max_n = buckets.iter().map(|b| b.2.len() as u64).max().unwrap_or(1);
+    // One group size for all: the largest bucket when it is close to the
+    // smallest (1.5× since v0.18, 1.25× in v0.12-v0.17), else the smallest.
+    let close = if version.has(GROUP_RATIO_1_5) {
+        2 * max_n < 3 * min_n
+    } else if version.has(PAGE_UNIFICATION) {
+        4 * max_n < 5 * min_n
+    } else {
+        false
+    };
+    let group_size = if close { max_n } else { min_n };
     let mut groups = Vec::new();
+    let mut members = Vec::new();
     let mut padding = 0;
-    for (kind, block_size, count) in buckets {
+    for (kind, block_size, layers) in buckets {
+        let count = layers.len() as u64;
         let num_groups = count.div_ceil(group_size);
         padding += num_groups * group_size - count;
         for i in 0..num_groups {
             // layers[i::num_groups]
-            let layers = (count - i).div_ceil(num_groups);
+            let mine: Vec<usize> = layers
+                .iter()
+                .copied()
+                .skip(i as usize)
+                .step_by(num_groups as usize)
+                .collect();
             groups.push(KvGroup {
                 kind,
-                layers,
+                layers: mine.len() as u64,
                 block_size,
             });
+            members.push(mine);
         }
     }
-    Ok((groups, max_page, group_size * max_page, padding))
+    Ok(Planned {
+        groups,
+        members,
+        page_bytes: max_page,
+        bytes_per_block: group_size * max_page,
+        padding_layers: padding,
+        summed_pages: false,
+    })
+}
+
+/// `get_pp_indices` (vllm/distributed/utils.py): `n // pp` layers per stage,
+/// the remainder one each to the second-last, third-last… stages.
+pub fn pipeline_partition(
+    layers: u64,
+    pp: u32,
+) -> Result<Vec<std::ops::Range<usize>>, CapacityError> {
+    let pp = u64::from(pp.max(1));
+    if layers < pp {
+        return Err(CapacityError::BadFlag {
+            flag: "--pipeline-parallel-size",
+            value: pp.to_string(),
+            why: "more pipeline stages than the model has layers",
+        });
+    }
+    let mut sizes = vec![layers / pp; pp as usize];
+    let rest = (layers % pp) as usize;
+    for i in 2..rest + 2 {
+        sizes[pp as usize - i] += 1;
+    }
+    let mut start = 0usize;
+    Ok(sizes
+        .into_iter()
+        .map(|n| {
+            let r = start..start + n as usize;
+            start += n as usize;
+            r
+        })
+        .collect())
+}
+
+/// Each stage's bytes per block: the global groups projected onto the
+/// stage's layers (`_project_kv_cache_groups_to_worker`); drafter layers run
+/// on the last stage.
+fn pipeline_stages(
+    model: &ModelConfig,
+    flags: &VllmFlags,
+    specs: &[Spec],
+    planned: &Planned,
+) -> Result<Vec<PipelineStage>, CapacityError> {
+    let n = model.layers.len();
+    let ranges = pipeline_partition(n as u64, flags.pipeline_parallel_size)?;
+    let last = ranges.len() - 1;
+    Ok(ranges
+        .iter()
+        .enumerate()
+        .map(|(s, r)| {
+            let on_stage = |layer: usize| r.contains(&layer) || (s == last && layer >= n);
+            let bytes_per_block = if planned.summed_pages {
+                specs
+                    .iter()
+                    .filter(|x| on_stage(x.layer))
+                    .map(|x| x.page)
+                    .sum()
+            } else {
+                planned
+                    .members
+                    .iter()
+                    .map(|m| m.iter().filter(|l| on_stage(**l)).count() as u64)
+                    .max()
+                    .unwrap_or(0)
+                    * planned.page_bytes
+            };
+            PipelineStage {
+                first_layer: r.start as u64,
+                end_layer: r.end as u64,
+                bytes_per_block,
+            }
+        })
+        .collect())
 }
 
 pub(super) fn layer_costs(
     model: &ModelConfig,
-    attn_1tok: u64,
+    flags: &VllmFlags,
     state: Option<u64>,
 ) -> Vec<LayerCost> {
+    let tp = u64::from(flags.tensor_parallel_size.max(1));
+    let kv = match flags.device {
+        VllmDevice::Cpu { .. } => KvCacheDtype::Auto,
+        VllmDevice::Gpu => flags.kv_cache_dtype,
+    };
     model
         .layer_counts()
         .into_iter()
@@ -441,7 +685,9 @@ pub(super) fn layer_costs(
         .map(|(kind, layers)| LayerCost {
             kind,
             layers,
-            bytes_per_token: kind.is_attention().then_some(attn_1tok),
+            bytes_per_token: kind
+                .is_attention()
+                .then(|| kind_bytes_per_token(model, kind, kv, tp)),
             state_bytes: if kind.is_recurrent() { state } else { None },
         })
         .collect()

@@ -68,15 +68,32 @@ pub struct MemoryBudget {
     pub source: KvBudgetSource,
 }
 
-/// `arg_utils.get_batch_defaults` for `vllm serve`.
+/// `arg_utils.get_batch_defaults` for `vllm serve`: GPUs of 70 GiB and more
+/// other than the A100 get the large defaults; from v0.28 those of 160 GiB and
+/// more also 16,384 batched tokens. Unified-memory devices (GB10) report no
+/// device memory through NVML and stay on the small defaults.
 pub(super) fn batch_defaults(gpu: &Gpu, flags: &VllmFlags) -> (u64, u32) {
-    let big =
-        gpu.memory.get() >= 70 << 30 && !gpu.is_a100 && matches!(flags.device, VllmDevice::Gpu);
-    let (mnbt, mns) = if big { (8192, 1024) } else { (2048, 256) };
+    let on_gpu = matches!(flags.device, VllmDevice::Gpu) && !gpu.unified_memory;
+    let big = gpu.memory.get() >= 70 << 30 && !gpu.is_a100 && on_gpu;
+    let huge = gpu.memory.get() >= 160 << 30 && on_gpu && flags.version.has(BATCH_TIER_160);
+    let (mnbt, mns) = match (huge, big) {
+        (true, _) => (16384, 1024),
+        (false, true) => (8192, 1024),
+        _ => (2048, 256),
+    };
     (
         flags.max_num_batched_tokens.unwrap_or(mnbt),
         flags.max_num_seqs.unwrap_or(mns),
     )
+}
+
+/// What one worker holds: its pipeline stage's layers and whether it has the
+/// embedding (first stage) and the LM head and sampler (last stage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stage {
+    pub(super) layers: std::ops::Range<usize>,
+    pub(super) first: bool,
+    pub(super) last: bool,
 }
 
 pub(super) fn memory_budget(
@@ -84,12 +101,25 @@ pub(super) fn memory_budget(
     gpu: &Gpu,
     flags: &VllmFlags,
     layout: &VllmLayout,
+    stage: &Stage,
 ) -> Result<MemoryBudget, CapacityError> {
     let tp = flags.tensor_parallel_size.max(1);
     let weights = match flags.overhead.weights {
         Some(w) => Estimate::given(w, "given (per rank)"),
         None => {
-            let w = model.estimate_weights(flags.language_model_only, tp);
+            let placement = WeightPlacement {
+                tensor_parallel: u64::from(tp),
+                expert_parallel: if flags.enable_expert_parallel {
+                    u64::from(tp) * u64::from(flags.data_parallel_size.max(1))
+                } else {
+                    1
+                },
+                layers: stage.layers.clone(),
+                embedding: stage.first,
+                lm_head: stage.last,
+                language_model_only: flags.language_model_only,
+            };
+            let w = model.estimate_weights_on(&placement);
             Estimate::modelled(w.per_rank.get(), w.basis)
         }
     };
@@ -109,13 +139,13 @@ pub(super) fn memory_budget(
     }
     let requested = (gpu.memory.get() as f64 * flags.gpu_memory_utilization).ceil() as u64;
     let activation = flags.overhead.activation_peak.map_or_else(
-        || activation_estimate(model, flags),
+        || activation_estimate(model, flags, stage.last),
         |b| Estimate::given(b, "given"),
     );
-    let non_torch = flags
-        .overhead
-        .non_torch
-        .map_or_else(|| non_torch_estimate(tp), |b| Estimate::given(b, "given"));
+    let non_torch = flags.overhead.non_torch.map_or_else(
+        || non_torch_estimate(gpu, flags),
+        |b| Estimate::given(b, "given"),
+    );
     let cudagraph = flags.overhead.cudagraph.map_or_else(
         || cudagraph_estimate(flags),
         |b| Estimate::given(b, "given"),
@@ -149,8 +179,52 @@ pub(super) fn memory_budget(
     })
 }
 
-/// Profiling forward at `max_num_batched_tokens` plus the sampler warm-up.
-pub(super) fn activation_estimate(model: &ModelConfig, flags: &VllmFlags) -> Estimate {
+/// Bytes the sampler warm-up of `profile_run` holds per logit, by the path
+/// the version takes (see [`VLLM_RULES`](super::VLLM_RULES)): FlashInfer's
+/// sampler when installed (before v0.11, about 10 B from the source) and by
+/// default (from v0.21, fitted); the
+/// PyTorch sort path (v0.11 to v0.16: fp32 values and int64 indices of the
+/// sort, softmax, cumulative sum, masks, noise); the Triton top-k/top-p kernel
+/// (v0.17 to v0.20).
+pub(super) fn sampler_bytes_per_logit(version: VllmVersion) -> (u64, &'static str) {
+    if version.has(SAMPLER_FLASHINFER) {
+        (
+            SAMPLER_FLASHINFER_BYTES,
+            "FlashInfer sampler path (default from v0.21; fitted on vllm#52872's RTX 5090 table)",
+        )
+    } else if version.has(SAMPLER_TRITON) {
+        (
+            SAMPLER_TRITON_BYTES,
+            "Triton top-k/top-p (v0.17-v0.20; fitted on the llm-d planner's H100 table)",
+        )
+    } else if version.has(SAMPLER_NATIVE_SORT) {
+        (
+            SAMPLER_SORT_BYTES,
+            "PyTorch sort path (v0.11-v0.16; fitted on four public profiling logs)",
+        )
+    } else {
+        (
+            10,
+            "FlashInfer sampler when installed (before v0.11; not fitted)",
+        )
+    }
+}
+
+/// Fitted: 38.5-39.8 B per logit in four public profiling logs on the sort path.
+pub(super) const SAMPLER_SORT_BYTES: u64 = 39;
+/// Fitted: the 2.0 GiB a 256-row × 248,320-vocab warm-up leaves at zero
+/// batched tokens in vllm#52872 (RTX 5090, v0.2x); the source alone would
+/// suggest about 10 B (an fp32 copy and softmax).
+pub(super) const SAMPLER_FLASHINFER_BYTES: u64 = 34;
+/// Fitted: 15.2-15.5 B per logit in the llm-d planner's v0.17-v0.19 table.
+pub(super) const SAMPLER_TRITON_BYTES: u64 = 15;
+
+/// The transient torch peak of `profile_run`: the larger of the forward pass
+/// over `max_num_batched_tokens` tokens and, on the last pipeline stage, the
+/// sampler warm-up over `min(max_num_seqs, max_num_batched_tokens)` rows of
+/// logits (`_dummy_run` / `_dummy_sampler_run` in gpu_model_runner.py: the
+/// forward's activations are freed before the sampler runs).
+pub(super) fn activation_estimate(model: &ModelConfig, flags: &VllmFlags, last: bool) -> Estimate {
     let tp = u64::from(flags.tensor_parallel_size.max(1));
     let mnbt = flags.max_num_batched_tokens.unwrap_or(2048);
     let rows = u64::from(flags.max_num_seqs.unwrap_or(256)).min(mnbt);
@@ -164,37 +238,76 @@ pub(super) fn activation_estimate(model: &ModelConfig, flags: &VllmFlags) -> Est
         model.num_attention_heads * model.head_dim * gate + 2 * model.num_kv_heads * model.head_dim;
     let per_token = 6 * model.hidden_size + (3 * ffn + 2 * qkv) / tp;
     let forward = mnbt * dtype * per_token;
-    let sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT;
+    let (per_logit, path) = sampler_bytes_per_logit(flags.version);
+    let sampler = if last {
+        mnbt * model.hidden_size * dtype + rows * model.vocab_size * per_logit
+    } else {
+        0
+    };
     Estimate::modelled(
-        forward + sampler,
+        forward.max(sampler),
         format!(
-            "estimate: forward over max_num_batched_tokens={mnbt} tokens × {per_token} activations × {dtype} B \
-             (6·hidden + (3·ffn + 2·qkv)/tp live at the peak) + sampler warm-up {rows} rows × vocab {} × \
-             {SAMPLER_BYTES_PER_LOGIT} B (fp32 logits, probs, sorted values and int64 indices)",
-            model.vocab_size
-        ),
-    )
-}
-
-pub(super) const SAMPLER_BYTES_PER_LOGIT: u64 = 20;
-pub(super) const NON_TORCH_BASE: u64 = 600 << 20;
-pub(super) const NON_TORCH_TP: u64 = 256 << 20;
-pub(super) const BYTES_PER_GRAPH: u64 = 6 << 20;
-
-pub(super) fn non_torch_estimate(tp: u32) -> Estimate {
-    let bytes = NON_TORCH_BASE + if tp > 1 { NON_TORCH_TP } else { 0 };
-    Estimate::modelled(
-        bytes,
-        format!(
-            "estimate: 600 MiB of cuBLAS/cuBLASLt and attention-backend workspaces and allocator slack{}",
-            if tp > 1 {
-                " + 256 MiB NCCL/custom all-reduce buffers"
+            "estimate: the larger of the forward over max_num_batched_tokens={mnbt} tokens × \
+             {per_token} activations × {dtype} B (6·hidden + (3·ffn + 2·qkv)/tp live at the peak) \
+             and {}",
+            if last {
+                format!(
+                    "the sampler warm-up: {rows} rows × vocab {} × {per_logit} B per logit, {path}",
+                    model.vocab_size
+                )
             } else {
-                ""
+                "no sampler (not the last pipeline stage)".to_owned()
             }
         ),
     )
 }
+
+/// Non-torch memory made after the profiling snapshot: allocator and library
+/// workspaces on every rank, and under tensor parallelism the communication
+/// buffers: all of NCCL's before v0.11 (the snapshot was taken before NCCL
+/// started), and from v0.11 the lazily made ones, larger over NVLink-class
+/// links (custom all-reduce, NVLS/symmetric memory) than over PCIe.
+pub(super) fn non_torch_estimate(gpu: &Gpu, flags: &VllmFlags) -> Estimate {
+    let tp = flags.tensor_parallel_size.max(1);
+    let (unified, unified_why) = if gpu.unified_memory {
+        (
+            NON_TORCH_UNIFIED,
+            "; + 2 GiB on unified memory, where free memory is the OS's available memory and \
+             what the host takes while profiling counts too (fitted on three DGX Spark logs)",
+        )
+    } else {
+        (0, "")
+    };
+    let (bytes, why) = if tp == 1 {
+        (NON_TORCH_BASE, "no tensor parallelism")
+    } else if !flags.version.has(SNAPSHOT_AFTER_NCCL) {
+        (
+            NON_TORCH_BASE + NON_TORCH_NCCL_INIT,
+            "+ 0.5 GiB of NCCL buffers (made after the snapshot before v0.11; public logs: 0.1-1.4 GiB)",
+        )
+    } else if gpu.fast_interconnect {
+        (
+            NON_TORCH_BASE + NON_TORCH_TP_LINKED,
+            "+ 1.25 GiB of communication buffers over NVLink-class links (public logs: 0.6-2.1 GiB)",
+        )
+    } else {
+        (
+            NON_TORCH_BASE + NON_TORCH_TP_PCIE,
+            "+ 64 MiB of communication buffers over PCIe",
+        )
+    };
+    Estimate::modelled(
+        bytes + unified,
+        format!("estimate: 160 MiB of library workspaces and allocator slack {why}{unified_why}"),
+    )
+}
+
+pub(super) const NON_TORCH_BASE: u64 = 160 << 20;
+pub(super) const NON_TORCH_NCCL_INIT: u64 = 512 << 20;
+pub(super) const NON_TORCH_UNIFIED: u64 = 2 << 30;
+pub(super) const NON_TORCH_TP_LINKED: u64 = 1280 << 20;
+pub(super) const NON_TORCH_TP_PCIE: u64 = 64 << 20;
+pub(super) const BYTES_PER_GRAPH: u64 = 6 << 20;
 
 /// vLLM's capture sizes: 1, 2, 4, then steps of 8 up to 256, then steps of 16.
 pub(super) fn capture_sizes(max: u64) -> u64 {
@@ -212,10 +325,10 @@ pub(super) fn cudagraph_estimate(flags: &VllmFlags) -> Estimate {
     if flags.enforce_eager {
         return Estimate::given(ByteSize::new(0), "--enforce-eager: no CUDA graphs");
     }
-    if !flags.version.has(super::version::CUDAGRAPH_BUDGET) {
+    if !flags.version.has(CUDAGRAPH_BUDGET) {
         return Estimate::given(
             ByteSize::new(0),
-            "not budgeted before v0.21.0: graphs are captured after the KV cache and use the 1−utilization headroom",
+            "not budgeted before v0.20.0: graphs are captured after the KV cache and use the 1−utilization headroom",
         );
     }
     let mns = u64::from(flags.max_num_seqs.unwrap_or(256));
@@ -225,7 +338,7 @@ pub(super) fn cudagraph_estimate(flags: &VllmFlags) -> Estimate {
     Estimate::modelled(
         graphs * BYTES_PER_GRAPH,
         format!(
-            "estimate: {piecewise} piecewise + {full} full-decode graphs × 6 MiB (profiled since v0.21.0; \
+            "estimate: {piecewise} piecewise + {full} full-decode graphs × 6 MiB (profiled since v0.20.0; \
              calibrated on 'Qwen3-8B: 51+35 graphs, 0.52 GiB'; can be much larger on some models, vllm#45178/#50780)"
         ),
     )

@@ -14,12 +14,19 @@ mod log;
 mod memory;
 mod version;
 
-pub use self::layout::{GroupKind, KvGroup, LayerCost, VllmLayout};
+pub use self::layout::{
+    GroupKind, KvGroup, LayerCost, PipelineStage, VllmLayout, pipeline_partition,
+};
 pub use self::log::{LoggedFigure, VllmStartupLog};
 pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget};
-use self::memory::{batch_defaults, memory_budget};
-use self::version::{LOG_CONCURRENCY, LOG_PER_GROUP};
+use self::memory::{Stage, batch_defaults, memory_budget};
+use self::version::{
+    BATCH_TIER_160, CHUNKED_HMA_OFF, CHUNKED_HMA_ON, COHERE2_WINDOW_PLUS_ONE, CUDAGRAPH_BUDGET,
+    GROUP_RATIO_1_5, IN_FLIGHT_TOKENS, LOG_CONCURRENCY, LOG_PER_GROUP, MAMBA2_SPEC_ROWS,
+    PAGE_UNIFICATION, SAMPLER_FLASHINFER, SAMPLER_NATIVE_SORT, SAMPLER_TRITON, SNAPSHOT_AFTER_NCCL,
+};
 pub use self::version::{PreRelease, RuleUse, VLLM_RULES, VllmRule, VllmVersion, rules_for};
+use crate::weights::WeightPlacement;
 
 /// How vLLM keeps recurrent (Mamba/GDN) states for prefix caching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -168,6 +175,16 @@ pub struct VllmFlags {
     pub num_gpu_blocks_override: Option<u64>,
     /// `--tensor-parallel-size`.
     pub tensor_parallel_size: u32,
+    /// `--pipeline-parallel-size`: layers are split over stages (`get_pp_indices`)
+    /// and the stage with the fewest blocks decides.
+    pub pipeline_parallel_size: u32,
+    /// `--data-parallel-size`: replicas, each with its own KV pool (the
+    /// prediction is one replica's); with expert parallelism the experts are
+    /// spread over all `tp × dp` ranks.
+    pub data_parallel_size: u32,
+    /// `--enable-expert-parallel`: routed experts are split over `tp × dp`
+    /// ranks whole, instead of each being split by tensor parallelism.
+    pub enable_expert_parallel: bool,
     /// Speculative tokens (`num_speculative_tokens` of `--speculative-config`):
     /// extra state blocks per recurrent group, and wider GDN conv states.
     pub num_speculative_tokens: u64,
@@ -201,6 +218,9 @@ impl Default for VllmFlags {
             kv_cache_memory_bytes: None,
             num_gpu_blocks_override: None,
             tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            enable_expert_parallel: false,
             num_speculative_tokens: 0,
             speculative_method: None,
             language_model_only: false,
@@ -268,6 +288,11 @@ pub struct VllmPrediction {
     pub version_assumption: Option<String>,
     /// Startup admission check.
     pub startup: StartupCheck,
+    /// Blocks each pipeline stage's memory holds (one entry without pipeline
+    /// parallelism); `num_blocks` is the smallest.
+    pub stage_blocks: Vec<u64>,
+    /// The stage whose memory decided `num_blocks`.
+    pub deciding_stage: u32,
 }
 
 /// Predicts vLLM's KV pool for a model on a device.
@@ -284,20 +309,79 @@ pub fn predict_vllm(
         ..flags.clone()
     };
     let layout = VllmLayout::plan(model, &flags)?;
-    let budget = memory_budget(model, gpu, &flags, &layout)?;
+    let last = layout.stages.len().saturating_sub(1);
+    let budgets = layout
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let stage = Stage {
+                layers: s.first_layer as usize..s.end_layer as usize,
+                first: i == 0,
+                last: i == last,
+            };
+            memory_budget(model, gpu, &flags, &layout, &stage)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let max_model_len = flags
         .max_model_len
         .or(model.max_position_embeddings)
         .ok_or(CapacityError::MissingField {
             field: "max_position_embeddings (or pass max_model_len)",
         })?;
-    Ok(capacity_from_budget(
+    Ok(capacity_from_stage_budgets(
         layout,
-        budget,
+        budgets,
         max_model_len,
         mns,
         &flags,
     ))
+}
+
+/// Like [`capacity_from_budget`] with one budget per pipeline stage (in
+/// stage order): each stage fits `available / its bytes per block` blocks,
+/// and the fewest decide (`get_kv_cache_configs` takes the minimum over
+/// workers). The prediction's `budget` is the deciding stage's.
+pub fn capacity_from_stage_budgets(
+    layout: VllmLayout,
+    budgets: Vec<MemoryBudget>,
+    max_model_len: u64,
+    max_num_seqs: u32,
+    flags: &VllmFlags,
+) -> VllmPrediction {
+    let blocks_of = |i: usize, b: &MemoryBudget| {
+        let bpb = layout
+            .stages
+            .get(i)
+            .map_or(layout.bytes_per_block, |s| s.bytes_per_block)
+            .max(1);
+        b.available_kv.get() / bpb
+    };
+    let deciding = budgets
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, b)| blocks_of(*i, b))
+        .map_or(0, |(i, _)| i);
+    let stage_blocks: Vec<u64> = budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| blocks_of(i, b))
+        .collect();
+    let mut layout = layout;
+    if let Some(s) = layout.stages.get(deciding) {
+        layout.bytes_per_block = s.bytes_per_block;
+    }
+    let budget = budgets.into_iter().nth(deciding);
+    let mut p = capacity_from_budget(
+        layout,
+        budget.unwrap_or_else(|| budget_from_available_gib(0.0)),
+        max_model_len,
+        max_num_seqs,
+        flags,
+    );
+    p.stage_blocks = stage_blocks;
+    p.deciding_stage = deciding as u32;
+    p
 }
 
 /// Finishes a prediction from a known KV budget (e.g. "Available KV cache memory: X GiB"
@@ -344,6 +428,8 @@ pub fn capacity_from_budget(
         rules: rules_for(flags.version),
         version_assumption: flags.version.assumption(),
         startup,
+        stage_blocks: vec![num_blocks],
+        deciding_stage: 0,
     }
 }
 

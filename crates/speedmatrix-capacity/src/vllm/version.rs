@@ -357,17 +357,94 @@ pub struct VllmRule {
 
 /// The first release whose "GPU KV cache size" counts blocks per KV group.
 pub(super) const LOG_PER_GROUP: VllmVersion = VllmVersion::release(0, 9, 0);
+/// The first release whose profiling snapshot is taken after NCCL starts, so
+/// NCCL's own buffers are no longer charged as non-torch memory.
+pub(super) const SNAPSHOT_AFTER_NCCL: VllmVersion = VllmVersion::release(0, 11, 0);
+/// The first release whose sampler warm-up always takes the PyTorch sort path.
+pub(super) const SAMPLER_NATIVE_SORT: VllmVersion = VllmVersion::release(0, 11, 0);
+/// The first release that turned the hybrid KV cache manager off for
+/// chunked local attention by default (Llama 4's chunked layers then cost
+/// full attention).
+pub(super) const CHUNKED_HMA_OFF: VllmVersion = VllmVersion::release(0, 10, 1);
+/// The first release that turned it back on by default.
+pub(super) const CHUNKED_HMA_ON: VllmVersion = VllmVersion::release(0, 14, 0);
+/// The first release that unifies unequal attention page sizes by giving the
+/// smaller page a larger block size (before: a startup error).
+pub(super) const PAGE_UNIFICATION: VllmVersion = VllmVersion::release(0, 12, 0);
+/// The first release whose top-k/top-p warm-up runs the Triton kernel (no sort).
+pub(super) const SAMPLER_TRITON: VllmVersion = VllmVersion::release(0, 17, 0);
+/// The first release whose Mamba2 conv state keeps `num_speculative_tokens` more rows.
+pub(super) const MAMBA2_SPEC_ROWS: VllmVersion = VllmVersion::release(0, 17, 0);
+/// The first release that groups layers when the larger bucket is < 1.5× the
+/// smaller (1.25× from 0.12).
+pub(super) const GROUP_RATIO_1_5: VllmVersion = VllmVersion::release(0, 18, 0);
+/// The first release that budgets CUDA-graph memory before the KV cache.
+pub(super) const CUDAGRAPH_BUDGET: VllmVersion = VllmVersion::release(0, 20, 0);
 /// The first release whose "GPU KV cache size" is concurrency × max_model_len.
 pub(super) const LOG_CONCURRENCY: VllmVersion = VllmVersion::release(0, 20, 1);
-/// The first release that budgets CUDA-graph memory before the KV cache.
-pub(super) const CUDAGRAPH_BUDGET: VllmVersion = VllmVersion::release(0, 21, 0);
+/// The first release whose sampler warm-up uses FlashInfer's sampler by default.
+pub(super) const SAMPLER_FLASHINFER: VllmVersion = VllmVersion::release(0, 21, 0);
+/// The first release whose sliding-window and chunked groups hold
+/// `max_in_flight_tokens` (two scheduled batches with async scheduling).
+pub(super) const IN_FLIGHT_TOKENS: VllmVersion = VllmVersion::release(0, 26, 0);
+/// The first release with a third batch-default tier for GPUs of 160 GiB and more.
+pub(super) const BATCH_TIER_160: VllmVersion = VllmVersion::release(0, 28, 0);
+/// The first release that passes Cohere 2 its `sliding_window + 1`.
+pub(super) const COHERE2_WINDOW_PLUS_ONE: VllmVersion = VllmVersion::release(0, 29, 0);
 
-/// Every version-dependent rule the predictor follows, oldest first.
-pub const VLLM_RULES: [VllmRule; 3] = [
+/// Every version-dependent rule the predictor follows, oldest first. Release
+/// boundaries come from reading vLLM's published wheels of each release (the
+/// commit of each is in its `vllm/_version.py`), unless a rule says otherwise.
+pub const VLLM_RULES: &[VllmRule] = &[
     VllmRule {
         what: "\"GPU KV cache size\" = num_blocks // KV groups × smallest group block size",
         since: LOG_PER_GROUP,
         source: "vllm/v1/core/kv_cache_utils.py (hybrid KV groups); before it, one group: num_blocks × block_size (PR #13596); release boundary observed in logs, approximate",
+    },
+    VllmRule {
+        what: "chunked local attention (Llama 4) planned as full attention: the hybrid KV cache manager is off by default for it",
+        since: CHUNKED_HMA_OFF,
+        source: "vllm/envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default \"0\" and vllm/config/vllm.py VllmConfig.__post_init__ (v0.10.1 @aab549870 to v0.13.0 @72506c983)",
+    },
+    VllmRule {
+        what: "the memory snapshot is taken after NCCL starts: NCCL buffers are not non-torch memory",
+        since: SNAPSHOT_AFTER_NCCL,
+        source: "vllm/v1/worker/gpu_worker.py Worker.init_device (v0.11.0 @f71952c1c; v0.10.2 @26b999c71 took it before init_worker_distributed_environment)",
+    },
+    VllmRule {
+        what: "sampler warm-up on the PyTorch sort path (about 38.5 B per logit); before, FlashInfer's sampler when installed",
+        since: SAMPLER_NATIVE_SORT,
+        source: "vllm/v1/sample/ops/topk_topp_sampler.py (VLLM_USE_FLASHINFER_SAMPLER default None from v0.11.0 @f71952c1c); 38.5-39.8 B/logit fitted on four public profiling logs",
+    },
+    VllmRule {
+        what: "unequal attention pages share a pool: the smaller page gets a proportionally larger block size",
+        since: PAGE_UNIFICATION,
+        source: "vllm/v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size (v0.12.0 @4fd9d6a85; v0.11.2 raised NotImplementedError)",
+    },
+    VllmRule {
+        what: "chunked local attention keeps its own KV group again (hybrid KV cache manager on by default)",
+        since: CHUNKED_HMA_ON,
+        source: "vllm/envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default \"1\" (v0.14.0 @b17039bcc)",
+    },
+    VllmRule {
+        what: "sampler warm-up's top-k/top-p on the Triton kernel (about 15.3 B per logit)",
+        since: SAMPLER_TRITON,
+        source: "vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (v0.17.0 @b31e9326a); 15.2-15.5 B/logit in the llm-d planner's v0.17-v0.19 H100 profiling table",
+    },
+    VllmRule {
+        what: "Mamba2 conv state keeps conv_kernel − 1 + num_speculative_tokens rows",
+        since: MAMBA2_SPEC_ROWS,
+        source: "vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator.mamba2_state_shape (PR #33726, v0.17.0 @b31e9326a)",
+    },
+    VllmRule {
+        what: "layers form one group size when the larger bucket is under 1.5× the smaller (1.25× before)",
+        since: GROUP_RATIO_1_5,
+        source: "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size (v0.18.0 @bcf2be961)",
+    },
+    VllmRule {
+        what: "CUDA-graph memory is estimated while profiling and taken out of the KV budget",
+        since: CUDAGRAPH_BUDGET,
+        source: "vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default \"1\" from v0.20.0 @b8160878f (opt-in since v0.18.0; the log line says \"default since v0.21.0\"); gpu_model_runner.py profile_cudagraph_memory (PR #30515)",
     },
     VllmRule {
         what: "\"GPU KV cache size\" = int(max concurrency × max_model_len)",
@@ -375,9 +452,24 @@ pub const VLLM_RULES: [VllmRule; 3] = [
         source: "vllm/v1/core/kv_cache_utils.py get_kv_cache_capacity; observed old in 0.20.1rc1.dev16 nightly and new in 0.20.1 (club-3090 discussions #46 and #91)",
     },
     VllmRule {
-        what: "CUDA-graph memory is profiled and taken out of the KV budget",
-        since: CUDAGRAPH_BUDGET,
-        source: "vllm/v1/worker/gpu_worker.py profile_cudagraph_memory (PR #30515), default on since v0.21.0 as its startup log says",
+        what: "sampler warm-up on FlashInfer's sampler by default (about 34 B per logit, fitted on vllm#52872)",
+        since: SAMPLER_FLASHINFER,
+        source: "vllm/envs.py VLLM_USE_FLASHINFER_SAMPLER default True (v0.21.0 @ad7125a43)",
+    },
+    VllmRule {
+        what: "sliding-window and chunked groups hold max_in_flight_tokens = 2 × max_num_batched_tokens (async scheduling)",
+        since: IN_FLIGHT_TOKENS,
+        source: "vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes, vllm/config/vllm.py max_in_flight_tokens (v0.26.0 @ffd46bfab)",
+    },
+    VllmRule {
+        what: "GPUs of 160 GiB and more default to max_num_batched_tokens 16384",
+        since: BATCH_TIER_160,
+        source: "vllm/engine/arg_utils.py get_batch_defaults (v0.28.0 @2cf0a6915)",
+    },
+    VllmRule {
+        what: "Cohere 2 sliding layers see sliding_window + 1 tokens",
+        since: COHERE2_WINDOW_PLUS_ONE,
+        source: "vllm/model_executor/models/commandr.py CohereAttention (v0.29.0 @98dff2a81)",
     },
 ];
 
@@ -464,10 +556,20 @@ mod tests {
     #[test]
     fn a_pre_release_lacks_its_releases_rules_and_says_so() {
         let nightly = v("0.20.1rc1.dev16+g1a2b3c4");
-        let rules = rules_for(nightly);
-        assert!(rules[0].applied);
+        let applied = |version: VllmVersion, since: VllmVersion| {
+            rules_for(version)
+                .iter()
+                .find(|r| r.rule.since == since)
+                .unwrap()
+                .applied
+        };
+        assert!(applied(nightly, LOG_PER_GROUP));
         assert!(
-            !rules[1].applied,
+            applied(nightly, CUDAGRAPH_BUDGET),
+            "0.20.0's rule is in 0.20.1's nightly"
+        );
+        assert!(
+            !applied(nightly, LOG_CONCURRENCY),
             "0.20.1's log formula is not in its nightly"
         );
         assert!(
@@ -476,8 +578,11 @@ mod tests {
                 .unwrap()
                 .contains("sorts below v0.20.1")
         );
-        assert!(rules_for(v("0.20.1")).iter().take(2).all(|r| r.applied));
-        assert!(rules_for(v("0.21.0")).iter().all(|r| r.applied));
+        assert!(applied(v("0.20.1"), LOG_CONCURRENCY));
+        assert!(
+            rules_for(v("0.29.0")).iter().all(|r| r.applied),
+            "every modelled rule is older than 0.29"
+        );
     }
 
     fn version_text() -> impl Strategy<Value = String> {

@@ -13,5 +13,6 @@ mod engines;
 mod fuzz_regressions;
 mod parsing;
 mod props;
+mod real_logs;
 mod seed;
 mod vllm_logs;

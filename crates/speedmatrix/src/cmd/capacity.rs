@@ -21,8 +21,12 @@ use crate::cmd::engine_flags::{EngineArgs, PredictedEngine};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The model's Hugging Face config.json.
-    #[arg(long, value_name = "PATH")]
-    config: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "list_gpus")]
+    config: Option<PathBuf>,
+    /// List the GPU catalog (with --gpu-catalog's entries): key, printed name, memory as the
+    /// runtime sees it and where that figure comes from, bandwidth, peak dense bf16/fp8/fp4.
+    #[arg(long)]
+    list_gpus: bool,
     /// Inference engine whose KV rules to follow.
     #[arg(long, value_enum, default_value = "vllm")]
     engine: PredictedEngine,
@@ -69,12 +73,19 @@ pub(crate) struct Flags {
 
 /// Runs `speedmatrix capacity`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.config).map_err(|e| {
-        UsageError(format!(
-            "cannot read --config {}: {e}",
-            args.config.display()
-        ))
-    })?;
+    let Some(config) = args.config.as_ref().filter(|_| !args.list_gpus) else {
+        let gpus = args.flags.engine.gpu_catalog()?.gpus();
+        if args.json {
+            let text =
+                serde_json::to_string_pretty(&gpus).context("serializing the GPU catalog")?;
+            println!("{text}");
+        } else {
+            print!("{}", render_catalog(&gpus));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| UsageError(format!("cannot read --config {}: {e}", config.display())))?;
     let model = ModelConfig::from_json(&text).map_err(usage)?;
     let log_text =
         match &args.from_log {
@@ -105,7 +116,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         args.flags.engine.max_model_len = Some(Tokens::new(len));
     }
-    let gpu = args.flags.engine.gpu().map_err(usage)?;
+    let gpu = args.flags.engine.gpu()?;
     let flags = args.flags.engine.engine_flags(args.engine)?;
     let prediction = predict(&model, &gpu, &flags).map_err(usage)?;
     let measured = measured(&args.flags);
@@ -243,6 +254,41 @@ fn measured(args: &Flags) -> Option<MeasuredCapacity> {
     })
 }
 
+/// One line per GPU: what `--gpu` accepts and what the predictors use.
+fn render_catalog(gpus: &[Gpu]) -> String {
+    let mut out = String::from(
+        "key                    memory (runtime)      GB/s  bf16/fp8/fp4 dense TFLOPS  name\n",
+    );
+    let tf = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    for g in gpus {
+        let _ = writeln!(
+            out,
+            "{:<22} {:>9.2} GiB {:<9} {:>5} {:>26}  {}",
+            g.key,
+            g.memory.as_gib_f64(),
+            if g.memory_estimated {
+                "(est.)"
+            } else {
+                "(seen)"
+            },
+            g.bandwidth_gb_s
+                .map_or_else(|| "-".to_owned(), |b| format!("{b:.0}")),
+            format!(
+                "{}/{}/{}",
+                tf(g.dense_tflops.bf16),
+                tf(g.dense_tflops.fp8),
+                tf(g.dense_tflops.fp4)
+            ),
+            g.name
+        );
+    }
+    out.push_str(
+        "\n(seen): the total a runtime printed on that GPU; (est.): derived, e.g. nvidia-smi's \
+         total less 0.5 GiB. Every figure's source: `--json` or speedmatrix-capacity's data/gpus.json.\n",
+    );
+    out
+}
+
 fn render(
     model: &ModelConfig,
     gpu: &Gpu,
@@ -260,15 +306,36 @@ fn render(
     );
     let _ = writeln!(
         out,
-        "GPU: {} — {} visible to the runtime ({})",
-        gpu.name, gpu.memory, gpu.memory_source
+        "GPU: {} — {} visible to the runtime ({}{})",
+        gpu.name,
+        gpu.memory,
+        if gpu.memory_estimated {
+            "estimated: "
+        } else {
+            ""
+        },
+        gpu.memory_source
     );
+    if gpu.unified_memory {
+        let _ = writeln!(
+            out,
+            "  unified memory: CPU and GPU share it, so vLLM checks the requested share against \
+             the memory the OS has available at startup, not the GPU's free memory; other \
+             processes and the page cache count against it (DGX Spark recipes use \
+             --gpu-memory-utilization 0.80-0.85)"
+        );
+    }
     match prediction {
         Prediction::Vllm(v) => vllm_breakdown(&mut out, v),
         Prediction::Sglang(s) => {
             let _ = writeln!(
                 out,
-                "\nSGLang: free before weights {} (estimate), weights {}, rest {}",
+                "\nSGLang: mem_fraction_static {:.3} ({})",
+                s.mem_fraction_static, s.mem_fraction_basis
+            );
+            let _ = writeln!(
+                out,
+                "  free before weights {} (estimate), weights {}, rest {}",
                 s.free_before_weights, s.weights, s.rest
             );
             let _ = writeln!(

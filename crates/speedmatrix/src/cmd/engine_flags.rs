@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 
 use speedmatrix_capacity::{
-    CapacityError, EngineFlags, GgmlKvType, Gpu, KvCacheDtype, LlamaCppFlags, MambaCacheMode,
-    OverheadOverrides, SglangFlags, SpeculativeConfig, SpeculativeMethod, VllmDevice, VllmFlags,
-    VllmVersion, weights_from_safetensors_index,
+    CapacityError, EngineFlags, GgmlKvType, Gpu, GpuCatalog, KvCacheDtype, LlamaCppFlags,
+    MambaCacheMode, OverheadOverrides, SglangFlags, SpeculativeConfig, SpeculativeMethod,
+    VllmDevice, VllmFlags, VllmVersion, weights_from_safetensors_index,
 };
 use speedmatrix_units::{ByteSize, Tokens};
 
@@ -56,12 +56,19 @@ pub(crate) enum MambaMode {
 /// The server's engine flags, for the capacity prediction.
 #[derive(Debug, clap::Args)]
 pub(crate) struct EngineArgs {
-    /// GPU: rtx3090, rtx4090, rtx5090, a10g, l4, l40s, a100-40, a100-80, h100, h200, b200,
-    /// mi300x — or the same cards by the names nvidia-smi and rocm-smi print ("NVIDIA GeForce RTX
-    /// 3090", "NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X") — or a size as the runtime sees it
-    /// (e.g. 23.5GiB).
+    /// GPU: a catalog key (rtx3090, rtx5090, l40s, a100-80, h100, h200, b200, gb10, mi300x,
+    /// arc-pro-b60…; `speedmatrix capacity --list-gpus` lists all 79), the name nvidia-smi,
+    /// rocm-smi or xpu-smi prints ("NVIDIA GeForce RTX 3090", "NVIDIA A100-SXM4-80GB", "AMD
+    /// Instinct MI300X", "Intel(R) Arc(TM) Pro B60 Graphics"), or the memory the runtime sees
+    /// on it (e.g. 23.5GiB).
     #[arg(long, default_value = "rtx3090")]
     pub(crate) gpu: String,
+    /// A JSON file of GPUs that adds to the built-in catalog or overrides its entries, in the
+    /// catalog's own shape: {"gpus": [{"key": "my-card", "names": ["ACME T9000"], "memory":
+    /// {"gib": 47.5, "source": "torch.cuda.mem_get_info on our driver"}, "bandwidth_gb_s": 900,
+    /// "dense_tflops": {"bf16": 200}}]}.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) gpu_catalog: Option<PathBuf>,
     /// vLLM --gpu-memory-utilization.
     #[arg(long, default_value_t = 0.9)]
     pub(crate) gpu_memory_utilization: f64,
@@ -92,9 +99,21 @@ pub(crate) struct EngineArgs {
     /// vLLM --kv-cache-memory-bytes (e.g. 12GiB).
     #[arg(long)]
     kv_cache_memory_bytes: Option<ByteSize>,
-    /// --tensor-parallel-size.
+    /// --tensor-parallel-size: KV heads, weights and linear layers split over ranks (KV heads
+    /// are replicated when there are more ranks than heads; an MLA latent is on every rank).
     #[arg(long, default_value_t = 1)]
     tensor_parallel_size: u32,
+    /// vLLM --pipeline-parallel-size: layers split over stages as vLLM does (get_pp_indices);
+    /// each stage sizes its own pool and the one with the fewest blocks decides.
+    #[arg(long, default_value_t = 1)]
+    pipeline_parallel_size: u32,
+    /// vLLM --data-parallel-size: replicas with a KV pool each (the prediction is one
+    /// replica's; the server holds this many times as many requests).
+    #[arg(long, default_value_t = 1)]
+    data_parallel_size: u32,
+    /// vLLM --enable-expert-parallel: routed experts spread whole over tensor × data ranks.
+    #[arg(long)]
+    enable_expert_parallel: bool,
     /// Speculative tokens (MTP/EAGLE), when --speculative-config does not give them.
     #[arg(long, default_value_t = 0)]
     num_speculative_tokens: u64,
@@ -132,9 +151,14 @@ pub(crate) struct EngineArgs {
     #[arg(long)]
     cudagraph_memory: Option<ByteSize>,
 
-    /// SGLang --mem-fraction-static.
-    #[arg(long, default_value_t = 0.88)]
-    mem_fraction_static: f64,
+    /// SGLang --mem-fraction-static [default: derived as SGLang does from the GPU's memory,
+    /// --tensor-parallel-size and the chunked-prefill and CUDA-graph sizes; e.g. 0.83 on an H100].
+    #[arg(long)]
+    mem_fraction_static: Option<f64>,
+    /// SGLang --chunked-prefill-size [default: SGLang's for the GPU's memory: 2048 under 20 GiB,
+    /// 4096 under 60 GiB, 8192 under 160 GiB, else 16384].
+    #[arg(long)]
+    chunked_prefill_size: Option<u64>,
     /// SGLang --page-size.
     #[arg(long, default_value_t = 1)]
     page_size: u64,
@@ -157,9 +181,25 @@ pub(crate) struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// The catalog the flags name: the built-in one, extended by --gpu-catalog.
+    pub(crate) fn gpu_catalog(&self) -> anyhow::Result<GpuCatalog> {
+        let builtin = GpuCatalog::builtin().map_err(usage)?;
+        let Some(path) = &self.gpu_catalog else {
+            return Ok(builtin.clone());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            UsageError(format!("cannot read --gpu-catalog {}: {e}", path.display()))
+        })?;
+        let user = GpuCatalog::from_json(&text)
+            .map_err(|e| UsageError(format!("--gpu-catalog {}: {e}", path.display())))?;
+        Ok(builtin.extended_by(&user))
+    }
+
     /// The GPU the flags name.
-    pub(crate) fn gpu(&self) -> Result<Gpu, CapacityError> {
-        Gpu::lookup(&self.gpu)
+    pub(crate) fn gpu(&self) -> anyhow::Result<Gpu> {
+        self.gpu_catalog()?
+            .lookup(&self.gpu)
+            .map_err(|e| UsageError(format!("--gpu {}: {e}", self.gpu)).into())
     }
 
     /// The engine flags of `engine` for the predictor.
@@ -215,6 +255,9 @@ impl EngineArgs {
                 kv_cache_memory_bytes: args.kv_cache_memory_bytes,
                 num_gpu_blocks_override: None,
                 tensor_parallel_size: tp,
+                pipeline_parallel_size: args.pipeline_parallel_size.max(1),
+                data_parallel_size: args.data_parallel_size.max(1),
+                enable_expert_parallel: args.enable_expert_parallel,
                 num_speculative_tokens: speculative
                     .as_ref()
                     .map_or(args.num_speculative_tokens, |s| s.num_speculative_tokens),
@@ -243,6 +286,7 @@ impl EngineArgs {
             }),
             PredictedEngine::Sglang => EngineFlags::Sglang(SglangFlags {
                 mem_fraction_static: args.mem_fraction_static,
+                chunked_prefill_size: args.chunked_prefill_size,
                 tensor_parallel_size: tp,
                 fp8_kv: KvCacheDtype::parse(&args.kv_cache_dtype).map_err(usage)?
                     != KvCacheDtype::Auto,

@@ -93,9 +93,7 @@ pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
             let model = speedmatrix_capacity::ModelConfig::from_json(&text)
                 .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
             let engine_flags = &args.engine_flags;
-            let gpu = engine_flags
-                .gpu()
-                .map_err(|e| UsageError(format!("--gpu {}: {e}", engine_flags.gpu)))?;
+            let gpu = engine_flags.gpu()?;
             let engine = args
                 .engine
                 .as_deref()
