@@ -11,11 +11,12 @@
     unreachable_pub
 )]
 
+mod capacity;
 mod cli_input;
 mod client;
 mod engines;
 mod faults;
-mod gpus;
+
 mod matrix;
 mod prompts;
 mod reliability;

@@ -95,4 +95,6 @@ pub use vllm::{
     capacity_from_budget, capacity_from_stage_budgets, kv_element_dtype, pipeline_partition,
     predict_vllm, rules_for,
 };
-pub use weights::{WeightEstimate, WeightPlacement, weights_from_safetensors_index};
+pub use weights::{
+    CheckpointTensors, WeightEstimate, WeightPlacement, weights_from_safetensors_index,
+};

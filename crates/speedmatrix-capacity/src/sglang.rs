@@ -7,6 +7,7 @@ use crate::CapacityError;
 use crate::config::{LayerKind, ModelConfig};
 use crate::gpu::Gpu;
 use crate::pool::{KvPool, TokenPool};
+use crate::weights::{CheckpointTensors, WeightPlacement};
 
 /// SGLang flags that change KV capacity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,6 +36,9 @@ pub struct SglangFlags {
     pub context_length: Option<u64>,
     /// Exact weight bytes per rank, if known.
     pub weights: Option<ByteSize>,
+    /// The checkpoint's tensors (safetensors headers), for exact bytes per rank.
+    #[serde(skip)]
+    pub checkpoint: Option<CheckpointTensors>,
     /// Memory already in use before weights load (CUDA context, NCCL);
     /// default 0.25 GiB, and 0.13 GiB more under tensor parallelism (the
     /// "Init torch distributed … mem usage" SGLang logs).
@@ -55,6 +59,7 @@ impl Default for SglangFlags {
             max_mamba_cache_size: None,
             context_length: None,
             weights: None,
+            checkpoint: None,
             preexisting: None,
         }
     }
@@ -199,9 +204,11 @@ pub fn predict_sglang(
     let pre = flags.preexisting.map_or(default_pre, ByteSize::get);
     let free_before = gpu.memory.get().saturating_sub(pre);
     let weights = flags.weights.unwrap_or_else(|| {
-        model
-            .estimate_weights(true, flags.tensor_parallel_size)
-            .per_rank
+        let placement = WeightPlacement::tensor_parallel(model, flags.tensor_parallel_size, true);
+        match &flags.checkpoint {
+            Some(c) => c.bytes_on(model, &placement, false).per_rank,
+            None => model.estimate_weights_on(&placement).per_rank,
+        }
     });
     // "Load weight end … mem usage" also holds the attention backend's
     // workspace (FlashInfer: 256 MiB), allocated while the model is built.

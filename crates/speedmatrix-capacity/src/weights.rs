@@ -73,25 +73,53 @@ impl ModelConfig {
     /// stage's layers, its tensor-parallel share, its experts under expert
     /// parallelism, and the embedding and LM head where its stage has them.
     /// Quantized checkpoints keep embeddings and the LM head in the model
-    /// dtype (`Fp8Config.get_quant_method` quantizes linear layers only).
+    /// dtype (`Fp8Config.get_quant_method` quantizes linear layers only), and
+    /// the modules their config excludes ([`ModelConfig::quant_exclusions`]).
     pub fn estimate_weights_on(&self, placement: &WeightPlacement) -> WeightEstimate {
         let tp = placement.tensor_parallel.max(1);
-        let in_stage = |i: &usize| placement.layers.contains(i);
-        let experts_all: u64 = self
-            .layers
+        let dtype = self.dtype.bytes() as f64;
+        let per_linear = self.quantization.bytes_per_weight(self.dtype);
+        let expert_ranks = if placement.expert_parallel > 1 {
+            placement.expert_parallel
+        } else {
+            tp
+        };
+        let exclusions: Vec<Exclusion> = self
+            .quant_exclusions
             .iter()
-            .enumerate()
-            .filter(|(i, _)| in_stage(i))
-            .map(|(i, k)| self.layer_expert_params(i as u64, *k))
-            .sum();
-        let linear_all: u64 = self
-            .layers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| in_stage(i))
-            .map(|(i, k)| self.layer_params(i as u64, *k))
-            .sum();
-        let dense = linear_all - experts_all;
+            .map(|p| Exclusion::parse(p))
+            .collect();
+        let (mut params, mut experts_all, mut unquantized) = (0u64, 0u64, 0u64);
+        let (mut bytes_total, mut bytes_rank) = (0.0f64, 0.0f64);
+        for (i, kind) in self.layers.iter().enumerate() {
+            if !placement.layers.contains(&i) {
+                continue;
+            }
+            for (part, n) in self.layer_parts(i as u64, *kind) {
+                let kept = exclusions.iter().any(|e| e.covers(i as u64, part));
+                let per = match (kept, part, self.quantization) {
+                    (true, _, _) => dtype,
+                    (false, Part::Experts, Quantization::Mxfp4Experts) => 0.5 + 1.0 / 32.0,
+                    (false, _, Quantization::Mxfp4Experts) => dtype,
+                    (false, Part::Router, _) => dtype,
+                    _ => per_linear,
+                };
+                let ranks = if part == Part::Experts {
+                    expert_ranks
+                } else {
+                    tp
+                };
+                params += n;
+                if part == Part::Experts {
+                    experts_all += n;
+                }
+                if kept && !matches!(self.quantization, Quantization::None) {
+                    unquantized += n;
+                }
+                bytes_total += n as f64 * per;
+                bytes_rank += n as f64 * per / ranks as f64;
+            }
+        }
         // vLLM pads the vocabulary to a multiple of 64 (`pad_vocab_size`).
         let vocab = self.vocab_size.div_ceil(64) * 64;
         let embed_tables = u64::from(placement.embedding)
@@ -110,42 +138,31 @@ impl ModelConfig {
             }
             _ => 0,
         };
-        let dtype = self.dtype.bytes() as f64;
-        let per_linear = self.quantization.bytes_per_weight(self.dtype);
-        let per_expert = match self.quantization {
-            Quantization::Mxfp4Experts => 0.5 + 1.0 / 32.0,
-            _ => per_linear,
-        };
-        let per_dense = match self.quantization {
-            Quantization::Mxfp4Experts => dtype,
-            _ => per_linear,
-        };
-        let expert_ranks = if placement.expert_parallel > 1 {
-            placement.expert_parallel
-        } else {
-            tp
-        };
-        let total = dense as f64 * per_dense
-            + experts_all as f64 * per_expert
-            + (embed + vision) as f64 * dtype;
-        let per_rank = dense as f64 * per_dense / tp as f64
-            + experts_all as f64 * per_expert / expert_ranks as f64
-            + (embed + vision) as f64 * dtype / tp as f64;
+        bytes_total += (embed + vision) as f64 * dtype;
+        bytes_rank += (embed + vision) as f64 * dtype / tp as f64;
         WeightEstimate {
-            linear_params: linear_all,
+            linear_params: params,
             embedding_params: embed,
             vision_params: vision,
-            total: ByteSize::new(total.round() as u64),
-            per_rank: ByteSize::new(per_rank.round() as u64),
+            total: ByteSize::new(bytes_total.round() as u64),
+            per_rank: ByteSize::new(bytes_rank.round() as u64),
             basis: format!(
-                "counted from config shapes: {:.3} B linear params at {:.3} B each ({:?}){}, \
+                "counted from config shapes: {:.3} B linear params at {:.3} B each ({:?}){}{}, \
                  {:.3} B embedding params at {} B{}{}",
-                linear_all as f64 / 1e9,
+                params as f64 / 1e9,
                 per_linear,
                 self.quantization,
+                if unquantized > 0 {
+                    format!(
+                        ", {:.3} B of them left unquantized by the config",
+                        unquantized as f64 / 1e9
+                    )
+                } else {
+                    String::new()
+                },
                 if experts_all > 0 {
                     format!(
-                        ", of them {:.3} B in routed experts over {expert_ranks} ranks",
+                        ", {:.3} B in routed experts over {expert_ranks} ranks",
                         experts_all as f64 / 1e9
                     )
                 } else {
@@ -172,16 +189,32 @@ impl ModelConfig {
         }
     }
 
-    fn layer_params(&self, index: u64, kind: LayerKind) -> u64 {
-        let mixer = match kind {
-            k if k.is_attention() => self.attention_params(),
-            LayerKind::SharedKv => self.attention_params(),
-            LayerKind::LinearAttention => self.gdn_params(),
-            LayerKind::Mamba => self.mamba_params(),
-            _ => 0,
-        };
+    /// Parameters of layer `index` by part.
+    fn layer_parts(&self, index: u64, kind: LayerKind) -> Vec<(Part, u64)> {
+        let mut parts = Vec::with_capacity(4);
+        match kind {
+            k if k.is_attention() => parts.push((Part::Attention, self.attention_params())),
+            LayerKind::SharedKv => parts.push((Part::Attention, self.attention_params())),
+            LayerKind::LinearAttention => parts.push((Part::Mixer, self.gdn_params())),
+            LayerKind::Mamba => parts.push((Part::Mixer, self.mamba_params())),
+            _ => {}
+        }
         let has_mlp = !self.separate_mlp_layers || matches!(kind, LayerKind::NoCache);
-        mixer + if has_mlp { self.mlp_params(index) } else { 0 }
+        if has_mlp {
+            let h = self.hidden_size;
+            match self.moe {
+                Some(moe) if index >= moe.first_dense_layers => {
+                    parts.push((
+                        Part::Experts,
+                        moe.num_experts * 3 * h * moe.expert_intermediate,
+                    ));
+                    parts.push((Part::SharedExperts, 3 * h * moe.shared_intermediate));
+                    parts.push((Part::Router, h * moe.num_experts));
+                }
+                _ => parts.push((Part::Mlp, 3 * h * self.intermediate_size)),
+            }
+        }
+        parts
     }
 
     fn attention_params(&self) -> u64 {
@@ -221,27 +254,79 @@ impl ModelConfig {
         let bc = 2 * m.n_groups * m.state_size;
         h * (2 * m.d_inner + bc + m.num_heads) + m.d_inner * h + (m.d_inner + bc) * m.conv_kernel
     }
+}
 
-    fn mlp_params(&self, index: u64) -> u64 {
-        let h = self.hidden_size;
-        match self.moe {
-            Some(moe) if index >= moe.first_dense_layers => {
-                moe.num_experts * 3 * h * moe.expert_intermediate
-                    + 3 * h * moe.shared_intermediate
-                    + h * moe.num_experts
-            }
-            _ => 3 * h * self.intermediate_size,
-        }
+/// A part of a decoder layer, as quantization exclusions name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Attention,
+    Mixer,
+    Mlp,
+    Experts,
+    SharedExperts,
+    Router,
+}
+
+/// One module pattern of a quantization config's exclusion list, read as
+/// the layer it names (if any) and the parts it covers: `lm_head` and
+/// embeddings cover no decoder part (they stay unquantized anyway),
+/// `model.layers.0` a whole layer, `re:.*self_attn.*` every attention,
+/// `model.layers.*.mlp.gate` every router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Exclusion {
+    layer: Option<u64>,
+    parts: Vec<Part>,
+}
+
+impl Exclusion {
+    fn parse(pattern: &str) -> Exclusion {
+        let p = pattern.trim().to_ascii_lowercase();
+        let layer = p.find("layers.").and_then(|at| {
+            let digits: String = p[at + 7..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        });
+        let has = |words: &[&str]| words.iter().any(|w| p.contains(w));
+        let all = vec![
+            Part::Attention,
+            Part::Mixer,
+            Part::Mlp,
+            Part::Experts,
+            Part::SharedExperts,
+            Part::Router,
+        ];
+        let parts = if has(&["shared_expert"]) {
+            vec![Part::SharedExperts]
+        } else if has(&["experts"]) {
+            vec![Part::Experts]
+        } else if has(&["router"]) || p.trim_end_matches('$').ends_with(".gate") {
+            vec![Part::Router]
+        } else if has(&["linear_attn", "mixer", "mamba"]) {
+            vec![Part::Mixer]
+        } else if has(&[
+            "attn",
+            "attention",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "qkv",
+        ]) {
+            vec![Part::Attention]
+        } else if has(&["mlp", "feed_forward", "gate_proj", "up_proj", "down_proj"]) {
+            vec![Part::Mlp, Part::Experts, Part::SharedExperts, Part::Router]
+        } else if layer.is_some() && !has(&["embed", "lm_head", "visual", "vision"]) {
+            all
+        } else {
+            Vec::new()
+        };
+        Exclusion { layer, parts }
     }
 
-    /// Routed-expert parameters of layer `index` (part of [`Self::layer_params`]).
-    fn layer_expert_params(&self, index: u64, kind: LayerKind) -> u64 {
-        let Some(moe) = self.moe else { return 0 };
-        let has_mlp = !self.separate_mlp_layers || matches!(kind, LayerKind::NoCache);
-        if !has_mlp || index < moe.first_dense_layers {
-            return 0;
-        }
-        moe.num_experts * 3 * self.hidden_size * moe.expert_intermediate
+    fn covers(&self, layer: u64, part: Part) -> bool {
+        self.layer.is_none_or(|l| l == layer) && self.parts.contains(&part)
     }
 }
 
@@ -260,4 +345,180 @@ pub fn weights_from_safetensors_index(text: &str) -> Result<ByteSize, CapacityEr
         .ok_or(CapacityError::MissingField {
             field: "metadata.total_size",
         })
+}
+
+/// What a checkpoint tensor is, for placing it on ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TensorClass {
+    Embedding,
+    LmHead,
+    Vision,
+    Mtp,
+    Experts,
+    Layer,
+    Other,
+}
+
+/// The tensors of a checkpoint as the JSON headers of its `.safetensors`
+/// files list them: exact bytes, placed on ranks by name (embedding, LM
+/// head, vision tower, MTP layers, routed experts, decoder layer index).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CheckpointTensors {
+    tensors: Vec<(TensorClass, Option<u64>, u64)>,
+}
+
+impl CheckpointTensors {
+    /// Reads the header of each shard: the JSON object a `.safetensors` file
+    /// starts with (after its 8-byte length), `{"name": {"dtype", "shape",
+    /// "data_offsets": [start, end]}, "__metadata__": {…}}`.
+    ///
+    /// # Errors
+    /// [`CapacityError::NotJson`] for a header that is not such an object.
+    pub fn from_headers<'a>(
+        headers: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, CapacityError> {
+        let mut tensors = Vec::new();
+        for text in headers {
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| CapacityError::NotJson(format!("safetensors header: {e}")))?;
+            let map = v.as_object().ok_or_else(|| {
+                CapacityError::NotJson("a safetensors header is not a JSON object".into())
+            })?;
+            for (name, t) in map.iter().filter(|(n, _)| *n != "__metadata__") {
+                let offsets = t
+                    .get("data_offsets")
+                    .and_then(Value::as_array)
+                    .and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)))
+                    .ok_or_else(|| {
+                        CapacityError::NotJson(format!(
+                            "safetensors header: tensor `{name}` has no data_offsets"
+                        ))
+                    })?;
+                let bytes = offsets.1.saturating_sub(offsets.0);
+                let (class, layer) = classify(name);
+                tensors.push((class, layer, bytes));
+            }
+        }
+        Ok(CheckpointTensors { tensors })
+    }
+
+    /// Bytes of every tensor.
+    pub fn total(&self) -> ByteSize {
+        ByteSize::new(self.tensors.iter().map(|t| t.2).sum())
+    }
+
+    /// Bytes one rank loads under `placement`: its stage's layers over the
+    /// tensor-parallel ranks (routed experts over the expert ranks), the
+    /// embedding on the first stage, the LM head (or, tied, a copy of the
+    /// embedding when stages differ) on the last, the vision tower unless
+    /// text-only, MTP layers only when MTP drafts.
+    pub fn bytes_on(
+        &self,
+        model: &ModelConfig,
+        placement: &WeightPlacement,
+        with_mtp: bool,
+    ) -> WeightEstimate {
+        let tp = placement.tensor_parallel.max(1) as f64;
+        let expert_ranks = if placement.expert_parallel > 1 {
+            placement.expert_parallel as f64
+        } else {
+            tp
+        };
+        let n = model.layers.len() as u64;
+        let last_stage = placement.layers.end as u64 >= n;
+        let has_lm_head = self.tensors.iter().any(|t| t.0 == TensorClass::LmHead);
+        let mut rank = 0.0f64;
+        let mut counted = 0u64;
+        for &(class, layer, bytes) in &self.tensors {
+            // A layer index past the decoder is an MTP layer (DeepSeek's layer 61).
+            let class = match layer {
+                Some(l) if l >= n && class != TensorClass::Vision => TensorClass::Mtp,
+                _ => class,
+            };
+            let in_stage = layer.is_some_and(|l| placement.layers.contains(&(l as usize)));
+            let share = match class {
+                // Tied weights: the last stage holds its own copy as the LM head.
+                TensorClass::Embedding
+                    if placement.embedding || (!has_lm_head && placement.lm_head) =>
+                {
+                    1.0 / tp
+                }
+                TensorClass::LmHead if placement.lm_head => 1.0 / tp,
+                TensorClass::Vision if placement.embedding && !placement.language_model_only => {
+                    1.0 / tp
+                }
+                TensorClass::Mtp if with_mtp && last_stage => 1.0 / tp,
+                TensorClass::Experts if in_stage => 1.0 / expert_ranks,
+                TensorClass::Layer if in_stage => 1.0 / tp,
+                TensorClass::Other if last_stage => 1.0,
+                _ => 0.0,
+            };
+            if share > 0.0 {
+                counted += bytes;
+            }
+            rank += bytes as f64 * share;
+        }
+        WeightEstimate {
+            linear_params: 0,
+            embedding_params: 0,
+            vision_params: 0,
+            total: self.total(),
+            per_rank: ByteSize::new(rank.round() as u64),
+            basis: format!(
+                "measured: the checkpoint's safetensors headers ({} tensors, {} in all, {} of them \
+                 on this rank's stage{}{})",
+                self.tensors.len(),
+                self.total(),
+                ByteSize::new(counted),
+                if placement.language_model_only {
+                    ", vision tower not loaded"
+                } else {
+                    ""
+                },
+                if with_mtp { ", MTP layers loaded" } else { "" }
+            ),
+        }
+    }
+}
+
+/// The class and decoder layer of a tensor by its name.
+fn classify(name: &str) -> (TensorClass, Option<u64>) {
+    let n = name.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| n.contains(w));
+    let layer = ["layers.", "h.", "blocks.", "layer."]
+        .iter()
+        .find_map(|key| {
+            let at = n.find(key)?;
+            if at > 0 && n.as_bytes()[at - 1].is_ascii_alphanumeric() {
+                return None;
+            }
+            let digits: String = n[at + key.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        });
+    let class = if has(&[
+        "visual",
+        "vision",
+        "multi_modal_projector",
+        "mm_projector",
+        "audio_tower",
+        "image_newline",
+    ]) {
+        TensorClass::Vision
+    } else if n.starts_with("mtp.") || has(&[".mtp.", "mtp_block", "nextn"]) {
+        TensorClass::Mtp
+    } else if has(&["embed_tokens", "word_embeddings", "tok_embeddings", "wte."]) {
+        TensorClass::Embedding
+    } else if n.starts_with("lm_head") || has(&[".lm_head", "output.weight"]) && layer.is_none() {
+        TensorClass::LmHead
+    } else if has(&[".experts."]) && !has(&["shared_expert"]) {
+        TensorClass::Experts
+    } else if layer.is_some() {
+        TensorClass::Layer
+    } else {
+        TensorClass::Other
+    };
+    (class, layer)
 }

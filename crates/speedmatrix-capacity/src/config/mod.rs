@@ -235,6 +235,10 @@ pub struct ModelConfig {
     pub max_position_embeddings: Option<u64>,
     /// Weight quantization.
     pub quantization: Quantization,
+    /// Modules the quantization leaves in the model dtype (`ignore`,
+    /// `modules_to_not_convert`, `exclude_modules`, `ignored_layers` of the
+    /// quantization config), as written there: names, globs or `re:` patterns.
+    pub quant_exclusions: Vec<String>,
     /// The checkpoint declares an fp8 KV-cache scheme (`kv_cache_scheme`, `kv_cache_quant_algo`).
     pub declares_fp8_kv: bool,
     /// MTP (multi-token prediction) layers shipped with the checkpoint.

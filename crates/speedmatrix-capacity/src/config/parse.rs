@@ -193,6 +193,7 @@ pub(super) fn parse(
             "seq_length",
         ]),
         quantization,
+        quant_exclusions: quant_exclusions(outer, f),
         declares_fp8_kv,
         mtp_layers: f
             .u64(&["mtp_num_hidden_layers", "num_nextn_predict_layers"])
@@ -579,6 +580,29 @@ pub(super) fn quantization(outer: &Map<String, Value>, f: &Fields<'_>) -> (Quant
         _ => Quantization::None,
     };
     (quant, kv_fp8)
+}
+
+/// The module patterns a quantization config keeps unquantized.
+pub(super) fn quant_exclusions(outer: &Map<String, Value>, f: &Fields<'_>) -> Vec<String> {
+    let Some(q) = outer
+        .get("quantization_config")
+        .or_else(|| f.value(&["quantization_config"]))
+        .and_then(Value::as_object)
+    else {
+        return Vec::new();
+    };
+    [
+        "ignore",
+        "modules_to_not_convert",
+        "exclude_modules",
+        "ignored_layers",
+    ]
+    .iter()
+    .filter_map(|k| q.get(*k).and_then(Value::as_array))
+    .flatten()
+    .filter_map(Value::as_str)
+    .map(str::to_owned)
+    .collect()
 }
 
 pub(super) fn compressed_tensors(q: &Map<String, Value>) -> Quantization {

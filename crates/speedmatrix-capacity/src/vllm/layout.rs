@@ -402,12 +402,26 @@ pub(super) fn layer_specs(
     // An MTP drafter's layers are full-attention layers of the target's
     // geometry, registered beside the target's: they join its KV groups.
     let drafter = drafter_layers(model, flags);
+    // An EAGLE, DFlash or draft model's attention layers join the target's
+    // groups with the draft config's own heads (`llama_eagle3.py`,
+    // `draft_model.py`: their specs are bucketed like the target's).
+    let draft = flags
+        .draft_model
+        .as_deref()
+        .filter(|_| drafts_with_own_layers(flags));
+    let draft_layers = draft.map_or(&[][..], |d| d.layers.as_slice());
+    let target_layers = model.layers.len() + drafter;
     model
         .layers
         .iter()
         .chain(std::iter::repeat_n(&LayerKind::FullAttention, drafter))
+        .chain(draft_layers)
         .enumerate()
         .filter_map(|(layer, k)| {
+            let owner = match draft {
+                Some(d) if layer >= target_layers => d,
+                _ => model,
+            };
             let kind = match *k {
                 LayerKind::FullAttention => GroupKind::Full,
                 LayerKind::SlidingWindow { .. } | LayerKind::ChunkedLocal { .. } if promote => {
@@ -424,7 +438,7 @@ pub(super) fn layer_specs(
                 // Aligned hybrids pad the state to one attention page.
                 GroupKind::Mamba if has_attention => attn_page.max(state),
                 GroupKind::Mamba => state,
-                _ => block * kind_bytes_per_token(model, *k, kv_dtype, tp),
+                _ => block * kind_bytes_per_token(owner, *k, kv_dtype, tp),
             };
             Some(Spec {
                 kind,
@@ -434,6 +448,19 @@ pub(super) fn layer_specs(
             })
         })
         .collect()
+}
+
+/// Whether the speculative method drafts with a model of its own layers.
+pub(super) fn drafts_with_own_layers(flags: &VllmFlags) -> bool {
+    flags.num_speculative_tokens > 0
+        && matches!(
+            flags.speculative_method,
+            Some(
+                SpeculativeMethod::Eagle
+                    | SpeculativeMethod::DraftModel
+                    | SpeculativeMethod::Other(_)
+            )
+        )
 }
 
 /// Llama 4's chunked layers are planned as full attention from v0.10.1 to
@@ -448,11 +475,10 @@ fn chunked_without_hma(model: &ModelConfig, flags: &VllmFlags) -> bool {
         && !flags.version.has(CHUNKED_HMA_ON)
 }
 
-/// Full-attention layers a speculative drafter adds to the KV cache: the
-/// model's own MTP layers (`mtp_num_hidden_layers`, `num_nextn_predict_layers`)
-/// when the method is MTP; none for n-gram and suffix decoding; and none
-/// modelled for EAGLE and draft models, whose layers live in another
-/// checkpoint (see [`VllmFlags::speculative_method`]).
+/// Full-attention layers the model's own MTP drafter adds to the KV cache
+/// (`mtp_num_hidden_layers`, `num_nextn_predict_layers`) when the method is
+/// MTP; n-gram and suffix decoding add none; EAGLE, DFlash and draft models
+/// bring their layers in [`VllmFlags::draft_model`].
 pub(super) fn drafter_layers(model: &ModelConfig, flags: &VllmFlags) -> usize {
     match flags.speculative_method {
         Some(SpeculativeMethod::Mtp) if flags.num_speculative_tokens > 0 => {

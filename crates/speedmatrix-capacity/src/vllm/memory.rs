@@ -119,9 +119,30 @@ pub(super) fn memory_budget(
                 lm_head: stage.last,
                 language_model_only: flags.language_model_only,
             };
-            let w = model.estimate_weights_on(&placement);
-            Estimate::modelled(w.per_rank.get(), w.basis)
+            match &flags.checkpoint {
+                Some(c) => {
+                    let mtp = matches!(flags.speculative_method, Some(SpeculativeMethod::Mtp));
+                    let w = c.bytes_on(model, &placement, mtp);
+                    Estimate::given(w.per_rank, &w.basis)
+                }
+                None => {
+                    let w = model.estimate_weights_on(&placement);
+                    Estimate::modelled(w.per_rank.get(), w.basis)
+                }
+            }
         }
+    };
+    // The drafter's weights load beside the last stage's.
+    let weights = match flags.draft_model.as_deref() {
+        Some(d) if stage.last && super::layout::drafts_with_own_layers(flags) => {
+            let dw = d.estimate_weights(true, tp);
+            Estimate {
+                bytes: ByteSize::new(weights.bytes.get() + dw.per_rank.get()),
+                estimated: true,
+                basis: format!("{}; + drafter {}", weights.basis, dw.basis),
+            }
+        }
+        _ => weights,
     };
     if let VllmDevice::Cpu { kvcache_space } = flags.device {
         let zero = |why: &str| Estimate::given(ByteSize::new(0), why);

@@ -26,7 +26,7 @@ use self::version::{
     PAGE_UNIFICATION, SAMPLER_FLASHINFER, SAMPLER_NATIVE_SORT, SAMPLER_TRITON, SNAPSHOT_AFTER_NCCL,
 };
 pub use self::version::{PreRelease, RuleUse, VLLM_RULES, VllmRule, VllmVersion, rules_for};
-use crate::weights::WeightPlacement;
+use crate::weights::{CheckpointTensors, WeightPlacement};
 
 /// How vLLM keeps recurrent (Mamba/GDN) states for prefix caching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,9 +48,11 @@ pub enum SpeculativeMethod {
     /// per-model names such as `deepseek_mtp`, `qwen3_next_mtp`): their
     /// full-attention layers join the model's KV groups.
     Mtp,
-    /// EAGLE / EAGLE-3 heads: a separate checkpoint whose layers are not modelled.
+    /// EAGLE / EAGLE-3 heads and DFlash drafters: a separate small
+    /// checkpoint whose attention layers join the KV groups (given its config).
     Eagle,
-    /// A separate draft model: its layers are not modelled.
+    /// A separate draft model: its attention layers join the KV groups
+    /// (given its config).
     DraftModel,
     /// N-gram or suffix decoding: no drafter, no KV.
     NoDrafter,
@@ -65,6 +67,8 @@ pub struct SpeculativeConfig {
     pub method: SpeculativeMethod,
     /// Tokens drafted per step.
     pub num_speculative_tokens: u64,
+    /// The drafter checkpoint (`model`), for EAGLE, DFlash and draft models.
+    pub model: Option<String>,
 }
 
 impl SpeculativeConfig {
@@ -100,6 +104,7 @@ impl SpeculativeConfig {
         Ok(SpeculativeConfig {
             method,
             num_speculative_tokens: n,
+            model: model.map(str::to_owned),
         })
     }
 }
@@ -110,7 +115,7 @@ impl SpeculativeMethod {
         match n.as_str() {
             "mtp" => SpeculativeMethod::Mtp,
             _ if n.ends_with("_mtp") => SpeculativeMethod::Mtp,
-            "eagle" | "eagle3" => SpeculativeMethod::Eagle,
+            "eagle" | "eagle3" | "dflash" | "dspark" => SpeculativeMethod::Eagle,
             "draft_model" => SpeculativeMethod::DraftModel,
             "ngram" | "suffix" | "ngram_gpu" => SpeculativeMethod::NoDrafter,
             _ => SpeculativeMethod::Other(n),
@@ -200,6 +205,14 @@ pub struct VllmFlags {
     pub device: VllmDevice,
     /// Calibrated non-KV terms.
     pub overhead: OverheadOverrides,
+    /// The drafter's config for EAGLE, DFlash and draft-model speculation
+    /// (the `model` of `--speculative-config`): its attention layers join the
+    /// KV groups with their own heads, and its weights load on the last stage.
+    pub draft_model: Option<Box<ModelConfig>>,
+    /// The checkpoint's tensors (safetensors headers): exact weight bytes
+    /// per rank instead of counting from the config.
+    #[serde(skip)]
+    pub checkpoint: Option<CheckpointTensors>,
 }
 
 impl Default for VllmFlags {
@@ -228,6 +241,8 @@ impl Default for VllmFlags {
             version: VllmVersion::LATEST,
             device: VllmDevice::Gpu,
             overhead: OverheadOverrides::default(),
+            draft_model: None,
+            checkpoint: None,
         }
     }
 }

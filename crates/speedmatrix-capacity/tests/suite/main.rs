@@ -11,6 +11,7 @@ use bolero as _;
 mod cpu;
 mod engines;
 mod fuzz_regressions;
+mod geometry;
 mod parsing;
 mod props;
 mod real_logs;

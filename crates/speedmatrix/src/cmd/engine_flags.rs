@@ -3,12 +3,12 @@
 //! flags, spelled as the engines spell them, so both commands predict the
 //! same server the same way.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use speedmatrix_capacity::{
-    CapacityError, EngineFlags, GgmlKvType, Gpu, GpuCatalog, KvCacheDtype, LlamaCppFlags,
-    MambaCacheMode, OverheadOverrides, SglangFlags, SpeculativeConfig, SpeculativeMethod,
-    VllmDevice, VllmFlags, VllmVersion, weights_from_safetensors_index,
+    CapacityError, CheckpointTensors, EngineFlags, GgmlKvType, Gpu, GpuCatalog, KvCacheDtype,
+    LlamaCppFlags, MambaCacheMode, ModelConfig, OverheadOverrides, SglangFlags, SpeculativeConfig,
+    SpeculativeMethod, VllmDevice, VllmFlags, VllmVersion, weights_from_safetensors_index,
 };
 use speedmatrix_units::{ByteSize, Tokens};
 
@@ -119,10 +119,15 @@ pub(crate) struct EngineArgs {
     num_speculative_tokens: u64,
     /// vLLM --speculative-config, the same JSON, e.g. '{"method": "mtp",
     /// "num_speculative_tokens": 2}': MTP drafter layers join the KV groups, and every method
-    /// widens recurrent (GDN) states by the speculative tokens. EAGLE and draft-model drafters'
-    /// own layers are not modelled.
+    /// widens recurrent (GDN/Mamba2) states by the speculative tokens. EAGLE, DFlash and
+    /// draft-model drafters join with their own heads when their config.json is found: in the
+    /// "model" folder, or given by --draft-config.
     #[arg(long, value_name = "JSON")]
     speculative_config: Option<String>,
+    /// The drafter's config.json (EAGLE, DFlash or draft model), when --speculative-config's
+    /// "model" is not a local folder.
+    #[arg(long, value_name = "PATH")]
+    draft_config: Option<PathBuf>,
     /// vLLM --language-model-only (skip the vision tower).
     #[arg(long)]
     language_model_only: bool,
@@ -138,9 +143,15 @@ pub(crate) struct EngineArgs {
     /// vLLM CPU backend: VLLM_CPU_KVCACHE_SPACE in GiB (selects the CPU path).
     #[arg(long)]
     cpu_kvcache_space_gib: Option<u64>,
-    /// model.safetensors.index.json: exact weight bytes instead of counting from shapes.
+    /// model.safetensors.index.json: the checkpoint's exact total bytes (split over ranks like
+    /// the counted weights) instead of counting from shapes.
     #[arg(long, value_name = "PATH")]
     safetensors_index: Option<PathBuf>,
+    /// The model folder (or Hugging Face cache snapshot): the headers of its *.safetensors
+    /// files give each tensor's exact bytes, placed on ranks by name (embedding, LM head,
+    /// vision tower, MTP layers, experts, layer index). Only the headers are read.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
     /// Calibrated activation peak (e.g. 1.2GiB) instead of the estimate.
     #[arg(long)]
     activation_peak: Option<ByteSize>,
@@ -220,6 +231,11 @@ impl EngineArgs {
             }
             None => None,
         };
+        let draft_model = draft_model(args.draft_config.as_deref(), speculative_model(args))?;
+        let checkpoint = match &args.checkpoint {
+            Some(dir) => Some(read_checkpoint(dir)?),
+            None => None,
+        };
         let speculative = match &args.speculative_config {
             Some(json) => {
                 let s = SpeculativeConfig::parse(json).map_err(usage)?;
@@ -277,6 +293,8 @@ impl EngineArgs {
                     },
                     None => VllmDevice::Gpu,
                 },
+                checkpoint: checkpoint.clone(),
+                draft_model,
                 overhead: OverheadOverrides {
                     activation_peak: args.activation_peak,
                     non_torch: args.non_torch_memory,
@@ -294,6 +312,7 @@ impl EngineArgs {
                 max_running_requests: args.max_running_requests,
                 context_length: args.max_model_len.map(Tokens::get),
                 weights,
+                checkpoint,
                 ..SglangFlags::default()
             }),
             PredictedEngine::Llamacpp => {
@@ -308,6 +327,79 @@ impl EngineArgs {
             }
         })
     }
+}
+
+/// The `model` of --speculative-config, if any.
+fn speculative_model(args: &EngineArgs) -> Option<String> {
+    let json = args.speculative_config.as_deref()?;
+    SpeculativeConfig::parse(json).ok()?.model
+}
+
+/// The drafter's config: --draft-config, else config.json in the
+/// speculative config's `model` when that is a local folder.
+fn draft_model(
+    flag: Option<&Path>,
+    model: Option<String>,
+) -> anyhow::Result<Option<Box<ModelConfig>>> {
+    let path = match (flag, model) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(m)) if Path::new(&m).join("config.json").is_file() => {
+            Path::new(&m).join("config.json")
+        }
+        _ => return Ok(None),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        UsageError(format!(
+            "cannot read the drafter's config {}: {e}",
+            path.display()
+        ))
+    })?;
+    let config = ModelConfig::from_json(&text)
+        .map_err(|e| UsageError(format!("the drafter's config {}: {e}", path.display())))?;
+    Ok(Some(Box::new(config)))
+}
+
+/// Largest safetensors header read (real ones are a few MB).
+const MAX_HEADER: u64 = 256 << 20;
+
+/// The tensors of the `*.safetensors` files in `dir`, from their headers.
+fn read_checkpoint(dir: &Path) -> anyhow::Result<CheckpointTensors> {
+    let bad = |why: String| UsageError(format!("--checkpoint {}: {why}", dir.display()));
+    let entries = std::fs::read_dir(dir).map_err(|e| bad(format!("cannot read it ({e})")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(bad("has no *.safetensors files; pass the model folder".into()).into());
+    }
+    let mut headers = Vec::with_capacity(files.len());
+    for path in &files {
+        headers
+            .push(safetensors_header(path).map_err(|e| bad(format!("{}: {e}", path.display())))?);
+    }
+    CheckpointTensors::from_headers(headers.iter().map(String::as_str))
+        .map_err(|e| bad(e.to_string()).into())
+}
+
+/// The JSON header of a `.safetensors` file: an 8-byte little-endian length, then the text.
+fn safetensors_header(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| format!("too short for a safetensors file ({e})"))?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER {
+        return Err(format!("a header of {n} bytes is not a safetensors header"));
+    }
+    let mut text = String::new();
+    file.take(n)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("unreadable header ({e})"))?;
+    Ok(text)
 }
 
 fn usage(e: CapacityError) -> anyhow::Error {

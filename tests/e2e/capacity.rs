@@ -1,5 +1,6 @@
-//! The GPU catalog from the command line: listing it, extending it with a
-//! user file, and the errors a bad name or file gets.
+//! `speedmatrix capacity` inputs beside config.json: the GPU catalog (listing
+//! it, extending it with a user file, ambiguous names), and a checkpoint's
+//! safetensors headers for exact weights.
 
 use crate::support::{bin, stderr_after, temp_dir};
 
@@ -83,4 +84,73 @@ fn a_name_two_cards_print_is_refused_with_both_keys() {
         err.contains("rtx3080-10gb") && err.contains("rtx3080-12gb"),
         "{err}"
     );
+}
+
+/// A `.safetensors` file with the given tensors (their data a sparse hole).
+fn write_shard(path: &std::path::Path, tensors: &[(&str, u64)]) {
+    let mut at = 0;
+    let fields: Vec<String> = tensors
+        .iter()
+        .map(|(name, bytes)| {
+            let f = format!(
+                r#""{name}": {{"dtype": "BF16", "shape": [{}], "data_offsets": [{at}, {}]}}"#,
+                bytes / 2,
+                at + bytes
+            );
+            at += bytes;
+            f
+        })
+        .collect();
+    let header = format!("{{{}}}", fields.join(", "));
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    std::fs::write(path, &bytes).unwrap();
+    // The data as a hole: only the header is ever read.
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_len(bytes.len() as u64 + at).unwrap();
+}
+
+#[test]
+fn a_checkpoint_folder_gives_the_weights_from_its_safetensors_headers() {
+    let dir = temp_dir("checkpoint");
+    let gib = 1u64 << 30;
+    // 3 GiB of embeddings and 2 GiB of layers (the fixture's model has 32 layers).
+    write_shard(
+        &dir.join("model-00001-of-00002.safetensors"),
+        &[("model.embed_tokens.weight", 3 * gib)],
+    );
+    write_shard(
+        &dir.join("model-00002-of-00002.safetensors"),
+        &[
+            ("model.layers.0.self_attn.q_proj.weight", gib),
+            ("model.layers.31.mlp.down_proj.weight", gib),
+            ("model.visual.blocks.0.attn.qkv.weight", gib),
+        ],
+    );
+    let out = bin()
+        .args(["capacity", "--config", CONFIG, "--gpu", "rtx3090"])
+        .args(["--language-model-only", "--json", "--checkpoint"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let weights = &json["prediction"]["budget"]["weights"];
+    assert_eq!(weights["bytes"].as_u64(), Some(5 * gib), "{weights}");
+    assert_eq!(weights["estimated"].as_bool(), Some(false));
+    assert!(
+        weights["basis"]
+            .as_str()
+            .unwrap()
+            .contains("safetensors headers"),
+        "{weights}"
+    );
+    let empty = temp_dir("checkpoint-empty");
+    let out = bin()
+        .args(["capacity", "--config", CONFIG, "--checkpoint"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert!(stderr_after(&out, 2).contains("no *.safetensors files"));
 }
