@@ -94,8 +94,25 @@ pub enum Target {
 pub struct CapacityHints {
     /// An offline prediction from the model's config.json, GPU and launch flags.
     pub prediction: Option<speedmatrix_capacity::Prediction>,
+    /// What a vLLM `prediction` was made from, so that the runner predicts
+    /// again under the release the server reports on `/version` when the
+    /// caller named none.
+    pub vllm_inputs: Option<VllmInputs>,
     /// A capacity in tokens the user states (`--kv-capacity-tokens`).
     pub kv_capacity_tokens: Option<Tokens>,
+}
+
+/// The inputs of an offline vLLM prediction.
+#[derive(Debug, Clone)]
+pub struct VllmInputs {
+    /// The model's config.
+    pub model: speedmatrix_capacity::ModelConfig,
+    /// The GPU.
+    pub gpu: speedmatrix_capacity::Gpu,
+    /// The server's flags; `flags.version` is the release assumed.
+    pub flags: speedmatrix_capacity::VllmFlags,
+    /// Whether the caller named the release (then `/version` does not override it).
+    pub version_given: bool,
 }
 
 /// Descriptive facts the runner cannot measure, copied into the result.

@@ -105,7 +105,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
-    Target,
+    Target, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
@@ -436,8 +436,9 @@ fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
         max_num_seqs: None,
         max_model_len: server.max_model_len.map(Tokens::get),
     };
-    let (capacity, _grid) =
-        capacity_plan(measured.as_ref(), &config.capacity, limits, &config.matrix)?;
+    let (hints, predicted_for) = plan::hints_for(&config.capacity, server.info.version());
+    let (mut capacity, _grid) = capacity_plan(measured.as_ref(), &hints, limits, &config.matrix)?;
+    capacity.predicted_for = predicted_for;
     Ok(plan(capacity, &config.matrix, server.max_model_len))
 }
 

@@ -39,6 +39,8 @@ pub struct CapacityPlan {
     pub measured_tokens: Option<Tokens>,
     /// The offline prediction, when one was given.
     pub predicted_tokens: Option<Tokens>,
+    /// Which engine release's rules the prediction followed, and why.
+    pub predicted_for: Option<String>,
 }
 
 /// One sustained-decode cell of the plan.
@@ -109,6 +111,7 @@ pub fn capacity_plan(
                 .as_ref()
                 .map(|c| Tokens::new(c.predicted_tokens))
                 .or(predicted.map(|_| Tokens::new(grid.pool_tokens))),
+            predicted_for: None,
         };
         return Ok((plan, Some(grid)));
     }
@@ -126,6 +129,7 @@ pub fn capacity_plan(
             pool_tokens: Some(tokens),
             measured_tokens: None,
             predicted_tokens: None,
+            predicted_for: None,
         };
         return Ok((plan, None));
     }
@@ -136,9 +140,62 @@ pub fn capacity_plan(
             pool_tokens: None,
             measured_tokens: None,
             predicted_tokens: None,
+            predicted_for: None,
         },
         None,
     ))
+}
+
+/// The capacity hints under the vLLM release the prediction should follow:
+/// the caller's, else the one the server reports on `/version` (predicted
+/// again), else the newest modelled; with that choice in words.
+pub(crate) fn hints_for(
+    hints: &CapacityHints,
+    reported: Option<&str>,
+) -> (CapacityHints, Option<String>) {
+    let Some(inputs) = &hints.vllm_inputs else {
+        return (hints.clone(), None);
+    };
+    let assumed = inputs.flags.version;
+    let from_server = reported
+        .filter(|_| !inputs.version_given)
+        .and_then(|v| speedmatrix_capacity::VllmVersion::parse(v).ok())
+        .filter(|v| *v != assumed);
+    let Some(version) = from_server else {
+        let parsed = reported.and_then(|v| speedmatrix_capacity::VllmVersion::parse(v).ok());
+        let why = match (inputs.version_given, reported, parsed) {
+            (true, _, _) => "as given".to_owned(),
+            (false, Some(_), Some(_)) => "the version /version reports".to_owned(),
+            (false, Some(v), None) => {
+                format!("assumed: /version's {v:?} is not a vLLM version and none was given")
+            }
+            (false, None, _) => "assumed: the server reports no version and none was given".into(),
+        };
+        return (hints.clone(), Some(format!("vLLM {assumed} rules ({why})")));
+    };
+    let flags = speedmatrix_capacity::VllmFlags {
+        version,
+        ..inputs.flags.clone()
+    };
+    let engine = speedmatrix_capacity::EngineFlags::Vllm(flags);
+    match speedmatrix_capacity::predict(&inputs.model, &inputs.gpu, &engine) {
+        Ok(p) => (
+            CapacityHints {
+                prediction: Some(p),
+                ..hints.clone()
+            },
+            Some(format!(
+                "vLLM {version} rules (the version /version reports)"
+            )),
+        ),
+        Err(e) => (
+            hints.clone(),
+            Some(format!(
+                "vLLM {assumed} rules (the server reports {version}, under whose rules the \
+                 prediction failed: {e})"
+            )),
+        ),
+    }
 }
 
 /// Decides every prefill point and decode cell.
@@ -238,6 +295,7 @@ mod tests {
     fn given(tokens: u64) -> CapacityPlan {
         let hints = CapacityHints {
             prediction: None,
+            vllm_inputs: None,
             kv_capacity_tokens: Some(Tokens::new(tokens)),
         };
         capacity_plan(
@@ -292,5 +350,56 @@ mod tests {
         }
         assert!(matches!(p.prefill[4].1, Some(Exclusion::TooLong { .. })));
         assert!(p.estimated > Duration::from_secs(30));
+    }
+
+    fn vllm_hints(version_given: bool) -> CapacityHints {
+        let model = speedmatrix_capacity::ModelConfig::from_json(
+            r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336,
+            "vocab_size": 128256, "max_position_embeddings": 32768}"#,
+        )
+        .unwrap();
+        let gpu = speedmatrix_capacity::Gpu::lookup("h100").unwrap();
+        let flags = speedmatrix_capacity::VllmFlags::default();
+        let engine = speedmatrix_capacity::EngineFlags::Vllm(flags.clone());
+        CapacityHints {
+            prediction: Some(speedmatrix_capacity::predict(&model, &gpu, &engine).unwrap()),
+            vllm_inputs: Some(crate::config::VllmInputs {
+                model,
+                gpu,
+                flags,
+                version_given,
+            }),
+            kv_capacity_tokens: None,
+        }
+    }
+
+    fn blocks(h: &CapacityHints) -> u64 {
+        match &h.prediction {
+            Some(speedmatrix_capacity::Prediction::Vllm(p)) => p.num_blocks,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_prediction_follows_the_release_the_server_reports_unless_one_was_given() {
+        let hints = vllm_hints(false);
+        // v0.19 did not yet take CUDA-graph memory out of the KV budget: more blocks.
+        let (again, why) = hints_for(&hints, Some("0.19.0"));
+        assert!(blocks(&again) > blocks(&hints));
+        assert_eq!(
+            why.as_deref(),
+            Some("vLLM 0.19.0 rules (the version /version reports)")
+        );
+        let (same, why) = hints_for(&hints, None);
+        assert_eq!(blocks(&same), blocks(&hints));
+        assert!(why.unwrap().contains("assumed"));
+        let given = vllm_hints(true);
+        let (kept, why) = hints_for(&given, Some("0.19.0"));
+        assert_eq!(blocks(&kept), blocks(&given));
+        assert!(why.unwrap().contains("as given"));
+        let (unparsed, why) = hints_for(&hints, Some("not-a-version"));
+        assert_eq!(blocks(&unparsed), blocks(&hints));
+        assert!(why.unwrap().contains("is not a vLLM version"));
     }
 }

@@ -112,8 +112,11 @@ fn capacity(c: &CapacityPlan) -> Option<Capacity> {
             })
             .map(|t| KvCapacity {
                 kv_cache_tokens: t,
-                source: match c.source {
-                    CapacitySourceKind::Given => "given by the user".into(),
+                source: match (&c.source, &c.predicted_for) {
+                    (CapacitySourceKind::Given, _) => "given by the user".into(),
+                    (_, Some(rules)) => {
+                        format!("predicted offline from config.json, GPU and flags, by {rules}")
+                    }
                     _ => "predicted offline from config.json, GPU and flags".into(),
                 },
             }),

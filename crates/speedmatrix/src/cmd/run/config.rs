@@ -81,6 +81,7 @@ pub(crate) fn load_tokenizer(
 }
 
 pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
+    let mut vllm_inputs = None;
     let prediction = match &args.model_config {
         None => None,
         Some(path) => {
@@ -102,11 +103,20 @@ pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
             let flags = engine_flags.engine_flags(engine)?;
             let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
                 .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
+            if let speedmatrix_capacity::EngineFlags::Vllm(vflags) = flags {
+                vllm_inputs = Some(speedmatrix_runner::VllmInputs {
+                    model,
+                    gpu,
+                    flags: vflags,
+                    version_given: engine_flags.vllm_version.is_some(),
+                });
+            }
             Some(p)
         }
     };
     Ok(CapacityHints {
         prediction,
+        vllm_inputs,
         kv_capacity_tokens: args.kv_capacity_tokens,
     })
 }
