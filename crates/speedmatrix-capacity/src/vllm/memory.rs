@@ -4,6 +4,20 @@
 
 use super::*;
 
+/// How a memory term was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TermKind {
+    /// Read off the checkpoint or a log (safetensors headers, "Model loading took").
+    Measured,
+    /// Exact from the engine's rules and the inputs (e.g. no CUDA graphs under `--enforce-eager`).
+    Derived,
+    /// A model of the engine's behaviour, fitted or reasoned from its source.
+    Estimated,
+    /// Given by the caller.
+    Given,
+}
+
 /// A memory term with how it was obtained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
@@ -11,15 +25,30 @@ pub struct Estimate {
     pub bytes: ByteSize,
     /// `true` when the figure is a model of the engine's behaviour, not a given.
     pub estimated: bool,
+    /// Measured, derived, estimated or given.
+    pub kind: TermKind,
     /// The assumptions behind it.
     pub basis: String,
 }
 
 impl Estimate {
     pub(super) fn given(bytes: ByteSize, basis: &str) -> Self {
+        Estimate::of(TermKind::Given, bytes, basis)
+    }
+
+    pub(super) fn derived(bytes: ByteSize, basis: &str) -> Self {
+        Estimate::of(TermKind::Derived, bytes, basis)
+    }
+
+    pub(super) fn measured(bytes: ByteSize, basis: &str) -> Self {
+        Estimate::of(TermKind::Measured, bytes, basis)
+    }
+
+    fn of(kind: TermKind, bytes: ByteSize, basis: &str) -> Self {
         Estimate {
             bytes,
-            estimated: false,
+            estimated: kind == TermKind::Estimated,
+            kind,
             basis: basis.to_owned(),
         }
     }
@@ -28,6 +57,7 @@ impl Estimate {
         Estimate {
             bytes: ByteSize::new(bytes),
             estimated: true,
+            kind: TermKind::Estimated,
             basis,
         }
     }
@@ -123,7 +153,7 @@ pub(super) fn memory_budget(
                 Some(c) => {
                     let mtp = matches!(flags.speculative_method, Some(SpeculativeMethod::Mtp));
                     let w = c.bytes_on(model, &placement, mtp);
-                    Estimate::given(w.per_rank, &w.basis)
+                    Estimate::measured(w.per_rank, &w.basis)
                 }
                 None => {
                     let w = model.estimate_weights_on(&placement);
@@ -136,16 +166,15 @@ pub(super) fn memory_budget(
     let weights = match flags.draft_model.as_deref() {
         Some(d) if stage.last && super::layout::drafts_with_own_layers(flags) => {
             let dw = d.estimate_weights(true, tp);
-            Estimate {
-                bytes: ByteSize::new(weights.bytes.get() + dw.per_rank.get()),
-                estimated: true,
-                basis: format!("{}; + drafter {}", weights.basis, dw.basis),
-            }
+            Estimate::modelled(
+                weights.bytes.get() + dw.per_rank.get(),
+                format!("{}; + drafter {}", weights.basis, dw.basis),
+            )
         }
         _ => weights,
     };
     if let VllmDevice::Cpu { kvcache_space } = flags.device {
-        let zero = |why: &str| Estimate::given(ByteSize::new(0), why);
+        let zero = |why: &str| Estimate::derived(ByteSize::new(0), why);
         return Ok(MemoryBudget {
             device_total: gpu.memory,
             utilization: flags.gpu_memory_utilization,
@@ -344,10 +373,10 @@ pub(super) fn capture_sizes(max: u64) -> u64 {
 
 pub(super) fn cudagraph_estimate(flags: &VllmFlags) -> Estimate {
     if flags.enforce_eager {
-        return Estimate::given(ByteSize::new(0), "--enforce-eager: no CUDA graphs");
+        return Estimate::derived(ByteSize::new(0), "--enforce-eager: no CUDA graphs");
     }
     if !flags.version.has(CUDAGRAPH_BUDGET) {
-        return Estimate::given(
+        return Estimate::derived(
             ByteSize::new(0),
             "not budgeted before v0.20.0: graphs are captured after the KV cache and use the 1−utilization headroom",
         );

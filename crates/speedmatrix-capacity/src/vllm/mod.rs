@@ -18,7 +18,7 @@ pub use self::layout::{
     GroupKind, KvGroup, LayerCost, PipelineStage, VllmLayout, pipeline_partition,
 };
 pub use self::log::{LoggedFigure, VllmStartupLog};
-pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget};
+pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget, TermKind};
 use self::memory::{Stage, batch_defaults, memory_budget};
 use self::version::{
     BATCH_TIER_160, CHUNKED_HMA_OFF, CHUNKED_HMA_ON, COHERE2_WINDOW_PLUS_ONE, CUDAGRAPH_BUDGET,

@@ -351,6 +351,8 @@ pub struct VllmRule {
     pub what: &'static str,
     /// The first release with the change.
     pub since: VllmVersion,
+    /// The first release a later rule replaced it in, if any.
+    pub until: Option<VllmVersion>,
     /// Where it is in vLLM, and how the release was found.
     pub source: &'static str,
 }
@@ -399,76 +401,91 @@ pub const VLLM_RULES: &[VllmRule] = &[
     VllmRule {
         what: "\"GPU KV cache size\" = num_blocks // KV groups × smallest group block size",
         since: LOG_PER_GROUP,
+        until: Some(LOG_CONCURRENCY),
         source: "vllm/v1/core/kv_cache_utils.py (hybrid KV groups); before it, one group: num_blocks × block_size (PR #13596); release boundary observed in logs, approximate",
     },
     VllmRule {
         what: "chunked local attention (Llama 4) planned as full attention: the hybrid KV cache manager is off by default for it",
         since: CHUNKED_HMA_OFF,
+        until: Some(CHUNKED_HMA_ON),
         source: "vllm/envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default \"0\" and vllm/config/vllm.py VllmConfig.__post_init__ (v0.10.1 @aab549870 to v0.13.0 @72506c983)",
     },
     VllmRule {
         what: "the memory snapshot is taken after NCCL starts: NCCL buffers are not non-torch memory",
         since: SNAPSHOT_AFTER_NCCL,
+        until: None,
         source: "vllm/v1/worker/gpu_worker.py Worker.init_device (v0.11.0 @f71952c1c; v0.10.2 @26b999c71 took it before init_worker_distributed_environment)",
     },
     VllmRule {
         what: "sampler warm-up on the PyTorch sort path (about 38.5 B per logit); before, FlashInfer's sampler when installed",
         since: SAMPLER_NATIVE_SORT,
+        until: Some(SAMPLER_TRITON),
         source: "vllm/v1/sample/ops/topk_topp_sampler.py (VLLM_USE_FLASHINFER_SAMPLER default None from v0.11.0 @f71952c1c); 38.5-39.8 B/logit fitted on four public profiling logs",
     },
     VllmRule {
         what: "unequal attention pages share a pool: the smaller page gets a proportionally larger block size",
         since: PAGE_UNIFICATION,
+        until: None,
         source: "vllm/v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size (v0.12.0 @4fd9d6a85; v0.11.2 raised NotImplementedError)",
     },
     VllmRule {
         what: "chunked local attention keeps its own KV group again (hybrid KV cache manager on by default)",
         since: CHUNKED_HMA_ON,
+        until: None,
         source: "vllm/envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE default \"1\" (v0.14.0 @b17039bcc)",
     },
     VllmRule {
         what: "sampler warm-up's top-k/top-p on the Triton kernel (about 15.3 B per logit)",
         since: SAMPLER_TRITON,
+        until: Some(SAMPLER_FLASHINFER),
         source: "vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (v0.17.0 @b31e9326a); 15.2-15.5 B/logit in the llm-d planner's v0.17-v0.19 H100 profiling table",
     },
     VllmRule {
         what: "Mamba2 conv state keeps conv_kernel − 1 + num_speculative_tokens rows",
         since: MAMBA2_SPEC_ROWS,
+        until: None,
         source: "vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator.mamba2_state_shape (PR #33726, v0.17.0 @b31e9326a)",
     },
     VllmRule {
         what: "layers form one group size when the larger bucket is under 1.5× the smaller (1.25× before)",
         since: GROUP_RATIO_1_5,
+        until: None,
         source: "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size (v0.18.0 @bcf2be961)",
     },
     VllmRule {
         what: "CUDA-graph memory is estimated while profiling and taken out of the KV budget",
         since: CUDAGRAPH_BUDGET,
+        until: None,
         source: "vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default \"1\" from v0.20.0 @b8160878f (opt-in since v0.18.0; the log line says \"default since v0.21.0\"); gpu_model_runner.py profile_cudagraph_memory (PR #30515)",
     },
     VllmRule {
         what: "\"GPU KV cache size\" = int(max concurrency × max_model_len)",
         since: LOG_CONCURRENCY,
+        until: None,
         source: "vllm/v1/core/kv_cache_utils.py get_kv_cache_capacity; observed old in 0.20.1rc1.dev16 nightly and new in 0.20.1 (club-3090 discussions #46 and #91)",
     },
     VllmRule {
         what: "sampler warm-up on FlashInfer's sampler by default (about 34 B per logit, fitted on vllm#52872)",
         since: SAMPLER_FLASHINFER,
+        until: None,
         source: "vllm/envs.py VLLM_USE_FLASHINFER_SAMPLER default True (v0.21.0 @ad7125a43)",
     },
     VllmRule {
         what: "sliding-window and chunked groups hold max_in_flight_tokens = 2 × max_num_batched_tokens (async scheduling)",
         since: IN_FLIGHT_TOKENS,
+        until: None,
         source: "vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes, vllm/config/vllm.py max_in_flight_tokens (v0.26.0 @ffd46bfab)",
     },
     VllmRule {
         what: "GPUs of 160 GiB and more default to max_num_batched_tokens 16384",
         since: BATCH_TIER_160,
+        until: None,
         source: "vllm/engine/arg_utils.py get_batch_defaults (v0.28.0 @2cf0a6915)",
     },
     VllmRule {
         what: "Cohere 2 sliding layers see sliding_window + 1 tokens",
         since: COHERE2_WINDOW_PLUS_ONE,
+        until: None,
         source: "vllm/model_executor/models/commandr.py CohereAttention (v0.29.0 @98dff2a81)",
     },
 ];
@@ -488,7 +505,7 @@ pub fn rules_for(version: VllmVersion) -> Vec<RuleUse> {
         .iter()
         .map(|rule| RuleUse {
             rule: *rule,
-            applied: version.has(rule.since),
+            applied: version.has(rule.since) && !rule.until.is_some_and(|u| version.has(u)),
         })
         .collect()
 }
@@ -580,8 +597,10 @@ mod tests {
         );
         assert!(applied(v("0.20.1"), LOG_CONCURRENCY));
         assert!(
-            rules_for(v("0.29.0")).iter().all(|r| r.applied),
-            "every modelled rule is older than 0.29"
+            rules_for(v("0.29.0"))
+                .iter()
+                .all(|r| r.applied || r.rule.until.is_some()),
+            "every modelled rule is older than 0.29: applied there unless replaced"
         );
     }
 
@@ -618,11 +637,21 @@ mod tests {
         }
 
         #[test]
-        fn a_rule_applies_to_every_later_version(a in version_text(), b in version_text()) {
+        fn a_rule_applies_from_its_release_until_a_later_one_replaces_it(
+            a in version_text(),
+            b in version_text(),
+        ) {
             let (a, b) = (v(&a), v(&b));
             let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
             for (l, h) in rules_for(lo).iter().zip(rules_for(hi)) {
-                prop_assert!(!l.applied || h.applied);
+                let replaced = h.rule.until.is_some_and(|u| hi.has(u));
+                prop_assert!(!l.applied || h.applied || replaced);
+                // A replaced rule's successor applies wherever it stops.
+                if l.applied && replaced {
+                    let until = h.rule.until.unwrap();
+                    prop_assert!(rules_for(hi).iter().any(|r| r.rule.since == until && r.applied
+                        || r.rule.until.is_some_and(|u| hi.has(u))));
+                }
             }
         }
     }

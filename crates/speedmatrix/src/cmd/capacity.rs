@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use speedmatrix_capacity::{
     CapacityError, CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, LoggedFigure,
-    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, SglangStartupLog, VllmFlags,
+    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, SglangStartupLog, TermKind, VllmFlags,
     VllmPrediction, VllmStartupLog, budget_from_available_gib, capacity_from_budget, capacity_grid,
     predict,
 };
@@ -422,7 +422,12 @@ fn vllm_breakdown(out: &mut String, v: &VllmPrediction) {
         ("non-torch", &b.non_torch),
         ("CUDA graphs", &b.cudagraph),
     ] {
-        let tag = if e.estimated { "ESTIMATE" } else { "given" };
+        let tag = match e.kind {
+            TermKind::Measured => "measured",
+            TermKind::Derived => "derived",
+            TermKind::Estimated => "ESTIMATE",
+            TermKind::Given => "given",
+        };
         let _ = writeln!(
             out,
             "  − {name:<16} {:>10}  [{tag}] {}",
@@ -441,10 +446,15 @@ fn vllm_breakdown(out: &mut String, v: &VllmPrediction) {
         let _ = writeln!(out, "  note: {assumed}");
     }
     for r in &v.rules {
-        let mark = if r.applied { "applied" } else { "not yet" };
+        let replaced = r.rule.until.filter(|u| v.version.has(*u));
+        let (mark, until) = match (r.applied, replaced) {
+            (true, _) => ("applied", String::new()),
+            (false, Some(u)) => ("replaced", format!(" until v{u}")),
+            (false, None) => ("not yet", String::new()),
+        };
         let _ = writeln!(
             out,
-            "  [{mark}] since v{}: {} ({})",
+            "  [{mark}] since v{}{until}: {} ({})",
             r.rule.since, r.rule.what, r.rule.source
         );
     }
