@@ -4,7 +4,7 @@ use serde::Serialize;
 use speedmatrix_units::ByteSize;
 
 use crate::CapacityError;
-use crate::config::ModelConfig;
+use crate::config::{LayerKind, ModelConfig};
 use crate::pool::{KvPool, SlotPool};
 
 /// KV cell element types (`-ctk` / `-ctv`).
@@ -48,26 +48,37 @@ impl GgmlKvType {
 /// llama-server flags.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaCppFlags {
-    /// `-c/--ctx-size` (0: the model's training context).
+    /// `-c/--ctx-size` (0: the model's training context, per stream with `--fit`).
     pub n_ctx: u64,
-    /// `-np/--parallel`.
-    pub n_parallel: u32,
-    /// `--kv-unified`.
+    /// `-np/--parallel`; `None` is llama-server's auto: 4 slots sharing one
+    /// unified cache (`server.cpp`, since PR #16736).
+    pub n_parallel: Option<u32>,
+    /// `--kv-unified` (implied by the automatic slot count).
     pub unified: bool,
     /// `-ctk`.
     pub cache_type_k: GgmlKvType,
     /// `-ctv`.
     pub cache_type_v: GgmlKvType,
+    /// `--swa-full`: sliding-window layers keep every cell.
+    pub swa_full: bool,
+    /// `-ub/--ubatch-size` (default 512): sliding-window caches hold one ubatch more.
+    pub n_ubatch: u64,
+    /// `--fit` (on by default): with `-c 0`, each stream starts from the
+    /// training context; memory may then lower it (not modelled).
+    pub fit: bool,
 }
 
 impl Default for LlamaCppFlags {
     fn default() -> Self {
         LlamaCppFlags {
             n_ctx: 0,
-            n_parallel: 1,
+            n_parallel: Some(1),
             unified: false,
             cache_type_k: GgmlKvType::F16,
             cache_type_v: GgmlKvType::F16,
+            swa_full: false,
+            n_ubatch: 512,
+            fit: true,
         }
     }
 }
@@ -75,16 +86,22 @@ impl Default for LlamaCppFlags {
 /// What llama-server would allocate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaCppPrediction {
-    /// KV cells (n_ctx padded to 256).
+    /// KV cells in all (`n_ctx` after padding: `n_ctx_seq` × streams).
     pub n_ctx: u64,
-    /// Cells per slot (`n_ctx_seq`).
+    /// Cells per stream (`n_ctx_seq`; a slot's context, capped at the
+    /// training context in `/props`).
     pub n_ctx_seq: u64,
     /// Slots.
     pub n_parallel: u32,
     /// Shared cells.
     pub unified: bool,
-    /// Bytes of the attention KV cache ("llama_kv_cache: size = …").
+    /// Cells per stream of the sliding-window layers, when the model has them.
+    pub swa_cells: Option<u64>,
+    /// Bytes of the attention KV cache (the "llama_kv_cache: size = …" lines together).
     pub kv_bytes: ByteSize,
+    /// Bytes of the recurrent states (f32, one cell per sequence:
+    /// "llama_memory_recurrent: size = …"), 0 without recurrent layers.
+    pub recurrent_bytes: ByteSize,
 }
 
 impl LlamaCppPrediction {
@@ -98,42 +115,101 @@ impl LlamaCppPrediction {
     }
 }
 
-/// Predicts llama-server's KV allocation.
+/// Cells are allocated in multiples of 256 (`GGML_PAD(n_ctx, 256)`, PR #17046).
+const PAD: u64 = 256;
+
+/// Predicts llama-server's KV allocation (`llama_context`, `llama_kv_cache`,
+/// `llama_kv_cache_iswa`, `llama_memory_recurrent` at llama.cpp 0c1e57098):
+/// `n_ctx` padded to 256; without a unified cache each of the `n_parallel`
+/// streams gets `pad256(n_ctx / n_parallel)` cells; sliding-window layers
+/// keep `pad256(min(n_ctx_seq, window × (unified ? n_parallel : 1) + n_ubatch))`
+/// cells per stream unless `--swa-full`; layers sharing another's KV keep
+/// none; an MLA cache stores K only (the latent); recurrent layers keep one
+/// f32 state per sequence.
 pub fn predict_llamacpp(
     model: &ModelConfig,
     flags: &LlamaCppFlags,
 ) -> Result<LlamaCppPrediction, CapacityError> {
-    let requested = if flags.n_ctx == 0 {
-        model
-            .max_position_embeddings
-            .ok_or(CapacityError::MissingField {
-                field: "max_position_embeddings (or pass n_ctx)",
-            })?
-    } else {
-        flags.n_ctx
+    let (n_seq, unified) = match flags.n_parallel {
+        None => (4u64, true),
+        Some(0) => {
+            return Err(CapacityError::BadFlag {
+                flag: "--parallel",
+                value: "0".into(),
+                why: "must be at least 1",
+            });
+        }
+        Some(n) => (u64::from(n), flags.unified),
     };
-    if flags.n_parallel == 0 {
-        return Err(CapacityError::BadFlag {
-            flag: "--parallel",
-            value: "0".into(),
-            why: "must be at least 1",
-        });
-    }
-    let n_ctx = requested.div_ceil(256) * 256;
-    let attn_layers = model.layers.iter().filter(|k| k.is_attention()).count() as u64;
-    let heads = model.num_kv_heads;
-    let per_cell = attn_layers
-        * (flags.cache_type_k.bytes(heads * model.head_dim)
-            + flags.cache_type_v.bytes(heads * model.head_dim_v));
+    let streams = if unified { 1 } else { n_seq };
+    let train = model.max_position_embeddings;
+    let requested = match (flags.n_ctx, train) {
+        (0, Some(t)) if flags.fit => t * streams,
+        (0, Some(t)) => t,
+        (0, None) => {
+            return Err(CapacityError::MissingField {
+                field: "max_position_embeddings (or pass n_ctx)",
+            });
+        }
+        (n, _) => n,
+    };
+    let padded = requested.div_ceil(PAD) * PAD;
+    let n_ctx_seq = if unified {
+        padded
+    } else {
+        (padded / n_seq).div_ceil(PAD) * PAD
+    };
+    let n_ctx = n_ctx_seq * streams;
+    let swa_cells = model.layers.iter().find_map(|k| match k {
+        LayerKind::SlidingWindow { window } if !flags.swa_full => {
+            let want = window * if unified { n_seq } else { 1 } + flags.n_ubatch;
+            Some((want.min(n_ctx_seq)).div_ceil(PAD) * PAD)
+        }
+        _ => None,
+    });
+    let row = |kind: LayerKind| -> u64 {
+        let (heads, k_dim, v_dim) = match (kind, model.mla, model.full_attention_heads) {
+            // The V-less MLA cache (PR #19067): one latent row per token.
+            (_, Some(m), _) => (1, m.latent_dim(), 0),
+            (LayerKind::FullAttention, None, Some(g)) => (g.num_kv_heads, g.head_dim, g.head_dim),
+            _ => (model.num_kv_heads, model.head_dim, model.head_dim_v),
+        };
+        flags.cache_type_k.bytes(heads * k_dim) + flags.cache_type_v.bytes(heads * v_dim)
+    };
+    let kv_bytes: u64 = model
+        .layers
+        .iter()
+        .map(|k| match k {
+            LayerKind::SlidingWindow { .. } => row(*k) * swa_cells.unwrap_or(n_ctx_seq) * streams,
+            k if k.is_attention() => row(*k) * n_ctx_seq * streams,
+            _ => 0,
+        })
+        .sum();
+    let recurrent_layers = model.layers.iter().filter(|k| k.is_recurrent()).count() as u64;
+    let recurrent_bytes = recurrent_layers * n_seq.max(1) * 4 * recurrent_elements(model);
     Ok(LlamaCppPrediction {
         n_ctx,
-        n_ctx_seq: if flags.unified {
-            n_ctx
-        } else {
-            n_ctx / u64::from(flags.n_parallel)
-        },
-        n_parallel: flags.n_parallel,
-        unified: flags.unified,
-        kv_bytes: ByteSize::new(per_cell * n_ctx),
+        n_ctx_seq,
+        n_parallel: u32::try_from(n_seq).unwrap_or(u32::MAX),
+        unified,
+        swa_cells,
+        kv_bytes: ByteSize::new(kv_bytes),
+        recurrent_bytes: ByteSize::new(recurrent_bytes),
     })
+}
+
+/// f32 values of one sequence's recurrent state in one layer (`n_embd_r` +
+/// `n_embd_s`): Mamba2 `(d_conv − 1)(d_inner + 2·groups·d_state) + d_state·d_inner`;
+/// Gated DeltaNet its conv rows and its `heads × d_k × d_v` state.
+fn recurrent_elements(model: &ModelConfig) -> u64 {
+    if let Some(g) = model.gdn {
+        let conv_dim = 2 * g.num_key_heads * g.key_head_dim + g.num_value_heads * g.value_head_dim;
+        return g.conv_kernel.saturating_sub(1) * conv_dim
+            + g.num_value_heads * g.key_head_dim * g.value_head_dim;
+    }
+    if let Some(m) = model.mamba {
+        return m.conv_kernel.saturating_sub(1) * (m.d_inner + 2 * m.n_groups * m.state_size)
+            + m.state_size * m.d_inner;
+    }
+    0
 }

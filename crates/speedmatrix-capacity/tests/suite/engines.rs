@@ -129,19 +129,20 @@ fn sglang_token_pool_and_llamacpp_slots() {
         &model,
         &LlamaCppFlags {
             n_ctx: 65_000,
-            n_parallel: 4,
+            n_parallel: Some(4),
             ..LlamaCppFlags::default()
         },
     )
     .unwrap();
-    assert_eq!(l.n_ctx, 65_024, "padded to 256");
-    assert_eq!(l.n_ctx_seq, 16_256);
-    assert_eq!(l.kv_bytes.get(), 65_024 * 131_072);
+    // 65,000 → 65,024 (256s); a quarter each, 16,256, padded again: 16,384 per stream.
+    assert_eq!(l.n_ctx_seq, 16_384);
+    assert_eq!(l.n_ctx, 4 * 16_384);
+    assert_eq!(l.kv_bytes.get(), 65_536 * 131_072);
     let grid = capacity_grid(
         Some(&speedmatrix_capacity::Prediction::LlamaCpp(l)),
         None,
         ServerLimits::default(),
-        &spec(&[8_000, 16_001], &[4, 5], 256),
+        &spec(&[8_000, 16_200], &[4, 5], 256),
     )
     .unwrap();
     assert!(grid.cells[0].fits);

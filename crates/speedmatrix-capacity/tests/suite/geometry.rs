@@ -5,9 +5,9 @@
 //! checkpoint weights, quantization exclusions.
 
 use speedmatrix_capacity::{
-    CheckpointTensors, GroupKind, KvGroup, LayerKind, ModelConfig, SpeculativeMethod, VllmFlags,
-    VllmLayout, VllmVersion, WeightPlacement, budget_from_available_gib,
-    capacity_from_stage_budgets, pipeline_partition,
+    CheckpointTensors, GroupKind, KvGroup, LayerKind, LlamaCppFlags, ModelConfig,
+    SpeculativeMethod, VllmFlags, VllmLayout, VllmVersion, WeightPlacement,
+    budget_from_available_gib, capacity_from_stage_budgets, pipeline_partition, predict_llamacpp,
 };
 
 fn flags(version: &str) -> VllmFlags {
@@ -434,4 +434,90 @@ fn a_drafter_layer_on_a_hybrid_model_groups_by_release() {
             .count(),
         2
     );
+}
+
+#[test]
+fn llama_cpp_sliding_window_recurrent_and_mla_caches_follow_its_rules() {
+    // Gemma 3 style: 5 sliding (window 1024) per global layer, 8 KV heads × 128.
+    let gemma = ModelConfig::from_json(
+        r#"{"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 12,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 128,
+        "sliding_window": 1024, "vocab_size": 262144, "max_position_embeddings": 32768}"#,
+    )
+    .unwrap();
+    // llama-server's default: 4 slots on one unified cache of the training context.
+    let auto = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: None,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert!(auto.unified);
+    assert_eq!(auto.n_parallel, 4);
+    assert_eq!(auto.n_ctx, 32_768);
+    // Sliding layers: pad256(1024 × 4 slots + 512) = 4,608 cells.
+    assert_eq!(auto.swa_cells, Some(4_608));
+    let row = 8 * 128 * 2 * 2;
+    assert_eq!(auto.kv_bytes.get(), row * (2 * 32_768 + 10 * 4_608));
+    let full = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: None,
+            swa_full: true,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(full.kv_bytes.get(), row * 12 * 32_768);
+    // Explicit slots, not unified, --fit on and -c 0: each slot gets the training context.
+    let slots = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: Some(2),
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((slots.n_ctx_seq, slots.n_ctx), (32_768, 65_536));
+    // A Mamba2 hybrid keeps one f32 state per slot in each recurrent layer.
+    let hybrid = ModelConfig::from_json(
+        r#"{"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 128, "layers_block_type": ["mamba", "mamba", "attention", "mamba"],
+        "mamba_n_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "mamba_n_groups": 8,
+        "mamba_d_conv": 4, "vocab_size": 32000, "max_position_embeddings": 8192}"#,
+    )
+    .unwrap();
+    let h = predict_llamacpp(
+        &hybrid,
+        &LlamaCppFlags {
+            n_ctx: 8192,
+            n_parallel: Some(3),
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    let d_inner = 64 * 64;
+    let per_layer = 3 * (d_inner + 2 * 8 * 128) + 128 * d_inner;
+    assert_eq!(h.recurrent_bytes.get(), 3 * 3 * 4 * per_layer);
+    // Three streams of pad256(8192 / 3) = 2,816 cells.
+    assert_eq!(h.n_ctx_seq, 2_816);
+    assert_eq!(h.kv_bytes.get(), 4 * 128 * 2 * 2 * 3 * 2_816);
+    // MLA: the latent only, no V.
+    let mla = ModelConfig::from_json(
+        r#"{"hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+        "kv_lora_rank": 512, "qk_rope_head_dim": 64, "vocab_size": 102400,
+        "max_position_embeddings": 4096}"#,
+    )
+    .unwrap();
+    let m = predict_llamacpp(
+        &mla,
+        &LlamaCppFlags {
+            n_ctx: 4096,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(m.kv_bytes.get(), 27 * 576 * 2 * 4096);
 }

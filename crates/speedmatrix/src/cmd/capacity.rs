@@ -361,6 +361,20 @@ fn render(
                 if l.unified { ", unified" } else { "" },
                 l.kv_bytes
             );
+            if let Some(swa) = l.swa_cells {
+                let _ = writeln!(
+                    out,
+                    "  sliding-window layers keep {} cells per stream (window + one ubatch)",
+                    group_thousands(swa)
+                );
+            }
+            if l.recurrent_bytes.get() > 0 {
+                let _ = writeln!(
+                    out,
+                    "  recurrent states {} (f32, one per slot)",
+                    l.recurrent_bytes
+                );
+            }
         }
         _ => {}
     }

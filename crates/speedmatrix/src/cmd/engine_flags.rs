@@ -177,15 +177,25 @@ pub(crate) struct EngineArgs {
     #[arg(long)]
     pub(crate) max_running_requests: Option<u32>,
 
-    /// llama.cpp --ctx-size (0: the model's context).
+    /// llama.cpp --ctx-size (0: the model's training context, per slot with --fit on).
     #[arg(long, default_value_t = 0)]
     ctx_size: u64,
-    /// llama.cpp --parallel.
-    #[arg(long, default_value_t = 1)]
-    parallel: u32,
+    /// llama.cpp --parallel [default: llama-server's auto: 4 slots sharing a unified cache].
+    #[arg(long)]
+    parallel: Option<u32>,
     /// llama.cpp --kv-unified.
     #[arg(long)]
     kv_unified: bool,
+    /// llama.cpp --swa-full: sliding-window layers keep every cell.
+    #[arg(long)]
+    swa_full: bool,
+    /// llama.cpp --ubatch-size (sliding-window caches hold one ubatch beyond the window).
+    #[arg(long, default_value_t = 512)]
+    ubatch_size: u64,
+    /// llama.cpp --fit off: with --ctx-size 0 the training context is shared by the slots
+    /// instead of given to each.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    fit: String,
     /// llama.cpp -ctk / -ctv.
     #[arg(long, default_value = "f16")]
     cache_type: String,
@@ -323,6 +333,9 @@ impl EngineArgs {
                     unified: args.kv_unified,
                     cache_type_k: t,
                     cache_type_v: t,
+                    swa_full: args.swa_full,
+                    n_ubatch: args.ubatch_size,
+                    fit: args.fit == "on",
                 })
             }
         })
