@@ -80,8 +80,12 @@ pub struct SglangPrediction {
     pub rest: ByteSize,
     /// Bytes per token over all attention layers (`cell_size`).
     pub cell_bytes: u64,
-    /// `max_total_num_tokens`.
+    /// `max_total_num_tokens` (the full-attention pool for sliding-window models).
     pub max_total_num_tokens: u64,
+    /// The sliding-window pool's tokens, for models with both kinds of layer.
+    pub swa_tokens: Option<u64>,
+    /// `max_running_requests` as SGLang derives it (or as given, capped).
+    pub max_running_requests: u64,
     /// Recurrent-state slots for hybrid models (`max_mamba_cache_size`).
     pub mamba_slots: Option<u64>,
     /// Context limit.
@@ -96,7 +100,9 @@ impl SglangPrediction {
         KvPool::Tokens(TokenPool {
             tokens: self.max_total_num_tokens,
             page_size: self.flags.page_size,
-            max_running_requests: self.flags.max_running_requests,
+            max_running_requests: Some(
+                u32::try_from(self.max_running_requests).unwrap_or(u32::MAX),
+            ),
             state_slots: self.mamba_slots,
             max_model_len: self.context_length,
         })
@@ -222,6 +228,8 @@ pub fn predict_sglang(
         });
     }
     let pool = token_pool(model, flags, tp, rest);
+    let context = flags.context_length.or(model.max_position_embeddings);
+    let running = max_running_requests(flags, pool.tokens, context, pool.mamba_slots);
     Ok(SglangPrediction {
         mem_fraction_static: f,
         mem_fraction_basis: basis,
@@ -230,8 +238,10 @@ pub fn predict_sglang(
         rest: ByteSize::new(rest),
         cell_bytes: pool.cell,
         max_total_num_tokens: pool.tokens,
+        swa_tokens: pool.swa_tokens,
         mamba_slots: pool.mamba_slots,
-        context_length: flags.context_length.or(model.max_position_embeddings),
+        max_running_requests: running,
+        context_length: context,
         flags: SglangFlags {
             mem_fraction_static: Some(f),
             ..flags.clone()
@@ -281,56 +291,91 @@ pub fn sglang_tokens_from_memory(
 struct Pool {
     cell: u64,
     tokens: u64,
+    swa_tokens: Option<u64>,
     mamba_slots: Option<u64>,
 }
 
-/// The token pool `rest` bytes hold: `cell_size` per token over the
-/// attention layers (K and V, per rank), the recurrent-state slots taken
-/// first for hybrid models, rounded down to the page size.
+/// The token pool `rest` bytes hold (`KVCacheConfigurator` and the pool
+/// configurators, v0.5.23): recurrent-state slots first for hybrid models
+/// (`ratio/(1+ratio)` of the rest, one slot the pool's padding), then K and V
+/// per token over the full-attention layers plus, for sliding-window models,
+/// `swa_full_tokens_ratio` (0.8) of a token over the sliding layers
+/// (`HybridSWAPoolConfigurator`), rounded down to the page size.
 fn token_pool(model: &ModelConfig, flags: &SglangFlags, tp: u64, rest: u64) -> Pool {
     let elt = if flags.fp8_kv { 1 } else { model.dtype.bytes() };
-    let attn_layers = model.layers.iter().filter(|k| k.is_attention()).count() as u64;
-    let cell = match model.mla {
-        Some(m) => m.latent_dim() * attn_layers * elt,
-        None => {
-            (model.num_kv_heads / tp).max(1)
-                * (model.head_dim + model.head_dim_v)
-                * attn_layers
-                * elt
-        }
+    let per_layer = match model.mla {
+        Some(m) => m.latent_dim() * elt,
+        None => (model.num_kv_heads / tp).max(1) * (model.head_dim + model.head_dim_v) * elt,
     };
-    let recurrent = model
-        .layers
-        .iter()
-        .filter(|k| matches!(k, LayerKind::LinearAttention | LayerKind::Mamba))
-        .count() as u64;
-    // `handle_max_mamba_cache`: the state pool takes `r/(1+r)` of the rest (or the
-    // explicit `--max-mamba-cache-size`), and what the states occupy is removed
-    // before the token pool is sized.
+    let count = |f: fn(&LayerKind) -> bool| model.layers.iter().filter(|k| f(k)).count() as u64;
+    let swa_layers = count(|k| matches!(k, LayerKind::SlidingWindow { .. }));
+    let full_layers = count(|k| k.is_attention()) - swa_layers;
+    let r = SWA_FULL_TOKENS_RATIO;
+    // All-sliding models have no ratio: every layer is in the one pool.
+    let (cell_full, cell_swa) = match (full_layers, swa_layers) {
+        (0, n) => (per_layer * n, 0.0),
+        (f, n) => (per_layer * f, r * (per_layer * n) as f64),
+    };
+    let recurrent = count(|k| k.is_recurrent());
     let (kv_budget, mamba_slots) = if recurrent > 0 {
-        let r = flags.mamba_full_memory_ratio;
+        let ratio = flags.mamba_full_memory_ratio;
         let per_request = (state_bytes(model, tp) * recurrent).max(1);
         let slots = match flags.max_mamba_cache_size {
             Some(m) => m,
-            None => (rest as f64 * r / (1.0 + r) / per_request as f64) as u64,
+            None => {
+                let budget = rest as f64 * ratio / (1.0 + ratio);
+                ((budget - per_request as f64) / per_request as f64).max(0.0) as u64
+            }
         };
         (
-            rest.saturating_sub(slots.saturating_mul(per_request)),
+            rest.saturating_sub((slots + 1).saturating_mul(per_request)),
             Some(slots),
         )
     } else {
         (rest, None)
     };
-    let mut tokens = kv_budget / cell.max(1);
+    let cell = cell_full as f64 + cell_swa;
+    let mut tokens = (kv_budget as f64 / cell.max(1.0)) as u64;
     if let Some(m) = flags.max_total_tokens {
         tokens = tokens.min(m);
     }
     let page = flags.page_size.max(1);
     tokens = tokens / page * page;
+    let swa_tokens =
+        (full_layers > 0 && swa_layers > 0).then(|| ((tokens as f64 * r) as u64) / page * page);
     Pool {
-        cell,
+        cell: cell.round() as u64,
         tokens,
+        swa_tokens,
         mamba_slots,
+    }
+}
+
+/// `--swa-full-tokens-ratio`'s default: the sliding-window pool holds 0.8 of
+/// the full pool's tokens.
+const SWA_FULL_TOKENS_RATIO: f64 = 0.8;
+
+/// `resolve_max_num_reqs` (v0.5.23): `--max-running-requests` or
+/// `clamp(tokens / context × 512, 2048, 4096)`, at most half the tokens,
+/// and for hybrid models at most the state slots over the mamba ratio
+/// (5 with the default radix cache strategy).
+fn max_running_requests(
+    flags: &SglangFlags,
+    tokens: u64,
+    context: Option<u64>,
+    slots: Option<u64>,
+) -> u64 {
+    let estimated = match context.filter(|c| *c > 0) {
+        Some(c) => ((tokens as f64 / c as f64 * 512.0) as u64).clamp(2048, 4096),
+        None => 2048,
+    };
+    let reqs = flags
+        .max_running_requests
+        .map_or(estimated, |r| u64::from(r).max(1))
+        .min(tokens / 2);
+    match slots {
+        Some(s) => reqs.min(s / 5),
+        None => reqs,
     }
 }
 

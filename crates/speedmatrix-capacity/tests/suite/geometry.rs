@@ -5,9 +5,10 @@
 //! checkpoint weights, quantization exclusions.
 
 use speedmatrix_capacity::{
-    CheckpointTensors, GroupKind, KvGroup, LayerKind, LlamaCppFlags, ModelConfig,
+    CheckpointTensors, GroupKind, KvGroup, LayerKind, LlamaCppFlags, ModelConfig, SglangFlags,
     SpeculativeMethod, VllmFlags, VllmLayout, VllmVersion, WeightPlacement,
     budget_from_available_gib, capacity_from_stage_budgets, pipeline_partition, predict_llamacpp,
+    sglang_tokens_from_memory,
 };
 
 fn flags(version: &str) -> VllmFlags {
@@ -520,4 +521,26 @@ fn llama_cpp_sliding_window_recurrent_and_mla_caches_follow_its_rules() {
     )
     .unwrap();
     assert_eq!(m.kv_bytes.get(), 27 * 576 * 2 * 4096);
+}
+
+#[test]
+fn sglang_splits_sliding_window_models_into_two_pools() {
+    // 12 sliding + 12 full layers, 8 KV heads × 64, bf16: 2,048 B per layer per token.
+    let types = ["\"sliding_attention\"", "\"full_attention\""]
+        .repeat(12)
+        .join(", ");
+    let model = ModelConfig::from_json(&format!(
+        r#"{{"hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "head_dim": 64, "layer_types": [{types}],
+        "sliding_window": 128, "vocab_size": 201088, "max_position_embeddings": 131072}}"#
+    ))
+    .unwrap();
+    let flags = SglangFlags {
+        mem_fraction_static: Some(0.5),
+        ..SglangFlags::default()
+    };
+    // rest = 30 − 40 × 0.5 = 10 GiB over 12 × 2,048 + 0.8 × 12 × 2,048 B per token.
+    let tokens = sglang_tokens_from_memory(&model, &flags, 40.0, 30.0).unwrap();
+    let cell = 12.0 * 2048.0 + 0.8 * 12.0 * 2048.0;
+    assert_eq!(tokens, (10.0 * (1u64 << 30) as f64 / cell) as u64);
 }
