@@ -157,7 +157,22 @@ pub(super) fn memory_budget(
                 }
                 None => {
                     let w = model.estimate_weights_on(&placement);
-                    Estimate::modelled(w.per_rank.get(), w.basis)
+                    match flags.overhead.checkpoint_total {
+                        Some(total) => {
+                            let whole = model.estimate_weights(flags.language_model_only, 1).total;
+                            let share = w.per_rank.get() as f64 / whole.get().max(1) as f64;
+                            Estimate::modelled(
+                                (total.get() as f64 * share).round() as u64,
+                                format!(
+                                    "the checkpoint's {total} (safetensors index), {:.1} % of it on \
+                                     this rank as the counted weights split ({})",
+                                    share * 100.0,
+                                    w.basis
+                                ),
+                            )
+                        }
+                        None => Estimate::modelled(w.per_rank.get(), w.basis),
+                    }
                 }
             }
         }

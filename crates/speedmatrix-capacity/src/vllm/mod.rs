@@ -147,8 +147,12 @@ pub struct OverheadOverrides {
     pub non_torch: Option<ByteSize>,
     /// CUDA-graph memory estimate.
     pub cudagraph: Option<ByteSize>,
-    /// Exact weight bytes per rank (e.g. from the safetensors index / 'Model loading took').
+    /// Exact weight bytes per rank (e.g. 'Model loading took').
     pub weights: Option<ByteSize>,
+    /// The whole checkpoint's bytes (`metadata.total_size` of
+    /// `model.safetensors.index.json`): each rank's share follows the counted
+    /// weights' split.
+    pub checkpoint_total: Option<ByteSize>,
 }
 
 /// The vLLM flags that change KV capacity. `Default` is `vllm serve` with no flags.

@@ -544,3 +544,32 @@ fn sglang_splits_sliding_window_models_into_two_pools() {
     let cell = 12.0 * 2048.0 + 0.8 * 12.0 * 2048.0;
     assert_eq!(tokens, (10.0 * (1u64 << 30) as f64 / cell) as u64);
 }
+
+#[test]
+fn a_safetensors_index_total_is_split_as_the_counted_weights_are() {
+    let model = llama(32, 8);
+    let gpu = speedmatrix_capacity::Gpu::lookup("h100").unwrap();
+    let weights = |total: Option<u64>, pp: u32| {
+        let mut f = flags("0.21.0");
+        f.pipeline_parallel_size = pp;
+        f.max_model_len = Some(8192);
+        f.overhead.checkpoint_total = total.map(speedmatrix_units::ByteSize::new);
+        match speedmatrix_capacity::predict(
+            &model,
+            &gpu,
+            &speedmatrix_capacity::EngineFlags::Vllm(f),
+        )
+        .unwrap()
+        {
+            speedmatrix_capacity::Prediction::Vllm(p) => p.budget.weights.bytes.get(),
+            _ => unreachable!(),
+        }
+    };
+    let counted = weights(None, 1);
+    let total = model.estimate_weights(true, 1).total.get();
+    assert_eq!(weights(Some(2 * total), 1), 2 * counted);
+    // Two stages: the deciding stage holds its share of the doubled total.
+    let stage = weights(None, 2);
+    let doubled = weights(Some(2 * total), 2);
+    assert!(doubled.abs_diff(2 * stage) <= 2, "{doubled} vs 2 × {stage}");
+}

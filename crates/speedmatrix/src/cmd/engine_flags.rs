@@ -227,7 +227,7 @@ impl EngineArgs {
     pub(crate) fn engine_flags(&self, engine: PredictedEngine) -> anyhow::Result<EngineFlags> {
         let args = self;
         let tp = args.tensor_parallel_size.max(1);
-        let weights = match &args.safetensors_index {
+        let checkpoint_total = match &args.safetensors_index {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     UsageError(format!(
@@ -235,12 +235,12 @@ impl EngineArgs {
                         path.display()
                     ))
                 })?;
-                Some(ByteSize::new(
-                    weights_from_safetensors_index(&text).map_err(usage)?.get() / u64::from(tp),
-                ))
+                Some(weights_from_safetensors_index(&text).map_err(usage)?)
             }
             None => None,
         };
+        // SGLang ranks split the whole checkpoint by tensor parallelism alone.
+        let weights = checkpoint_total.map(|t| ByteSize::new(t.get() / u64::from(tp)));
         let draft_model = draft_model(args.draft_config.as_deref(), speculative_model(args))?;
         let checkpoint = match &args.checkpoint {
             Some(dir) => Some(read_checkpoint(dir)?),
@@ -309,7 +309,8 @@ impl EngineArgs {
                     activation_peak: args.activation_peak,
                     non_torch: args.non_torch_memory,
                     cudagraph: args.cudagraph_memory,
-                    weights,
+                    weights: None,
+                    checkpoint_total,
                 },
             }),
             PredictedEngine::Sglang => EngineFlags::Sglang(SglangFlags {
