@@ -62,6 +62,10 @@ pub enum KvCacheDtype {
     PerTokenHead,
     /// `nvfp4`: packed 4-bit data plus one fp8 scale per 16 elements.
     Nvfp4,
+    /// `fp8_ds_mla`: DeepSeek's sparse-MLA layout, fp8 latent with one fp32
+    /// scale per 128 values and the RoPE part in bf16 (656 B per token for
+    /// a 512 + 64 latent).
+    Fp8DsMla,
 }
 
 impl KvCacheDtype {
@@ -73,6 +77,7 @@ impl KvCacheDtype {
             "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" | "int8" => KvCacheDtype::Fp8,
             "fp8_per_token_head" | "int8_per_token_head" => KvCacheDtype::PerTokenHead,
             "nvfp4" => KvCacheDtype::Nvfp4,
+            "fp8_ds_mla" => KvCacheDtype::Fp8DsMla,
             _ => return Err(CapacityError::UnknownDtype(text.to_owned())),
         })
     }
@@ -81,7 +86,10 @@ impl KvCacheDtype {
     pub const fn element_bytes(self, model: Dtype) -> u64 {
         match self {
             KvCacheDtype::Auto => model.bytes(),
-            KvCacheDtype::Fp8 | KvCacheDtype::PerTokenHead | KvCacheDtype::Nvfp4 => 1,
+            KvCacheDtype::Fp8
+            | KvCacheDtype::PerTokenHead
+            | KvCacheDtype::Nvfp4
+            | KvCacheDtype::Fp8DsMla => 1,
         }
     }
 }

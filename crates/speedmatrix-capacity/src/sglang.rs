@@ -304,6 +304,16 @@ struct Pool {
 fn token_pool(model: &ModelConfig, flags: &SglangFlags, tp: u64, rest: u64) -> Pool {
     let elt = if flags.fp8_kv { 1 } else { model.dtype.bytes() };
     let per_layer = match model.mla {
+        // DeepSeek V3.2 / GLM-5 sparse attention: with fp8, the scaled latent
+        // (fp8 values, a scale per 128, bf16 RoPE) and the indexer's keys.
+        Some(m) if m.indexer_head_dim.is_some() => {
+            let latent = if flags.fp8_kv {
+                m.kv_lora_rank + m.kv_lora_rank / 128 * 4 + m.qk_rope_head_dim * 2
+            } else {
+                m.latent_dim() * elt
+            };
+            latent + m.indexer_head_dim.map_or(0, |d| d + d / 128 * 4)
+        }
         Some(m) => m.latent_dim() * elt,
         None => (model.num_kv_heads / tp).max(1) * (model.head_dim + model.head_dim_v) * elt,
     };

@@ -80,6 +80,9 @@ pub struct MlaShape {
     pub v_head_dim: u64,
     /// `q_lora_rank`, 0 when queries are not low-rank (weights only).
     pub q_lora_rank: u64,
+    /// `index_head_dim` of DeepSeek V3.2's sparse-attention indexer, whose
+    /// keys vLLM caches beside the latent (`DeepseekV32IndexerCache`).
+    pub indexer_head_dim: Option<u64>,
 }
 
 impl MlaShape {

@@ -132,6 +132,7 @@ pub(super) fn parse(
             qk_nope_head_dim: f.u64(&["qk_nope_head_dim"]).unwrap_or(128),
             v_head_dim: f.u64(&["v_head_dim"]).unwrap_or(128),
             q_lora_rank: f.u64(&["q_lora_rank"]).unwrap_or(0),
+            indexer_head_dim: f.u64(&["index_head_dim"]).filter(|d| *d > 0),
         });
     let gdn = gdn_shape(f);
     let mamba = mamba_shape(f, hidden_size);

@@ -254,8 +254,18 @@ impl VllmLayout {
 pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, tp: u64) -> u64 {
     let elt = kv.element_bytes(model.dtype);
     if let Some(mla) = model.mla {
-        // The latent is not split across TP ranks.
-        return mla.latent_dim() * elt;
+        // The latent is not split across TP ranks. DeepSeek V3.2's sparse MLA
+        // stores a quantized latent as fp8 with a scale per 128 values and
+        // its RoPE part in bf16 (`fp8_ds_mla`, the FlashMLA-sparse backend's
+        // layout), and its indexer keys (uint8 + a scale per 128) beside it.
+        let sparse = mla.indexer_head_dim.is_some();
+        let latent = match kv {
+            KvCacheDtype::Fp8DsMla => ds_mla_bytes(mla),
+            KvCacheDtype::Fp8 if sparse => ds_mla_bytes(mla),
+            _ => mla.latent_dim() * elt,
+        };
+        let indexer = mla.indexer_head_dim.map_or(0, |d| d + d / 128 * 4);
+        return latent + indexer;
     }
     head_bytes_per_token(
         model.num_kv_heads,
@@ -265,6 +275,11 @@ pub(super) fn attention_bytes_per_token(model: &ModelConfig, kv: KvCacheDtype, t
         kv,
         tp,
     )
+}
+
+/// `fp8_ds_mla`: fp8 latent, an fp32 scale per 128 of it, the RoPE part in bf16.
+fn ds_mla_bytes(mla: crate::config::MlaShape) -> u64 {
+    mla.kv_lora_rank + mla.kv_lora_rank / 128 * 4 + mla.qk_rope_head_dim * 2
 }
 
 /// K+V bytes per token of one layer of `kind` on one rank: the model's

@@ -573,3 +573,25 @@ fn a_safetensors_index_total_is_split_as_the_counted_weights_are() {
     let doubled = weights(Some(2 * total), 2);
     assert!(doubled.abs_diff(2 * stage) <= 2, "{doubled} vs 2 × {stage}");
 }
+
+#[test]
+fn deepseek_v3_2_caches_its_indexer_keys_beside_a_ds_mla_latent() {
+    let model = ModelConfig::from_json(
+        r#"{"model_type": "deepseek_v32", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536, "index_head_dim": 128,
+        "vocab_size": 129280, "max_position_embeddings": 163840}"#,
+    )
+    .unwrap();
+    let per_token = |kv: &str| {
+        let mut f = flags("0.21.0");
+        f.kv_cache_dtype = speedmatrix_capacity::KvCacheDtype::parse(kv).unwrap();
+        let l = VllmLayout::plan(&model, &f).unwrap();
+        l.bytes_per_block / l.block_size
+    };
+    // bf16 latent 576 × 2 B, plus 128 + 4 indexer bytes, on each of 61 layers.
+    assert_eq!(per_token("auto"), 61 * (1152 + 132));
+    // fp8: the sparse-MLA layout, 512 + 16 + 128 = 656 B.
+    assert_eq!(per_token("fp8"), 61 * (656 + 132));
+    assert_eq!(per_token("fp8_ds_mla"), 61 * (656 + 132));
+}
