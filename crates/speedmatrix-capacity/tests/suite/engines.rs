@@ -1,9 +1,10 @@
-//! Measured capacities, SGLang and llama.cpp pools.
+//! Measured capacities, SGLang and llama.cpp pools (sliding-window,
+//! recurrent and MLA caches included).
 
 use speedmatrix_capacity::{
     CapacitySource, EngineFlags, FitRule, Gpu, GridSpec, LlamaCppFlags, MeasuredCapacity,
     ModelConfig, ServerLimits, SglangFlags, VllmFlags, capacity_grid, predict, predict_llamacpp,
-    predict_sglang,
+    predict_sglang, sglang_tokens_from_memory,
 };
 use speedmatrix_units::{Concurrency, Tokens};
 
@@ -149,4 +150,112 @@ fn sglang_token_pool_and_llamacpp_slots() {
     assert_eq!(grid.cells[1].rule, FitRule::ParallelSlots);
     assert_eq!(grid.cells[2].rule, FitRule::SlotContext);
     assert!(!grid.cells[2].fits);
+}
+
+#[test]
+fn llama_cpp_sliding_window_recurrent_and_mla_caches_follow_its_rules() {
+    // Gemma 3 style: 5 sliding (window 1024) per global layer, 8 KV heads × 128.
+    let gemma = ModelConfig::from_json(
+        r#"{"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 12,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 128,
+        "sliding_window": 1024, "vocab_size": 262144, "max_position_embeddings": 32768}"#,
+    )
+    .unwrap();
+    // llama-server's default: 4 slots on one unified cache of the training context.
+    let auto = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: None,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert!(auto.unified);
+    assert_eq!(auto.n_parallel, 4);
+    assert_eq!(auto.n_ctx, 32_768);
+    // Sliding layers: pad256(1024 × 4 slots + 512) = 4,608 cells.
+    assert_eq!(auto.swa_cells, Some(4_608));
+    let row = 8 * 128 * 2 * 2;
+    assert_eq!(auto.kv_bytes.get(), row * (2 * 32_768 + 10 * 4_608));
+    let full = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: None,
+            swa_full: true,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(full.kv_bytes.get(), row * 12 * 32_768);
+    // Explicit slots, not unified, --fit on and -c 0: each slot gets the training context.
+    let slots = predict_llamacpp(
+        &gemma,
+        &LlamaCppFlags {
+            n_parallel: Some(2),
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((slots.n_ctx_seq, slots.n_ctx), (32_768, 65_536));
+    // A Mamba2 hybrid keeps one f32 state per slot in each recurrent layer.
+    let hybrid = ModelConfig::from_json(
+        r#"{"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 128, "layers_block_type": ["mamba", "mamba", "attention", "mamba"],
+        "mamba_n_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "mamba_n_groups": 8,
+        "mamba_d_conv": 4, "vocab_size": 32000, "max_position_embeddings": 8192}"#,
+    )
+    .unwrap();
+    let h = predict_llamacpp(
+        &hybrid,
+        &LlamaCppFlags {
+            n_ctx: 8192,
+            n_parallel: Some(3),
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    let d_inner = 64 * 64;
+    let per_layer = 3 * (d_inner + 2 * 8 * 128) + 128 * d_inner;
+    assert_eq!(h.recurrent_bytes.get(), 3 * 3 * 4 * per_layer);
+    // Three streams of pad256(8192 / 3) = 2,816 cells.
+    assert_eq!(h.n_ctx_seq, 2_816);
+    assert_eq!(h.kv_bytes.get(), 4 * 128 * 2 * 2 * 3 * 2_816);
+    // MLA: the latent only, no V.
+    let mla = ModelConfig::from_json(
+        r#"{"hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+        "kv_lora_rank": 512, "qk_rope_head_dim": 64, "vocab_size": 102400,
+        "max_position_embeddings": 4096}"#,
+    )
+    .unwrap();
+    let m = predict_llamacpp(
+        &mla,
+        &LlamaCppFlags {
+            n_ctx: 4096,
+            ..LlamaCppFlags::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(m.kv_bytes.get(), 27 * 576 * 2 * 4096);
+}
+
+#[test]
+fn sglang_splits_sliding_window_models_into_two_pools() {
+    // 12 sliding + 12 full layers, 8 KV heads × 64, bf16: 2,048 B per layer per token.
+    let types = ["\"sliding_attention\"", "\"full_attention\""]
+        .repeat(12)
+        .join(", ");
+    let model = ModelConfig::from_json(&format!(
+        r#"{{"hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "head_dim": 64, "layer_types": [{types}],
+        "sliding_window": 128, "vocab_size": 201088, "max_position_embeddings": 131072}}"#
+    ))
+    .unwrap();
+    let flags = SglangFlags {
+        mem_fraction_static: Some(0.5),
+        ..SglangFlags::default()
+    };
+    // rest = 30 − 40 × 0.5 = 10 GiB over 12 × 2,048 + 0.8 × 12 × 2,048 B per token.
+    let tokens = sglang_tokens_from_memory(&model, &flags, 40.0, 30.0).unwrap();
+    let cell = 12.0 * 2048.0 + 0.8 * 12.0 * 2048.0;
+    assert_eq!(tokens, (10.0 * (1u64 << 30) as f64 / cell) as u64);
 }

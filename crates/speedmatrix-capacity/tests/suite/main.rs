@@ -17,3 +17,4 @@ mod props;
 mod real_logs;
 mod seed;
 mod vllm_logs;
+mod weights;
