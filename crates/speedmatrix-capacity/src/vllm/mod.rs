@@ -9,14 +9,14 @@ use crate::config::{LayerKind, ModelConfig};
 use crate::gpu::{Gpu, gib_bytes};
 use crate::{CapacityError, Dtype, KvCacheDtype};
 
+mod groups;
 mod layout;
 mod log;
 mod memory;
 mod version;
 
-pub use self::layout::{
-    GroupKind, KvGroup, LayerCost, PipelineStage, VllmLayout, pipeline_partition,
-};
+pub use self::groups::pipeline_partition;
+pub use self::layout::{GroupKind, KvGroup, LayerCost, PipelineStage, VllmLayout};
 pub use self::log::{LoggedFigure, VllmStartupLog};
 pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget, TermKind};
 use self::memory::{Stage, batch_defaults, memory_budget};
