@@ -277,7 +277,7 @@ fn real_startup_logs_are_reproduced() {
     let cases = cases(&root);
     assert!(cases.len() >= 25, "{} cases", cases.len());
     let mut given_failures = Vec::new();
-    let mut worst_given = 0.0f64;
+    let mut worst_given = (0.0f64, "");
     let mut full = Vec::new();
     eprintln!(
         "{:<46} {:<24} {:>14} {:>14} {:>8}  given memory",
@@ -301,10 +301,12 @@ fn real_startup_logs_are_reproduced() {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        worst_given = given
-            .iter()
-            .map(|w| ((w.at_printed - w.logged) / w.logged).abs())
-            .fold(worst_given, f64::max);
+        for w in &given {
+            let error = ((w.at_printed - w.logged) / w.logged).abs();
+            if error > worst_given.0 {
+                worst_given = (error, case.id);
+            }
+        }
         given_failures.extend(given.iter().filter(|w| !w.holds()).map(|w| {
             format!(
                 "{}: {} {} not in [{}, {}]",
@@ -331,11 +333,12 @@ fn real_startup_logs_are_reproduced() {
     }
     let within = full.iter().filter(|e| e.abs() <= 0.05).count();
     eprintln!(
-        "[figures] given memory: {} cases, {} misses, largest error at the printed memory {:.3} %; \
-         full prediction within ±5 %: {within} of {}",
+        "[figures] given memory: {} cases, {} misses, largest error at the printed memory {:.3} % \
+         ({}); full prediction within ±5 %: {within} of {}",
         cases.len(),
         given_failures.len(),
-        worst_given * 100.0,
+        worst_given.0 * 100.0,
+        worst_given.1,
         full.len()
     );
     assert!(given_failures.is_empty(), "{given_failures:#?}");
