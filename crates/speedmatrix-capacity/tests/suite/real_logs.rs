@@ -296,7 +296,14 @@ fn real_startup_logs_are_reproduced() {
                 .iter()
                 .map(|w| {
                     let mark = if w.holds() { "ok" } else { "MISS" };
-                    format!("{} {} in [{}, {}] {mark}", w.what, w.logged, w.low, w.high)
+                    format!(
+                        "{} {} in [{:.2}, {:.2}] {mark} ({:+.3} % at the printed memory)",
+                        w.what,
+                        w.logged,
+                        w.low,
+                        w.high,
+                        (w.at_printed - w.logged) / w.logged * 100.0
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join("; ")
