@@ -24,3 +24,4 @@ mod security;
 mod stage;
 mod streams;
 mod support;
+mod telemetry;

@@ -24,6 +24,7 @@
 //! assert_eq!(Engine::LlamaCpp.stream_fields()["timings_per_token"], true);
 //! ```
 
+mod counters;
 mod errors;
 pub mod llamacpp;
 pub mod ollama;
@@ -34,6 +35,7 @@ pub mod vllm;
 
 use serde_json::{Map, Value};
 
+pub use crate::counters::{CounterDeltas, ServerCounters};
 pub use crate::errors::error_message;
 pub use crate::prometheus::{MetricType, Sample, ServerMetrics};
 

@@ -17,6 +17,21 @@ pub const PROPS: &str = "/props";
 pub const RUNNING: &str = "llamacpp:requests_processing";
 /// Requests deferred for lack of a free slot.
 pub const WAITING: &str = "llamacpp:requests_deferred";
+/// Share of the KV cache in use (builds before mid-2025 only; llama.cpp
+/// pull request 13660 removed it).
+pub const KV_CACHE_USAGE: &str = "llamacpp:kv_cache_usage_ratio";
+/// Prompt tokens computed, cached ones excluded (moves when a request ends).
+pub const PROMPT_TOKENS: &str = "llamacpp:prompt_tokens_total";
+/// Prompt tokens reused from a slot's cache (newest builds only).
+pub const PROMPT_TOKENS_CACHED: &str = "llamacpp:prompt_tokens_cached_total";
+/// Speculative drafts proposed (newest builds; moves when a request ends).
+pub const SPEC_DRAFTS: &str = "llamacpp:spec_decode_num_drafts_total";
+/// Draft tokens proposed.
+pub const SPEC_DRAFT_TOKENS: &str = "llamacpp:spec_decode_num_draft_tokens_total";
+/// Draft tokens accepted.
+pub const SPEC_ACCEPTED_TOKENS: &str = "llamacpp:spec_decode_num_accepted_tokens_total";
+/// Output tokens generated (moves when a request ends).
+pub const GENERATION_TOKENS: &str = "llamacpp:tokens_predicted_total";
 
 /// What llama.cpp's `GET /props` says about its KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -134,6 +134,19 @@ impl ServerMetrics {
         found.then_some(total)
     }
 
+    /// Sum over the samples named `name` whose label `label` is one of
+    /// `values`; `None` when there are none.
+    pub fn sum_where(&self, name: &str, label: &str, values: &[&str]) -> Option<f64> {
+        let mut found = false;
+        let total = self
+            .find(name)
+            .filter(|s| s.label(label).is_some_and(|v| values.contains(&v)))
+            .inspect(|_| found = true)
+            .map(|s| s.value)
+            .sum();
+        found.then_some(total)
+    }
+
     /// Declared type of the family `name` belongs to (suffixes such as
     /// `_bucket`, `_sum`, `_count`, `_total`, `_created` resolved).
     pub fn metric_type(&self, name: &str) -> Option<MetricType> {

@@ -15,6 +15,24 @@ pub const SERVER_INFO: &str = "/get_server_info";
 pub const RUNNING: &str = "sglang:num_running_reqs";
 /// Requests queued.
 pub const WAITING: &str = "sglang:num_queue_reqs";
+/// Share of the token pool in use.
+pub const TOKEN_USAGE: &str = "sglang:token_usage";
+/// Prompt tokens of finished requests (moves when a request ends).
+pub const PROMPT_TOKENS: &str = "sglang:prompt_tokens_total";
+/// Of those, tokens served from the radix cache (moves when a request ends).
+pub const CACHED_TOKENS: &str = "sglang:cached_tokens_total";
+/// Output tokens of finished requests (moves when a request ends).
+pub const GENERATION_TOKENS: &str = "sglang:generation_tokens_total";
+/// Requests retracted for lack of KV memory, cumulative (from 0.5.7; the
+/// `sglang:num_retracted_reqs` gauge resets at each report, so it is not read).
+pub const RETRACTIONS: &str = "sglang:num_retracted_requests_total";
+/// Tokens per prefill batch by `mode`: `input` computed, `device_hit`,
+/// `host_hit`, `storage_hit` found in a cache tier (from 0.5.20).
+pub const PREFILL_EFFECTIVE_TOKENS: &str = "sglang:prefill_effective_tokens_total";
+/// Tokens per batch by `mode`: `prefill_compute`, `prefill_cache`, `decode` (from 0.5.7).
+pub const REALTIME_TOKENS: &str = "sglang:realtime_tokens_total";
+/// Speculative verification steps (moves when a request ends; from 0.5.16).
+pub const SPEC_VERIFY_CALLS: &str = "sglang:spec_verify_calls_total";
 
 /// What SGLang's `GET /get_server_info` says about its KV pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

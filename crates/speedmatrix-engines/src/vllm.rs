@@ -19,12 +19,27 @@ pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
 /// Fraction of KV blocks in use.
 pub const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
+/// The same under its older name (shown by default up to 0.10, gone from 0.12).
+pub const GPU_CACHE_USAGE: &str = "vllm:gpu_cache_usage_perc";
+/// Speculative drafts proposed.
+pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
+/// Draft tokens proposed.
+pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
+/// Draft tokens accepted.
+pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
 /// Preemptions.
 pub const PREEMPTIONS: &str = "vllm:num_preemptions_total";
-/// Prompt tokens looked up in the prefix cache.
+/// Prompt tokens looked up in the local prefix cache (tokens, not blocks).
 pub const PREFIX_CACHE_QUERIES: &str = "vllm:prefix_cache_queries_total";
 /// Of those, tokens found.
 pub const PREFIX_CACHE_HITS: &str = "vllm:prefix_cache_hits_total";
+/// [`PREFIX_CACHE_QUERIES`] under its older name (to 0.10, gone from 0.12).
+pub const GPU_PREFIX_CACHE_QUERIES: &str = "vllm:gpu_prefix_cache_queries_total";
+/// [`PREFIX_CACHE_HITS`] under its older name.
+pub const GPU_PREFIX_CACHE_HITS: &str = "vllm:gpu_prefix_cache_hits_total";
+/// Tokens a KV connector found that the local cache missed (from 0.11.1);
+/// its lookups are the local misses, so only hits add.
+pub const EXTERNAL_PREFIX_CACHE_HITS: &str = "vllm:external_prefix_cache_hits_total";
 /// Finished requests by `finished_reason`.
 pub const REQUEST_SUCCESS: &str = "vllm:request_success_total";
 /// The cache configuration as labels of a constant gauge.

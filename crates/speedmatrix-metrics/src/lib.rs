@@ -67,6 +67,7 @@ mod stats;
 mod time;
 mod timeline;
 mod tokens;
+mod verdict;
 mod window;
 
 pub use crate::calibrate::{CONFIDENCE, Calibration};
@@ -78,6 +79,7 @@ pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};
 pub use crate::tokens::{EstimateMethod, TokenSource};
+pub use crate::verdict::{CellSignals, VerdictKind, VerdictRules, intended_hit_rate, verdicts};
 pub use crate::window::{
     GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, window_metrics,
 };

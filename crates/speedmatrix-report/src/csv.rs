@@ -1,10 +1,10 @@
 //! All measurements as CSV (RFC 4180): one row per prefill point and decode cell.
 
-use crate::model::{CellStatus, DecodeCell, PrefillRow, Report};
+use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 29] = [
+pub const CSV_COLUMNS: [&str; 42] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -34,6 +34,19 @@ pub const CSV_COLUMNS: [&str; 29] = [
     "server_tokens_per_s",
     "client_cpu_cores",
     "client_bound",
+    "gpu_utilization_mean_pct",
+    "gpu_power_mean_w",
+    "gpu_energy_j",
+    "joules_per_output_token",
+    "gpu_sm_clock_min_mhz",
+    "gpu_throttled_s",
+    "host_cpu_mean_pct",
+    "server_kv_usage_max_pct",
+    "prefix_cache_hit_rate",
+    "spec_acceptance_rate",
+    "spec_mean_accepted_length",
+    "preemptions",
+    "verdicts",
 ];
 
 /// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
@@ -50,7 +63,7 @@ pub fn to_csv(report: &Report) -> String {
     out
 }
 
-fn prefill_fields(row: &PrefillRow) -> [String; 29] {
+fn prefill_fields(row: &PrefillRow) -> [String; 42] {
     let completed = row.status.is_valid().then_some(u64::from(row.repeats));
     [
         "prefill".to_owned(),
@@ -82,10 +95,23 @@ fn prefill_fields(row: &PrefillRow) -> [String; 29] {
         String::new(),
         String::new(),
         String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
     ]
 }
 
-fn decode_fields(cell: &DecodeCell) -> [String; 29] {
+fn decode_fields(cell: &DecodeCell) -> Vec<String> {
     let m = cell.measurements.as_ref();
     let f = |get: fn(&crate::model::DecodeMeasurements) -> f64| num(m.map(get));
     [
@@ -127,6 +153,49 @@ fn decode_fields(cell: &DecodeCell) -> [String; 29] {
         m.and_then(|m| m.client)
             .map(|c| c.client_bound.to_string())
             .unwrap_or_default(),
+    ]
+    .into_iter()
+    .chain(telemetry_fields(m.and_then(|m| m.telemetry.as_ref())))
+    .collect()
+}
+
+/// The telemetry columns: GPU figures are the mean over GPUs (energy and
+/// throttled seconds their sum and maximum), empty where nothing was sampled.
+fn telemetry_fields(t: Option<&CellTelemetry>) -> [String; 13] {
+    let gpus = t.map(|t| t.gpus.as_slice()).unwrap_or_default();
+    let mean = |f: fn(&crate::model::GpuUse) -> Option<f64>| {
+        let v: Vec<f64> = gpus.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let server = t.and_then(|t| t.server.as_ref());
+    [
+        num(mean(|g| g.utilization_mean_pct)),
+        num(mean(|g| g.power_mean_w)),
+        num(t.and_then(|t| t.energy_j)),
+        num(t.and_then(|t| t.joules_per_output_token)),
+        int(gpus
+            .iter()
+            .filter_map(|g| g.sm_clock_min_mhz)
+            .min()
+            .map(u64::from)),
+        num(gpus
+            .iter()
+            .filter_map(|g| g.throttled.map(|s| s.any_s))
+            .reduce(f64::max)),
+        num(t.and_then(|t| t.host.as_ref()).map(|h| h.cpu_mean_pct)),
+        num(server.and_then(|s| s.kv_usage_max_pct)),
+        num(server.and_then(|s| s.prefix_cache_hit_rate)),
+        num(server.and_then(|s| s.spec_acceptance_rate)),
+        num(server.and_then(|s| s.spec_mean_accepted_length)),
+        num(server.and_then(|s| s.preemptions)),
+        t.map(|t| {
+            t.verdicts
+                .iter()
+                .map(|v| v.kind.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default(),
     ]
 }
 

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::model::{CellStatus, Report};
-use crate::page;
+use crate::{page, telemetry_page};
 
 mod svg;
 
@@ -151,6 +151,34 @@ fn tables(out: &mut String, report: &Report) {
     );
     table_body(out, &page::MEASUREMENT_COLUMNS, &rows);
     out.push_str("</section>\n");
+    telemetry(out, report);
+}
+
+/// The run's telemetry sources and, per measured cell, what the GPUs, the
+/// host and the server did, with the verdicts.
+fn telemetry(out: &mut String, report: &Report) {
+    let facts = telemetry_page::telemetry_facts(report);
+    if facts.is_empty() {
+        return;
+    }
+    out.push_str("<section>\n<h2>GPU, host and server per cell</h2>\n<dl class=\"inline\">\n");
+    for (label, value) in facts {
+        let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(&value));
+    }
+    out.push_str("</dl>\n");
+    let rows: Vec<Vec<Cell>> = telemetry_page::telemetry_rows(report)
+        .into_iter()
+        .map(|r| r.into_iter().map(Cell::text).collect())
+        .collect();
+    if !rows.is_empty() {
+        table_body(out, &telemetry_page::TELEMETRY_COLUMNS, &rows);
+        let _ = writeln!(
+            out,
+            "<p class=\"caption\">{}</p>",
+            esc(&telemetry_page::telemetry_note(report))
+        );
+    }
+    out.push_str("</section>\n");
 }
 
 /// One table cell: text (a `\n` becomes a line break) and a CSS class.
@@ -252,6 +280,7 @@ section { margin: 0 0 28px; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margin: 0; }
 dt { color: var(--muted); }
 dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
+dl.inline { margin-bottom: 14px; }
 .caption { color: var(--muted); margin: 0 0 10px; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px; }
 figure svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }

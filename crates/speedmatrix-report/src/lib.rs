@@ -40,6 +40,7 @@
 //!     finish_reasons: Default::default(),
 //!     server_counter: None,
 //!     client: None,
+//!     telemetry: None,
 //! };
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
@@ -65,6 +66,7 @@
 //!         finished_at: "2026-11-30T07:01:00Z".into(),
 //!     },
 //!     client: None,
+//!     telemetry: None,
 //!     capacity: None,
 //!     prefill: vec![],
 //!     decode: vec![DecodeCell {
@@ -92,6 +94,7 @@ mod html;
 mod markdown;
 mod model;
 mod page;
+mod telemetry_page;
 
 pub use crate::compare::{CellComparison, Comparison, Pair, Phase, Threshold, Verdict, compare};
 pub use crate::csv::{CSV_COLUMNS, to_csv};
@@ -99,8 +102,9 @@ pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
-    Api, Capacity, CellStatus, ClientCpu, ClientSetup, DecodeCell, DecodeMeasurements, Engine, Gpu,
-    Hardware, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
-    Percentiles, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
-    TokenCount, TokenCountSource, Tool,
+    Api, Capacity, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup, DecodeCell,
+    DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse, KvCapacity, LocalServer,
+    MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode, PrefillRow,
+    Report, RunSettings, SCHEMA_VERSION, ServerCounter, ServerStats, TelemetrySetup,
+    ThrottledSeconds, TokenCount, TokenCountSource, Tool, VerdictThresholds,
 };

@@ -3,10 +3,11 @@
 use std::fmt::Write as _;
 
 use crate::model::Report;
-use crate::page;
+use crate::{page, telemetry_page};
 
 /// Renders the report as a Markdown page: title, Hardware, Engine, Run, Capacity,
-/// Launch command, Prefill, Sustained decode matrix, All measurements and footnotes.
+/// Launch command, Prefill, Sustained decode matrix, All measurements, GPU, host and
+/// server per cell, and footnotes.
 ///
 /// Every string that came from a server or a user is escaped, so a model name cannot
 /// open a table cell, a link or raw HTML.
@@ -23,8 +24,29 @@ pub fn to_markdown(report: &Report) -> String {
     prefill(&mut out, report);
     decode_matrix(&mut out, report);
     all_measurements(&mut out, report);
+    telemetry(&mut out, report);
     notes(&mut out, report);
     out
+}
+
+fn telemetry(out: &mut String, report: &Report) {
+    let facts = telemetry_page::telemetry_facts(report);
+    if facts.is_empty() {
+        return;
+    }
+    facts_section(out, "GPU, host and server per cell", &facts);
+    let rows: Vec<Vec<String>> = telemetry_page::telemetry_rows(report)
+        .into_iter()
+        .map(|r| r.to_vec())
+        .collect();
+    if !rows.is_empty() {
+        table(
+            out,
+            &telemetry_page::TELEMETRY_COLUMNS.map(str::to_owned),
+            &rows,
+        );
+        let _ = writeln!(out, "{}\n", inline(&telemetry_page::telemetry_note(report)));
+    }
 }
 
 fn facts_section(out: &mut String, title: &str, facts: &[(&str, String)]) {

@@ -169,4 +169,27 @@ pub struct RunConfig {
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Descriptive labels for the result document.
     pub labels: RunLabels,
+    /// What is sampled beside the windows: GPUs, the host, the server's counters.
+    pub telemetry: TelemetryConfig,
+}
+
+/// What a run samples beside its windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The GPU source (`--telemetry off|auto|nvml|smi`); the host is sampled unless `off`.
+    pub gpu: speedmatrix_telemetry::TelemetryMode,
+    /// Time between GPU and host samples (`--telemetry-interval`).
+    pub interval: Duration,
+    /// Time between scrapes of the server's `/metrics` inside a window (`--metrics-interval`).
+    pub metrics_interval: Duration,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            gpu: speedmatrix_telemetry::TelemetryMode::Auto,
+            interval: Duration::from_millis(250),
+            metrics_interval: Duration::from_secs(1),
+        }
+    }
 }

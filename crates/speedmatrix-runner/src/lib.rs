@@ -68,6 +68,7 @@
 //!     send_min_tokens: false,
 //!     extra_body: Default::default(),
 //!     labels: RunLabels::default(),
+//!     telemetry: Default::default(),
 //! };
 //! let outcome = run(config, JournalOptions::default(), &Silent, CancellationToken::new()).await?;
 //! assert!(outcome.complete);
@@ -90,6 +91,7 @@ mod resume;
 mod server;
 mod steps;
 mod stop;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,7 +107,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
-    Target, VllmInputs,
+    Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
@@ -313,6 +315,8 @@ pub struct RunOutcome {
     pub journal_damage: Option<CorruptTail>,
     /// The plan the run followed.
     pub plan: Plan,
+    /// Every GPU and host sample of the run, when telemetry was on.
+    pub telemetry: Option<speedmatrix_telemetry::Recorded>,
 }
 
 /// Checks a configuration without contacting any server.
@@ -371,6 +375,7 @@ async fn plan_and_run(
         Api::Chat => Some(chat_overhead(server, config).await?),
         Api::Completions => None,
     };
+    let telemetry = telemetry::RunTelemetry::start(config.telemetry);
     let session = Session {
         config,
         server,
@@ -392,15 +397,22 @@ async fn plan_and_run(
         },
         nonce: run_nonce(),
         unexpected_content_type: None,
+        telemetry: &telemetry,
+        block_tokens: match server.info.capacity() {
+            Some(ReportedCapacity::Blocks { block_size, .. }) => Some(block_size),
+            _ => None,
+        },
     };
-    let measured = session.measure(&the_plan).await?;
+    let measured = session.measure(&the_plan).await;
+    let (telemetry_setup, samples) = telemetry.finish();
+    let measured = measured?;
     let notices: Vec<Notice> = measured
         .decode
         .iter()
         .flat_map(|c| c.notices.iter().cloned())
         .chain(measured.notices)
         .collect();
-    let report = build_report(
+    let mut report = build_report(
         config,
         server,
         &the_plan,
@@ -409,6 +421,10 @@ async fn plan_and_run(
         &notices,
         started_at,
     );
+    if config.telemetry.gpu != speedmatrix_telemetry::TelemetryMode::Off {
+        fill_hardware(&mut report.hardware, &telemetry_setup);
+        report.telemetry = Some(telemetry_setup);
+    }
     Ok(RunOutcome {
         report,
         prefill: measured.prefill,
@@ -418,7 +434,34 @@ async fn plan_and_run(
         stopped: measured.stopped,
         journal_damage,
         plan: the_plan,
+        telemetry: samples,
     })
+}
+
+/// The report's GPUs from what the telemetry source read, when the caller
+/// gave none: identical GPUs are one entry with a count.
+fn fill_hardware(
+    hardware: &mut speedmatrix_report::Hardware,
+    setup: &speedmatrix_report::TelemetrySetup,
+) {
+    if !hardware.gpus.is_empty() || setup.gpus.is_empty() {
+        return;
+    }
+    for g in &setup.gpus {
+        match hardware
+            .gpus
+            .iter_mut()
+            .find(|h| h.name == g.name && h.memory_bytes == g.memory_bytes)
+        {
+            Some(h) => h.count += 1,
+            None => hardware.gpus.push(speedmatrix_report::Gpu {
+                name: g.name.clone(),
+                memory_bytes: g.memory_bytes,
+                count: 1,
+            }),
+        }
+    }
+    hardware.kind = Some("Discrete GPU".into());
 }
 
 /// Probes the server and plans the run without measuring anything.

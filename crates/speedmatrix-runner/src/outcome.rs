@@ -356,6 +356,9 @@ pub struct WindowResult {
     /// simulator (it shares the process) or where there is no process clock.
     #[serde(default)]
     pub client: Option<crate::ClientLoad>,
+    /// What the GPUs, the host and the server did over the window.
+    #[serde(default)]
+    pub telemetry: Option<speedmatrix_report::CellTelemetry>,
 }
 
 /// How a window's output tokens were counted.

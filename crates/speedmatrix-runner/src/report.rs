@@ -71,6 +71,7 @@ pub(crate) fn build_report(
             finished_at: now_rfc3339(),
         },
         client: config.labels.client.clone(),
+        telemetry: None,
         capacity: capacity(&the_plan.capacity),
         prefill: prefill.iter().map(prefill_row).collect(),
         decode: decode.iter().map(decode_cell).collect(),
@@ -242,6 +243,7 @@ fn measurements(w: &WindowResult) -> DecodeMeasurements {
             runtime_threads: l.threads,
             client_bound: l.is_client_bound(),
         }),
+        telemetry: w.telemetry.clone(),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use speedmatrix_client::{Client, ClientConfig, ServerInfo};
-use speedmatrix_engines::{SchedulerState, generation_tokens};
+use speedmatrix_engines::{SchedulerState, ServerCounters, generation_tokens};
 use speedmatrix_units::Tokens;
 
 use crate::RunError;
@@ -44,6 +44,8 @@ pub(crate) struct Gauges {
     pub(crate) at: Instant,
     pub(crate) running: f64,
     pub(crate) waiting: f64,
+    /// Share of the KV cache in use, when the server says.
+    pub(crate) kv_usage: Option<f64>,
 }
 
 impl Server {
@@ -97,12 +99,13 @@ impl Server {
             at: Instant::now(),
             running: state.running,
             waiting: state.waiting,
+            kv_usage: ServerCounters::from_metrics(&metrics).kv_usage,
         })
     }
 
-    /// Whether the server exports an output-token counter that moves as tokens are made.
-    pub(crate) fn has_generation_counter(&self) -> bool {
-        self.info.metrics().and_then(generation_tokens).is_some()
+    /// Whether the server answers `/metrics` at all.
+    pub(crate) fn has_metrics(&self) -> bool {
+        self.info.metrics().is_some()
     }
 
     /// Whether the server still answers at all (used after failures to tell a
@@ -160,14 +163,23 @@ pub(crate) struct CounterReading {
     pub(crate) tokens: f64,
 }
 
-/// Reads the output-token counter now; `None` when `/metrics` is missing, fails or lacks it.
-pub(crate) async fn read_generation_counter(client: Client) -> Option<CounterReading> {
+/// One scrape of the server's counters at a window's edge: the output-token
+/// counter that cross-checks the window, and the counters that explain it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EdgeReading {
+    pub(crate) generation: Option<CounterReading>,
+    pub(crate) counters: ServerCounters,
+}
+
+/// Reads the counters now; `None` when `/metrics` is missing or fails.
+pub(crate) async fn read_counters(client: Client) -> Option<EdgeReading> {
     let sent = Instant::now();
     let metrics = client.metrics().await.ok()??;
     let answered = Instant::now();
-    Some(CounterReading {
-        at: sent + (answered - sent) / 2,
-        tokens: generation_tokens(&metrics)?,
+    let at = sent + (answered - sent) / 2;
+    Some(EdgeReading {
+        generation: generation_tokens(&metrics).map(|tokens| CounterReading { at, tokens }),
+        counters: ServerCounters::from_metrics(&metrics),
     })
 }
 

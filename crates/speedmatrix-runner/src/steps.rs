@@ -18,6 +18,7 @@ use crate::plan::{Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len};
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
 use crate::server::Server;
+use crate::telemetry::RunTelemetry;
 use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, prefill};
 
 /// What the steps produced.
@@ -44,6 +45,10 @@ pub(crate) struct Session<'a> {
     pub(crate) nonce: u64,
     /// The first Content-Type the server sent instead of `text/event-stream`.
     pub(crate) unexpected_content_type: Option<String>,
+    /// GPUs, host and server counters beside the windows.
+    pub(crate) telemetry: &'a RunTelemetry,
+    /// The server's KV block size, when it reports one.
+    pub(crate) block_tokens: Option<u64>,
 }
 
 impl Session<'_> {
@@ -256,8 +261,18 @@ impl Session<'_> {
             duration: self.config.matrix.duration,
             measure_first_warmup: prefill.is_some(),
             tokenizer: &self.config.tokenizer,
+            metrics_interval: self.config.telemetry.metrics_interval,
+            block_tokens: self.block_tokens,
         };
-        let result = match decode::run_cell(self.server, spec, self.observer, self.cancel).await {
+        let result = match decode::run_cell(
+            self.server,
+            spec,
+            self.telemetry,
+            self.observer,
+            self.cancel,
+        )
+        .await
+        {
             Ok(result) => result,
             Err(RunError::Cancelled) => {
                 *stopped = Some(StopReason::Cancelled);

@@ -52,6 +52,7 @@ fn config(target: Target) -> RunConfig {
         send_min_tokens: false,
         extra_body: Default::default(),
         labels: RunLabels::default(),
+        telemetry: Default::default(),
     }
 }
 

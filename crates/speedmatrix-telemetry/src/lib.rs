@@ -32,15 +32,17 @@
 //! ```
 
 mod error;
+mod export;
 pub mod gpu;
 pub mod host;
 mod sampler;
 mod summary;
 
 pub use error::TelemetryError;
+pub use export::SAMPLES_SCHEMA;
 pub use gpu::{GpuInfo, GpuSample, Throttle, Timed};
 pub use host::HostReading;
-pub use sampler::{GpuSourceKind, Recorded, Sampler, SamplerConfig, TelemetryMode};
+pub use sampler::{GpuSourceKind, Recorded, Sampler, SamplerConfig, TelemetryMode, probe_gpus};
 pub use summary::{
     EnergySource, GpuWindow, HostWindow, ThrottleSeconds, integrate, integrate_steps,
     summarize_gpus, summarize_host,

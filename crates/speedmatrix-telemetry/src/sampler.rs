@@ -139,6 +139,36 @@ enum Source {
     Amd,
 }
 
+/// The GPUs the first source `mode` allows can see, read once (for a
+/// report's hardware section or `speedmatrix probe`); the error lists why
+/// each source failed.
+///
+/// # Errors
+/// Every allowed source failed (or `mode` is off): each one's reason, joined.
+pub fn probe_gpus(mode: TelemetryMode) -> Result<(GpuSourceKind, Vec<GpuInfo>), String> {
+    let mut why = Vec::new();
+    if matches!(mode, TelemetryMode::Auto | TelemetryMode::Nvml) {
+        match NvmlSource::open() {
+            Ok(s) => return Ok((GpuSourceKind::Nvml, s.info())),
+            Err(e) => why.push(reason(e)),
+        }
+    }
+    if matches!(mode, TelemetryMode::Auto | TelemetryMode::Smi) {
+        match smi::info() {
+            Ok(info) => return Ok((GpuSourceKind::NvidiaSmi, info)),
+            Err(e) => why.push(reason(e)),
+        }
+        match amd::info() {
+            Ok(info) => return Ok((GpuSourceKind::AmdSmi, info)),
+            Err(e) => why.push(reason(e)),
+        }
+    }
+    if mode == TelemetryMode::Off {
+        why.push("--telemetry off".into());
+    }
+    Err(why.join("; "))
+}
+
 /// Opens the first source `mode` allows; the error lists why each failed.
 fn open(mode: TelemetryMode, interval: Duration) -> Result<(Source, Vec<GpuInfo>), String> {
     let mut why = Vec::new();
@@ -148,23 +178,31 @@ fn open(mode: TelemetryMode, interval: Duration) -> Result<(Source, Vec<GpuInfo>
                 let info = s.info();
                 return Ok((Source::Nvml(Box::new(s)), info));
             }
-            Err(e) => why.push(e.to_string()),
+            Err(e) => why.push(reason(e)),
         }
     }
     if matches!(mode, TelemetryMode::Auto | TelemetryMode::Smi) {
         match smi::info().and_then(|info| Ok((SmiLoop::start(interval)?, info))) {
             Ok((l, info)) => return Ok((Source::Smi(l), info)),
-            Err(e) => why.push(e.to_string()),
+            Err(e) => why.push(reason(e)),
         }
         match amd::info() {
             Ok(info) => return Ok((Source::Amd, info)),
-            Err(e) => why.push(e.to_string()),
+            Err(e) => why.push(reason(e)),
         }
     }
     if mode == TelemetryMode::Off {
         why.push("--telemetry off".into());
     }
     Err(why.join("; "))
+}
+
+/// A source's failure in a few words (without the "no GPU telemetry" prefix).
+fn reason(e: crate::TelemetryError) -> String {
+    match e {
+        crate::TelemetryError::NoGpuSource(why) => why,
+        other => other.to_string(),
+    }
 }
 
 /// The running sampler.

@@ -1,13 +1,12 @@
 //! Best-effort detection of the machine the run is on, for the report.
 
-use std::process::Command;
-
 use speedmatrix_report::{Gpu, Hardware};
+use speedmatrix_telemetry::TelemetryMode;
 use speedmatrix_units::ByteSize;
 
 /// What this machine is: CPU, cores, RAM, OS from /proc and /etc, GPUs from
-/// `nvidia-smi` when it is installed. Missing facts stay `None`.
-pub(crate) fn detect() -> Hardware {
+/// the telemetry sources `mode` allows. Missing facts stay `None`.
+pub(crate) fn detect(mode: TelemetryMode) -> Hardware {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
@@ -32,7 +31,7 @@ pub(crate) fn detect() -> Hardware {
                 .find_map(|l| l.strip_prefix("PRETTY_NAME="))
                 .map(|v| v.trim_matches('"').to_owned())
         });
-    let gpus = nvidia_gpus();
+    let gpus = local_gpus(mode);
     Hardware {
         kind: Some(if gpus.is_empty() {
             "CPU only".into()
@@ -47,36 +46,22 @@ pub(crate) fn detect() -> Hardware {
     }
 }
 
-fn nvidia_gpus() -> Vec<Gpu> {
-    let Ok(out) = Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=name,memory.total",
-            "--format=csv,noheader,nounits",
-        ])
-        .output()
-    else {
+/// The GPUs the telemetry sources see (NVML, `nvidia-smi`, `amd-smi`, as
+/// `mode` allows), counted by name and memory.
+fn local_gpus(mode: TelemetryMode) -> Vec<Gpu> {
+    let Ok((_, found)) = speedmatrix_telemetry::probe_gpus(mode) else {
         return Vec::new();
     };
-    if !out.status.success() {
-        return Vec::new();
-    }
     let mut gpus: Vec<Gpu> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let mut parts = line.split(',').map(str::trim);
-        let (Some(name), mib) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let memory = mib
-            .and_then(|m| m.parse::<u64>().ok())
-            .map(|m| ByteSize::new(m << 20));
+    for g in found {
         match gpus
             .iter_mut()
-            .find(|g| g.name == name && g.memory_bytes == memory)
+            .find(|h| h.name == g.name && h.memory_bytes == g.memory_total)
         {
-            Some(g) => g.count += 1,
+            Some(h) => h.count += 1,
             None => gpus.push(Gpu {
-                name: name.to_owned(),
-                memory_bytes: memory,
+                name: g.name,
+                memory_bytes: g.memory_total,
                 count: 1,
             }),
         }

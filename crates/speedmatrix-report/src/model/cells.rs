@@ -353,6 +353,10 @@ pub struct DecodeMeasurements {
     /// version 3 and with the built-in simulator (it shares the process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ClientCpu>,
+    /// What the GPUs, the host and the server did over the window. Absent
+    /// before schema version 4 and when the run gathered no telemetry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<super::CellTelemetry>,
 }
 
 /// The benchmark client's CPU use over a window, read from its process CPU clock.

@@ -9,19 +9,25 @@ use serde::{Deserialize, Serialize};
 use speedmatrix_units::{ByteSize, Concurrency, Tokens};
 
 mod cells;
+mod telemetry;
 
 pub use self::cells::{
     CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
     ServerCounter, TokenCount, TokenCountSource,
+};
+pub use self::telemetry::{
+    CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats, TelemetrySetup,
+    ThrottledSeconds, VerdictThresholds,
 };
 
 /// The version of the document layout this crate writes.
 ///
 /// Bump it on any change that an older reader would misread. Version 2 added
 /// partial cells, estimated token counts and the prefill mode; version 3 the
-/// client's setup and its CPU use per cell. Version 1 and 2 documents are
-/// still read (see [`Report::from_json`]).
-pub const SCHEMA_VERSION: u32 = 3;
+/// client's setup and its CPU use per cell; version 4 telemetry (GPUs, host
+/// and server counters per cell, verdicts). Older documents are still read
+/// (see [`Report::from_json`]).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest document version [`Report::from_json`] reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
@@ -42,6 +48,10 @@ pub struct Report {
     /// process on the same host. Absent before schema version 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ClientSetup>,
+    /// How GPU, host and server telemetry was gathered. Absent before schema
+    /// version 4 and when the run gathered none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySetup>,
     /// The KV-cache capacity that decided which cells ran, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,

@@ -341,3 +341,147 @@ fn estimates_and_partial_cells_are_marked_in_every_renderer() {
     );
     assert!(html.contains("Estimated (±3.0 %)"));
 }
+
+/// The small run with telemetry on its first cell and its setup.
+fn with_telemetry() -> speedmatrix_report::Report {
+    use speedmatrix_report::{
+        CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats, TelemetrySetup,
+        ThrottledSeconds, VerdictThresholds,
+    };
+    use speedmatrix_units::ByteSize;
+    let mut report = common::small();
+    report.telemetry = Some(TelemetrySetup {
+        gpu_source: Some("NVML".into()),
+        gpu_unavailable: None,
+        interval_ms: 250,
+        metrics_interval_ms: 1000,
+        gpus: vec![GpuDetail {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_bytes: Some(ByteSize::new(85_520_809_984)),
+            driver_version: Some("550.90.07".into()),
+            runtime_version: Some("12.4".into()),
+            power_limit_w: Some(700.0),
+            pcie_generation: Some(5),
+            pcie_width: Some(16),
+        }],
+        samples_file: Some("telemetry.jsonl".into()),
+        verdict_rules: VerdictThresholds {
+            throttled_pct: 10.0,
+            client_busy_pct: 80.0,
+            running_pct: 95.0,
+            cache_gap_points: 20.0,
+        },
+    });
+    let m = report.decode[0].measurements.as_mut().unwrap();
+    m.telemetry = Some(CellTelemetry {
+        gpus: vec![GpuUse {
+            index: 0,
+            samples: 120,
+            utilization_mean_pct: Some(97.5),
+            utilization_max_pct: Some(100.0),
+            power_mean_w: Some(640.0),
+            power_max_w: Some(699.0),
+            energy_j: Some(19_200.0),
+            energy_source: Some("counter".into()),
+            memory_peak_bytes: Some(ByteSize::new(75_000_000_000)),
+            sm_clock_min_mhz: Some(1_410),
+            throttled: Some(ThrottledSeconds {
+                power_cap_s: 6.0,
+                thermal_s: 0.0,
+                hw_slowdown_s: 0.0,
+                any_s: 6.0,
+            }),
+        }],
+        energy_j: Some(19_200.0),
+        joules_per_output_token: Some(0.4),
+        host: Some(HostUse {
+            cpu_mean_pct: 31.0,
+            cpu_busiest_core_pct: 88.0,
+            memory_used_peak_bytes: ByteSize::new(8 << 30),
+        }),
+        server: Some(ServerStats {
+            scrapes: 30,
+            kv_usage_max_pct: Some(41.0),
+            preemptions: Some(0.0),
+            prefix_cache_queries: Some(1000.0),
+            prefix_cache_hits: Some(980.0),
+            prefix_cache_hit_rate: Some(0.98),
+            spec_acceptance_rate: Some(0.6),
+            spec_mean_accepted_length: Some(2.8),
+            ..ServerStats::default()
+        }),
+        verdicts: vec![CellVerdict {
+            kind: "throttled".into(),
+            why: "GPU 0 throttled 6.0 s of 30.0 s".into(),
+        }],
+        missing: Vec::new(),
+    });
+    report
+}
+
+#[test]
+fn telemetry_renders_in_markdown_csv_and_html() {
+    let report = with_telemetry();
+    let md = to_markdown(&report);
+    assert!(md.contains("## GPU, host and server per cell"), "{md}");
+    assert!(md.contains("NVML, sampled every 250 ms"));
+    assert!(md.contains("driver 550.90.07, CUDA 12.4, power limit 700 W, PCIe gen 5 ×16"));
+    let rows = common::table(&md, "| Context | Concurrency | GPU util mean / max");
+    assert_eq!(rows.len(), 2, "one cell has telemetry");
+    assert_eq!(rows[1][2], "98 % / 100 %");
+    assert_eq!(rows[1][4], "19200 J");
+    assert_eq!(rows[1][5], "0.400 J");
+    assert_eq!(rows[1][7], "6.0 s");
+    assert_eq!(rows[1][10], "98 %");
+    assert_eq!(rows[1][11], "60 %, 2.80 tok/step");
+    assert_eq!(rows[1][12], "throttled");
+    assert!(
+        md.contains("a GPU throttled ≥ 10 % of the window"),
+        "the run's own rules"
+    );
+    let mut stricter = report.clone();
+    stricter
+        .telemetry
+        .as_mut()
+        .unwrap()
+        .verdict_rules
+        .throttled_pct = 5.0;
+    assert!(to_markdown(&stricter).contains("a GPU throttled ≥ 5 % of the window"));
+    let mut at_finish = report.clone();
+    let m = at_finish.decode[0].measurements.as_mut().unwrap();
+    let server = m.telemetry.as_mut().unwrap().server.as_mut().unwrap();
+    server.counted_at_finish = true;
+    server.spec_acceptance_rate = None;
+    let rows = common::table(
+        &to_markdown(&at_finish),
+        "| Context | Concurrency | GPU util mean / max",
+    );
+    assert_eq!(
+        (rows[1][10].as_str(), rows[1][11].as_str()),
+        ("98 % ‡", "2.80 tok/step ‡"),
+        "counters of finished requests are marked; a length alone still shows"
+    );
+    let text = to_csv(&report);
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+    let first = &rows[report.prefill.len()];
+    assert_eq!(&first[col("gpu_energy_j")], "19200");
+    assert_eq!(&first[col("joules_per_output_token")], "0.4");
+    assert_eq!(&first[col("prefix_cache_hit_rate")], "0.98");
+    assert_eq!(&first[col("verdicts")], "throttled");
+    assert_eq!(&rows[report.prefill.len() + 1][col("gpu_energy_j")], "");
+    let json = report.to_json().unwrap();
+    let back = speedmatrix_report::Report::from_json(&json).unwrap();
+    assert_eq!(back, report, "telemetry round-trips through run.json");
+}
+
+#[test]
+fn telemetry_section_is_in_the_html_page() {
+    let html = to_html(&with_telemetry());
+    assert!(html.contains("<h2>GPU, host and server per cell</h2>"));
+    assert!(html.contains("<td>0.400 J</td>"));
+    assert!(html.contains("power limit 700 W"));
+    assert!(!to_html(&common::small()).contains("GPU, host and server per cell"));
+}

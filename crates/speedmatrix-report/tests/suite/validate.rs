@@ -138,11 +138,11 @@ fn bad_files_say_what_is_wrong_and_what_to_do() {
     assert!(text.contains("line 2"), "{text}");
     assert!(text.contains("speedmatrix run"), "{text}");
 
-    let err = Report::from_json("{\"schema_version\": 4}").unwrap_err();
+    let err = Report::from_json("{\"schema_version\": 5}").unwrap_err();
     assert_eq!(
         err,
         ReportError::UnsupportedVersion {
-            found: "4".into(),
+            found: "5".into(),
             supported: SCHEMA_VERSION
         }
     );

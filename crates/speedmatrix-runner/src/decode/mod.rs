@@ -17,8 +17,9 @@ use crate::client_load::{ClientLoad, CpuReading, runtime_threads};
 use crate::observer::{Event, Phase};
 use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
 use crate::request::{Recorded, RequestShape};
-use crate::server::{CounterReading, Drain, Server, read_generation_counter};
+use crate::server::{CounterReading, Drain, EdgeReading, Server, read_counters};
 use crate::stop::StopSignal;
+use crate::telemetry::{CellWindow, RunTelemetry};
 use crate::{Observer, RunError};
 
 use self::streams::{Readiness, SlotRecord, measure_window, start_streams, wait_ready, warm_up};
@@ -38,6 +39,10 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) measure_first_warmup: bool,
     /// Tokenizes streamed text for estimates when the server sends no count.
     pub(crate) tokenizer: &'a speedmatrix_workload::Tokenizer,
+    /// Time between scrapes of the server's gauges inside the window.
+    pub(crate) metrics_interval: Duration,
+    /// The server's KV block size, when it reports one.
+    pub(crate) block_tokens: Option<u64>,
 }
 
 /// What a decode cell produced, besides its outcome.
@@ -60,6 +65,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 pub(crate) async fn run_cell(
     server: &Server,
     spec: DecodeCellSpec<'_>,
+    telemetry: &RunTelemetry,
     observer: &dyn Observer,
     cancel: &CancellationToken,
 ) -> Result<DecodeOutcome, RunError> {
@@ -116,26 +122,38 @@ pub(crate) async fn run_cell(
     let mut gauges = Vec::new();
     let mut counter = None;
     let mut client = None;
+    let mut edges: (Option<EdgeReading>, Option<EdgeReading>) = (None, None);
     let window_opened = !matches!(ready, Readiness::StreamsDied);
     if window_opened {
         phase(Phase::Measuring);
         // The counter scrapes run beside the window, never inside its timing.
         let opening = server
-            .has_generation_counter()
-            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
+            .has_metrics()
+            .then(|| tokio::spawn(read_counters(server.client.clone())));
         let cpu_before = CpuReading::now().filter(|_| server.embedded.is_none());
-        gauges = measure_window(server, window_start, spec.duration, cancel).await;
+        gauges = measure_window(
+            server,
+            window_start,
+            spec.duration,
+            spec.metrics_interval,
+            cancel,
+        )
+        .await;
         client = cpu_before
             .zip(CpuReading::now())
             .map(|(before, after)| before.until(after, runtime_threads()));
         let closing = opening
             .is_some()
-            .then(|| tokio::spawn(read_generation_counter(server.client.clone())));
+            .then(|| tokio::spawn(read_counters(server.client.clone())));
         // Streams stay open a moment past the window's end so that each
         // stream's token curve is known up to the edge (see docs/metrics.md).
         tokio::time::sleep(WINDOW_EDGE_GRACE).await;
         if let (Some(open), Some(close)) = (opening, closing) {
-            counter = counter_increase(open.await.ok().flatten(), close.await.ok().flatten());
+            edges = (open.await.ok().flatten(), close.await.ok().flatten());
+            counter = counter_increase(
+                edges.0.and_then(|e| e.generation),
+                edges.1.and_then(|e| e.generation),
+            );
         }
     }
     stop.stop();
@@ -174,6 +192,18 @@ pub(crate) async fn run_cell(
     if let Some(w) = outcome.cell.window.as_mut() {
         w.server_counter = counter;
         w.client = client;
+        w.telemetry = Some(telemetry.cell(&CellWindow {
+            start: window_start,
+            end: window_start + spec.duration,
+            output_tokens: w.output_tokens,
+            concurrency: spec.concurrency.get(),
+            gauges: &gauges,
+            open: edges.0.as_ref().map(|e| &e.counters),
+            close: edges.1.as_ref().map(|e| &e.counters),
+            client,
+            prompt_tokens: spec.expected_prompt_tokens.get(),
+            block_tokens: spec.block_tokens,
+        }));
     }
     if let Some(load) = client.filter(ClientLoad::is_client_bound) {
         outcome.cell.notices.push(Notice::ClientBound {

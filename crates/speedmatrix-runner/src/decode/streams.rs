@@ -21,9 +21,6 @@ const MAX_CONSECUTIVE_FAILURES: u32 = 3;
 /// Pause before a failed request's slot sends its next one.
 const FAILURE_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Pause between two gauge scrapes inside the window.
-const SCRAPE_PERIOD: Duration = Duration::from_millis(500);
-
 /// How long to wait for every stream's first token after the cache is warm.
 fn readiness_limit(context: Tokens, n: Concurrency) -> Duration {
     let work = context.get() as f64 * f64::from(n.get());
@@ -197,6 +194,7 @@ pub(super) async fn measure_window(
     server: &Server,
     start: Instant,
     duration: Duration,
+    scrape_every: Duration,
     cancel: &CancellationToken,
 ) -> Vec<Gauges> {
     let end = tokio::time::Instant::from_std(start + duration);
@@ -219,7 +217,7 @@ pub(super) async fn measure_window(
                 tokio::select! {
                     () = tokio::time::sleep_until(end) => return samples,
                     () = cancel.cancelled() => return samples,
-                    () = tokio::time::sleep(SCRAPE_PERIOD) => {}
+                    () = tokio::time::sleep(scrape_every) => {}
                 }
             }
         }

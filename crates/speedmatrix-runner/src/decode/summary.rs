@@ -193,6 +193,7 @@ impl Cell<'_, '_> {
             finish_reasons,
             server_counter: None,
             client: None,
+            telemetry: None,
         };
         DecodeOutcome {
             cell: CellOutcome {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use speedmatrix_client::{ApiKey, Client, ClientConfig, Error, ModelInfo, ServerInfo, Timeouts};
 use speedmatrix_engines::{ReportedCapacity, vllm};
+use speedmatrix_telemetry::{GpuInfo, TelemetryMode};
 use speedmatrix_units::{Tokens, group_thousands};
 
 use crate::cmd::UsageError;
@@ -18,7 +19,9 @@ use crate::cmd::UsageError;
 /// their context limit (max_model_len), the engine version, and the KV cache
 /// as the engine reports it (vLLM's `vllm:cache_config_info`, llama.cpp's
 /// `/props`, SGLang's `/get_server_info`). Endpoints the server lacks are
-/// reported as "not exposed". Exits 1 when the server cannot be reached or
+/// reported as "not exposed". It also lists this machine's GPUs as the
+/// telemetry sources see them (NVML, nvidia-smi, amd-smi), with why none
+/// was found when none was. Exits 1 when the server cannot be reached or
 /// lists no models endpoint, 2 on a bad flag.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -47,13 +50,19 @@ pub(crate) struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+
+    /// Where to look for this machine's GPUs: auto (NVML, else nvidia-smi, else amd-smi),
+    /// nvml, smi (the command-line tools only), off.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    telemetry: TelemetryMode,
 }
 
 /// Runs `speedmatrix probe`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = build_client(&args)?;
     let info = client.probe().await?;
-    let report = ProbeReport::from_info(&info);
+    let mut report = ProbeReport::from_info(&info);
+    report.local_gpus = Some(LocalGpus::probe(args.telemetry));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -102,6 +111,65 @@ struct ProbeReport {
     kv_cache: Option<KvCache>,
     metrics_exposed: bool,
     warnings: Vec<String>,
+    local_gpus: Option<LocalGpus>,
+}
+
+/// This machine's GPUs, as the telemetry sources see them.
+#[derive(Debug, Serialize)]
+struct LocalGpus {
+    source: Option<&'static str>,
+    gpus: Vec<GpuInfo>,
+    unavailable: Option<String>,
+}
+
+impl LocalGpus {
+    fn probe(mode: TelemetryMode) -> LocalGpus {
+        match speedmatrix_telemetry::probe_gpus(mode) {
+            Ok((source, gpus)) => LocalGpus {
+                source: Some(source.name()),
+                gpus,
+                unavailable: None,
+            },
+            Err(why) => LocalGpus {
+                source: None,
+                gpus: Vec::new(),
+                unavailable: Some(why),
+            },
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        if self.gpus.is_empty() {
+            let why = self
+                .unavailable
+                .as_deref()
+                .unwrap_or("the source listed none");
+            return vec![format!("none found ({why})")];
+        }
+        let source = self.source.unwrap_or("?");
+        self.gpus
+            .iter()
+            .map(|g| {
+                let mut parts = vec![format!("{}: {}", g.index, g.name)];
+                if let Some(m) = g.memory_total {
+                    parts.push(m.to_string());
+                }
+                if let Some(d) = &g.driver_version {
+                    parts.push(format!("driver {d}"));
+                }
+                if let Some(r) = &g.runtime_version {
+                    parts.push(format!("CUDA {r}"));
+                }
+                if let Some(p) = g.power_limit_w {
+                    parts.push(format!("power limit {p:.0} W"));
+                }
+                if let (Some(gen_), Some(w)) = (g.pcie_generation, g.pcie_width) {
+                    parts.push(format!("PCIe gen {gen_} ×{w}"));
+                }
+                format!("{} (from {source})", parts.join(", "))
+            })
+            .collect()
+    }
 }
 
 /// The KV capacity as the engine reports it.
@@ -170,6 +238,7 @@ impl ProbeReport {
             kv_cache: KvCache::of(info),
             metrics_exposed: info.metrics().is_some(),
             warnings: info.warnings.clone(),
+            local_gpus: None,
         }
     }
 
@@ -197,6 +266,12 @@ impl ProbeReport {
             }
         }
         out.push_str(&format!("kv cache        {}\n", self.kv_cache_line()));
+        if let Some(local) = &self.local_gpus {
+            for (i, line) in local.lines().iter().enumerate() {
+                let label = if i == 0 { "local gpus" } else { "" };
+                out.push_str(&format!("{label:<16}{line}\n"));
+            }
+        }
         for warning in &self.warnings {
             out.push_str(&format!("warning         {warning}\n"));
         }

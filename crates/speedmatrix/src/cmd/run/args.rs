@@ -138,6 +138,28 @@ pub(crate) struct Args {
     #[arg(long, value_name = "LIST", help_heading = "Client")]
     pub(crate) client_cores: Option<crate::client_host::Cores>,
 
+    /// GPU telemetry beside every window: auto (NVIDIA's NVML, else nvidia-smi, else amd-smi),
+    /// nvml, smi (the command-line tools only) or off (no GPU and no host sampling). Per cell the
+    /// report then gives GPU utilization, power, energy and joules per output token, the lowest
+    /// clock, seconds throttled by reason, host CPU, the server's prefix-cache hit rate,
+    /// speculative acceptance and preemptions, and verdicts (throttled, client-bound, server
+    /// queued, preempted, cache cold); every raw sample goes to telemetry.jsonl. A missing
+    /// driver or tool is recorded, never an error.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        help_heading = "Telemetry"
+    )]
+    pub(crate) telemetry: speedmatrix_telemetry::TelemetryMode,
+    /// Time between GPU and host samples.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms", help_heading = "Telemetry")]
+    pub(crate) telemetry_interval: Duration,
+    /// Time between scrapes of the server's /metrics inside a window (running, waiting and KV
+    /// usage); its counters are also read at each window's edges.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s", help_heading = "Telemetry")]
+    pub(crate) metrics_interval: Duration,
+
     /// Skip TLS certificate verification (recorded in the report).
     #[arg(long)]
     pub(crate) insecure: bool,

@@ -122,7 +122,7 @@ pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
 }
 
 pub(crate) fn labels(args: &Args, embedded: bool) -> RunLabels {
-    let mut hardware = hardware::detect();
+    let mut hardware = hardware::detect(args.telemetry);
     if embedded {
         // The numbers are the profile's, not this machine's GPU's: say so where
         // the page names the hardware.

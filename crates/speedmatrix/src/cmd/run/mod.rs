@@ -85,6 +85,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         send_min_tokens: args.min_tokens,
         extra_body: extra_body(args.extra_body.as_deref())?,
         labels: labels(&args, embedded),
+        telemetry: telemetry_config(&args)?,
     };
     speedmatrix_runner::validate(&config).map_err(|e| words::error(e, None))?;
     warn_plain_http_with_key(&args);
@@ -113,6 +114,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir(&dir);
     }
     let mut outcome = outcome.map_err(|e| words::error(e, key.as_ref()))?;
+    if let (Some(samples), Some(t)) = (&outcome.telemetry, outcome.report.telemetry.as_mut()) {
+        write(&dir, TELEMETRY_SAMPLES, &samples.to_jsonl())?;
+        t.samples_file = Some(TELEMETRY_SAMPLES.to_owned());
+    }
     // The report speaks as the command does: its notes name the flags.
     outcome.report.notes = outcome.notices.iter().map(words::notice).collect();
     write_outputs(&dir, &outcome)?;
@@ -120,6 +125,29 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 const JOURNAL: &str = "journal.jsonl";
+
+/// Every GPU and host sample of the run (see `speedmatrix_telemetry::SAMPLES_SCHEMA`).
+const TELEMETRY_SAMPLES: &str = "telemetry.jsonl";
+
+fn telemetry_config(args: &Args) -> anyhow::Result<speedmatrix_runner::TelemetryConfig> {
+    if args.telemetry_interval < std::time::Duration::from_millis(10) {
+        return Err(UsageError(
+            "--telemetry-interval must be at least 10ms; GPU counters do not change faster".into(),
+        )
+        .into());
+    }
+    if args.metrics_interval < std::time::Duration::from_millis(50) {
+        return Err(UsageError(
+            "--metrics-interval must be at least 50ms, or the scrapes would load the server".into(),
+        )
+        .into());
+    }
+    Ok(speedmatrix_runner::TelemetryConfig {
+        gpu: args.telemetry,
+        interval: args.telemetry_interval,
+        metrics_interval: args.metrics_interval,
+    })
+}
 
 /// The output directory, whether the run resumes, and whether this call created the directory.
 fn output_dir(args: &Args) -> anyhow::Result<(PathBuf, bool, bool)> {
