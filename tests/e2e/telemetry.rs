@@ -141,7 +141,12 @@ fn nvidia_smi_samples_explain_the_cell_and_a_power_cap_is_a_verdict() {
         "a sample every 100 ms over 2 s: {}",
         g.samples
     );
-    assert_eq!(g.utilization_mean_pct, Some(97.0));
+    let close = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-9);
+    assert!(
+        close(g.utilization_mean_pct, 97.0),
+        "{:?}",
+        g.utilization_mean_pct
+    );
     assert_eq!(g.sm_clock_min_mhz, Some(1755));
     assert_eq!(g.energy_source.as_deref(), Some("integrated_power"));
     // 400 W over the measured window, integrated from the samples.
@@ -285,5 +290,102 @@ fn probe_lists_the_local_gpus_or_says_why_there_are_none() {
     assert!(
         none.contains("local gpus      none found (nvidia-smi: "),
         "{none}"
+    );
+}
+
+/// A simulator that speculates (drafts of 4, 3 tokens a step: 2 accepted)
+/// behind a URL, changed by `edit`, and the report of one short cell of
+/// 512-token prompts against it.
+fn speculating_run(
+    name: &str,
+    edit: impl FnOnce(&mut speedmatrix_sim::Profile),
+) -> speedmatrix_report::Report {
+    let dir = temp_dir(name);
+    let (mut p, _) = test_profile(&dir);
+    p.tokens_per_step = vec![3];
+    p.num_speculative_tokens = Some(4);
+    edit(&mut p);
+    p.validate().unwrap();
+    let profile = dir.join("spec.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .env("PATH", path_with(&temp_dir(&format!("{name}-no-tools"))))
+        .args([
+            "--contexts",
+            "512",
+            "--concurrency",
+            "2",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args([
+            "--duration",
+            "2s",
+            "--max-tokens",
+            "48",
+            "--metrics-interval",
+            "200ms",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    read_report(&out)
+}
+
+#[test]
+fn the_servers_speculative_and_prefix_cache_counters_are_the_simulators_truth() {
+    let report = speculating_run("telemetry-server", |_| {});
+    let t = report.decode[0]
+        .measurements
+        .as_ref()
+        .and_then(|m| m.telemetry.clone())
+        .unwrap();
+    let s = t.server.clone().expect("the simulator's counters");
+    // Every step drafts 4 and accepts 2: the rates are exact, whatever the window.
+    assert_eq!(s.spec_acceptance_rate, Some(0.5));
+    assert_eq!(s.spec_mean_accepted_length, Some(3.0));
+    assert!(s.spec_drafts.is_some_and(|d| d > 0.0));
+    assert!(!s.counted_at_finish, "vLLM counts as it goes");
+    assert!(
+        s.scrapes >= 5,
+        "a scrape every 200 ms over 2 s: {}",
+        s.scrapes
+    );
+    assert_eq!(s.preemptions, Some(0.0));
+    let kv = s.kv_usage_max_pct.unwrap();
+    assert!(kv > 0.0 && kv < 100.0, "{kv}");
+    // The warmed prefix: each 512-token prompt looks up 512 tokens and, by
+    // vLLM's rule (whole 16-token blocks, the last token always computed),
+    // finds 31 blocks of them.
+    let queries = s.prefix_cache_queries.unwrap();
+    assert!(queries > 0.0 && queries % 512.0 == 0.0, "{queries}");
+    assert_eq!(s.prefix_cache_hits, Some(queries / 512.0 * 496.0));
+    assert_eq!(s.prefix_cache_hit_rate, Some(496.0 / 512.0));
+    assert!(t.verdicts.is_empty(), "{:?}", t.verdicts);
+}
+
+#[test]
+fn a_server_that_caches_nothing_gets_the_cache_cold_verdict() {
+    let report = speculating_run("telemetry-cold", |p| p.enable_prefix_caching = false);
+    let t = report.decode[0]
+        .measurements
+        .as_ref()
+        .and_then(|m| m.telemetry.clone())
+        .unwrap();
+    assert_eq!(t.server.unwrap().prefix_cache_hit_rate, Some(0.0));
+    let cold = t
+        .verdicts
+        .iter()
+        .find(|v| v.kind == "cache_cold")
+        .expect("cache cold");
+    assert!(
+        cold.why
+            .contains("hit rate 0 % where the prompts should give 97 %"),
+        "{}",
+        cold.why
     );
 }

@@ -86,6 +86,12 @@ pub(crate) struct Counters {
     pub(crate) finished_stop: u64,
     /// Requests that finished with `length`.
     pub(crate) finished_length: u64,
+    /// Speculative drafts: one per decode step when the engine speculates.
+    pub(crate) spec_drafts: u64,
+    /// Draft tokens proposed.
+    pub(crate) spec_draft_tokens: u64,
+    /// Draft tokens accepted: the step's tokens less the one the target model adds.
+    pub(crate) spec_accepted_tokens: u64,
 }
 
 /// The engine's state at a glance.
@@ -162,6 +168,7 @@ pub(crate) struct Engine {
     running: Vec<ReqId>,
     output_vocab: Arc<[u32]>,
     tokens_per_step: Vec<u32>,
+    num_speculative_tokens: Option<u32>,
     counters: Counters,
     clock: Duration,
 }
@@ -191,6 +198,7 @@ impl Engine {
             } else {
                 profile.tokens_per_step.clone()
             },
+            num_speculative_tokens: profile.num_speculative_tokens,
             counters: Counters::default(),
             clock: Duration::ZERO,
         }
@@ -422,6 +430,13 @@ impl Engine {
             } else {
                 let k = self.tokens_per_step[req.decode_steps % self.tokens_per_step.len()];
                 req.decode_steps += 1;
+                if let Some(draft) = self.num_speculative_tokens {
+                    // Counted per step as the scheduler verifies it, before any
+                    // stop cuts the step's tokens short (as vLLM counts them).
+                    self.counters.spec_drafts += 1;
+                    self.counters.spec_draft_tokens += u64::from(draft);
+                    self.counters.spec_accepted_tokens += u64::from(k.saturating_sub(1));
+                }
                 k as usize
             };
             req.emitted_last = 0;

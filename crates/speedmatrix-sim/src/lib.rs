@@ -50,7 +50,10 @@
 //!   may share a chunk when the client reads slower than the engine writes, as with vLLM.
 //! - `POST /tokenize` with `prompt` or `messages` → `{"count", "max_model_len", "tokens"}`.
 //! - `GET /metrics`: vLLM's Prometheus names (`vllm:num_requests_running`,
-//!   `vllm:kv_cache_usage_perc`, `vllm:prefix_cache_hits_total`, `vllm:cache_config_info`, …).
+//!   `vllm:kv_cache_usage_perc`, `vllm:prefix_cache_hits_total`, `vllm:cache_config_info`, …),
+//!   and `vllm:spec_decode_num_drafts_total` with its draft and accepted token counters when
+//!   [`Profile::num_speculative_tokens`] is set (one draft per decode step, the step's tokens
+//!   less one accepted), so the report's acceptance rate has a known truth.
 //! - With [`Profile::capacity_api`] set to `llamacpp` or `sglang`, `/metrics` drops
 //!   `vllm:cache_config_info` and the capacity is told in that engine's shape instead:
 //!   `GET /props` (`default_generation_settings.n_ctx`, `total_slots`) or

@@ -70,6 +70,28 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
     for (name, help, value) in counters {
         metric(&mut out, name, help, "counter", &labels, value as f64);
     }
+    if profile.num_speculative_tokens.is_some() {
+        let spec: [(&str, &str, u64); 3] = [
+            (
+                vllm::SPEC_DRAFTS,
+                "Number of spec decoding drafts.",
+                c.spec_drafts,
+            ),
+            (
+                vllm::SPEC_DRAFT_TOKENS,
+                "Number of draft tokens.",
+                c.spec_draft_tokens,
+            ),
+            (
+                vllm::SPEC_ACCEPTED_TOKENS,
+                "Number of accepted tokens.",
+                c.spec_accepted_tokens,
+            ),
+        ];
+        for (name, help, value) in spec {
+            metric(&mut out, name, help, "counter", &labels, value as f64);
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP vllm:request_success_total Count of successfully processed requests."

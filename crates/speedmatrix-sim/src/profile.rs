@@ -71,6 +71,12 @@ pub struct Profile {
     /// always one. Default `[1]`.
     #[serde(default = "one_token_per_step")]
     pub tokens_per_step: Vec<u32>,
+    /// Draft tokens proposed per decode step when the engine speculates: `/metrics` then
+    /// carries vLLM's `vllm:spec_decode_*` counters, each step one draft of this many tokens
+    /// of which `tokens_per_step − 1` are accepted (so every count there is at most this + 1).
+    /// `None` (the default): no speculative decoding, no such counters, as vLLM.
+    #[serde(default)]
+    pub num_speculative_tokens: Option<u32>,
     /// What the simulated model writes (default: words); see [`TextStyle`].
     #[serde(default)]
     pub text_style: TextStyle,
@@ -380,6 +386,18 @@ impl Profile {
                 self.tokens_per_step
             ));
         }
+        if let Some(k) = self.num_speculative_tokens
+            && self
+                .tokens_per_step
+                .iter()
+                .any(|&t| t > k.saturating_add(1))
+        {
+            return invalid(format!(
+                "tokens_per_step {:?} accepts more than num_speculative_tokens ({k}) allows: \
+                 a step gives at most the draft plus one",
+                self.tokens_per_step
+            ));
+        }
         Ok(())
     }
 
@@ -450,6 +468,7 @@ fn rtx3090() -> Profile {
         capacity_api: CapacityApi::Vllm,
         dialect: Dialect::Vllm,
         tokens_per_step: one_token_per_step(),
+        num_speculative_tokens: None,
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
@@ -482,6 +501,7 @@ fn tiny() -> Profile {
         capacity_api: CapacityApi::Vllm,
         dialect: Dialect::Vllm,
         tokens_per_step: one_token_per_step(),
+        num_speculative_tokens: None,
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
@@ -537,6 +557,16 @@ mod tests {
         let mut faulty = Profile::builtin(TINY).unwrap();
         faulty.faults = Some("explode=1".to_owned());
         assert!(matches!(faulty.validate(), Err(SimError::BadFault { .. })));
+        let mut greedy = Profile::builtin(TINY).unwrap();
+        greedy.tokens_per_step = vec![2, 4];
+        greedy.num_speculative_tokens = Some(2);
+        let err = greedy.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("accepts more than num_speculative_tokens (2)"),
+            "{err}"
+        );
+        greedy.num_speculative_tokens = Some(3);
+        greedy.validate().unwrap();
     }
 
     #[test]

@@ -370,3 +370,28 @@ fn speculative_steps_emit_the_profiles_token_counts() {
     assert_eq!(decode_steps[1], p.cost.step_base() + p.cost.decode(1, 41));
     assert_eq!(decode_steps[2], decode);
 }
+
+#[test]
+fn a_speculating_engine_counts_drafts_and_acceptances_per_decode_step() {
+    let mut p = profile(1_001, 16, 4, 4_096);
+    p.tokens_per_step = vec![3, 4];
+    p.num_speculative_tokens = Some(3);
+    let mut e = engine(&p);
+    e.add(req(1, distinct_prompt(1, 40), 30));
+    run(&mut e);
+    let c = e.snapshot().counters;
+    // Nine decode steps (3, 4, ..., 3, 4, then a 3-token step cut to 1 by max_tokens).
+    assert_eq!(c.spec_drafts, 9);
+    assert_eq!(c.spec_draft_tokens, 27);
+    // Accepted as verified, before the stop: 2 + 3 per pair of steps, 2 for the cut one.
+    assert_eq!(c.spec_accepted_tokens, 4 * 5 + 2);
+    let quiet = profile(1_001, 16, 4, 4_096);
+    let mut e = engine(&quiet);
+    e.add(req(1, distinct_prompt(1, 40), 30));
+    run(&mut e);
+    assert_eq!(
+        e.snapshot().counters.spec_drafts,
+        0,
+        "no speculation, no drafts"
+    );
+}
