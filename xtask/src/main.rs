@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod fuzz;
 mod gen_tokenizer;
+mod gpu_check;
 mod llamacpp;
 mod screenshot;
 mod tidy;
@@ -45,6 +46,9 @@ enum Command {
     /// Fuzz the parsers of server and file input (SSE, stream chunks, Prometheus, config.json,
     /// journal) for a fixed budget per target on stable Rust; prints executions and findings.
     Fuzz(fuzz::Args),
+    /// On a machine with a GPU: record nvidia-smi / amd-smi output under a small load into the
+    /// telemetry fixtures (tests/fixtures/…/recorded-…) and replay every fixture. On demand only.
+    GpuCheck(gpu_check::Args),
     /// Train the bundled tokenizer from its recipe and write its asset (`--check`: compare only).
     GenTokenizer(gen_tokenizer::Args),
 }
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Screenshot(args) => screenshot::run(&args),
         Command::GenTokenizer(args) => gen_tokenizer::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
+        Command::GpuCheck(args) => gpu_check::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
         Command::LlamacppE2e(args) => llamacpp::run(&args),
     };

@@ -63,6 +63,7 @@ mod chunks;
 mod error;
 mod rate;
 mod request;
+mod series;
 mod stats;
 mod time;
 mod timeline;
@@ -75,11 +76,13 @@ pub use crate::chunks::{Chunks, Iter as ChunkIter};
 pub use crate::error::MetricsError;
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
+pub use crate::series::binned_levels;
 pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};
 pub use crate::tokens::{EstimateMethod, TokenSource};
 pub use crate::verdict::{CellSignals, VerdictKind, VerdictRules, intended_hit_rate, verdicts};
 pub use crate::window::{
-    GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, window_metrics,
+    GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, series_bins,
+    window_metrics,
 };

@@ -13,7 +13,8 @@ pub enum VerdictKind {
     Throttled,
     /// The client was busy most of its runtime threads' time.
     ClientBound,
-    /// The server ran fewer requests than the cell kept in flight.
+    /// The server ran fewer requests than the cell kept in flight, or kept
+    /// some waiting.
     ServerQueued,
     /// The server preempted (or retracted) requests during the window.
     Preempted,
@@ -41,8 +42,11 @@ pub struct VerdictRules {
     pub throttled_share: f64,
     /// Client-bound at this share of the runtime threads' time or more.
     pub client_busy_share: f64,
-    /// Queued when the server's mean running requests fall below this share of N.
+    /// Queued when the server's mean running requests fall below this share of N
+    /// (a finished stream's replacement is a short dip, a queue a lasting one).
     pub running_share: f64,
+    /// Queued when the server's mean waiting requests reach this many.
+    pub waiting_mean: f64,
     /// Cache cold when the hit rate is this far or more below the intended one.
     pub cache_gap: f64,
 }
@@ -52,7 +56,8 @@ impl Default for VerdictRules {
         VerdictRules {
             throttled_share: 0.10,
             client_busy_share: 0.80,
-            running_share: 0.95,
+            running_share: 0.90,
+            waiting_mean: 0.5,
             cache_gap: 0.20,
         }
     }
@@ -69,6 +74,8 @@ pub struct CellSignals {
     pub client_busy_share: Option<f64>,
     /// The server's time-weighted mean of running requests.
     pub mean_running: Option<f64>,
+    /// The server's time-weighted mean of waiting requests.
+    pub mean_waiting: Option<f64>,
     /// Requests the cell kept in flight.
     pub concurrency: u32,
     /// Preemptions over the window.
@@ -95,11 +102,14 @@ pub fn verdicts(signals: &CellSignals, rules: &VerdictRules) -> Vec<VerdictKind>
     {
         out.push(VerdictKind::ClientBound);
     }
-    if signals.concurrency > 0
+    let short = signals.concurrency > 0
         && signals
             .mean_running
-            .is_some_and(|r| r < rules.running_share * f64::from(signals.concurrency))
-    {
+            .is_some_and(|r| r < rules.running_share * f64::from(signals.concurrency));
+    let waiting = signals
+        .mean_waiting
+        .is_some_and(|w| w >= rules.waiting_mean);
+    if short || waiting {
         out.push(VerdictKind::ServerQueued);
     }
     if signals.preemptions.is_some_and(|p| p > 0.0) {
@@ -137,6 +147,7 @@ mod tests {
             throttled_s: Some(6.0),
             client_busy_share: Some(0.9),
             mean_running: Some(12.0),
+            mean_waiting: Some(4.0),
             concurrency: 16,
             preemptions: Some(3.0),
             hit_rate: Some(0.1),
@@ -167,11 +178,21 @@ mod tests {
             throttled_s: Some(1.0),
             client_busy_share: Some(0.3),
             mean_running: Some(15.9),
+            mean_waiting: Some(0.1),
             preemptions: Some(0.0),
             hit_rate: Some(0.95),
             ..all_signals()
         };
         assert!(verdicts(&healthy, &VerdictRules::default()).is_empty());
+        // All N running but some waiting too (the server admits more than N).
+        let waiting = CellSignals {
+            mean_waiting: Some(0.6),
+            ..healthy
+        };
+        assert_eq!(
+            verdicts(&waiting, &VerdictRules::default()),
+            [VerdictKind::ServerQueued]
+        );
     }
 
     #[test]
@@ -188,16 +209,18 @@ mod tests {
             prop::option::of(0.0f64..100.0),
             prop::option::of(0.0f64..1.5),
             prop::option::of(0.0f64..200.0),
+            prop::option::of(0.0f64..3.0),
             1u32..200,
             prop::option::of(0.0f64..5.0),
             prop::option::of(0.0f64..1.0),
             prop::option::of(0.0f64..1.0),
         )
-            .prop_map(|(w, t, c, r, n, p, h, i)| CellSignals {
+            .prop_map(|(w, t, c, r, q, n, p, h, i)| CellSignals {
                 window_s: w,
                 throttled_s: t,
                 client_busy_share: c,
                 mean_running: r,
+                mean_waiting: q,
                 concurrency: n,
                 preemptions: p,
                 hit_rate: h,
@@ -209,16 +232,23 @@ mod tests {
         #[test]
         fn stricter_thresholds_give_fewer_verdicts(
             s in signals(),
-            a in (0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.2, 0.0f64..1.0),
-            d in (0.0f64..0.5, 0.0f64..0.5, 0.0f64..0.5, 0.0f64..0.5),
+            a in (0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.2, 0.0f64..1.0, 0.0f64..3.0),
+            d in (0.0f64..0.5, 0.0f64..0.5, 0.0f64..0.5, 0.0f64..0.5, 0.0f64..2.0),
         ) {
-            let loose = VerdictRules { throttled_share: a.0, client_busy_share: a.1, running_share: a.2, cache_gap: a.3 };
+            let loose = VerdictRules {
+                throttled_share: a.0,
+                client_busy_share: a.1,
+                running_share: a.2,
+                cache_gap: a.3,
+                waiting_mean: a.4,
+            };
             // Stricter: higher shares to reach, a lower running share, a wider gap.
             let strict = VerdictRules {
                 throttled_share: a.0 + d.0,
                 client_busy_share: a.1 + d.1,
                 running_share: (a.2 - d.2).max(0.0),
                 cache_gap: a.3 + d.3,
+                waiting_mean: a.4 + d.4,
             };
             let l = verdicts(&s, &loose);
             for v in verdicts(&s, &strict) {

@@ -47,6 +47,33 @@ pub struct WindowMetrics {
     pub token_source: Option<TokenSource>,
     /// How the window's output tokens were counted, and how sure the count is.
     pub token_count: TokenCount,
+    /// Total tok/s in each of [`series_bins`] equal parts of the window, in
+    /// order: the same curves as `total_output_rate`, cut at the parts' edges,
+    /// so the parts' tokens add up to the window's.
+    pub output_rate_series: Vec<TokensPerSecond>,
+}
+
+/// How many equal parts a window's time series has: one per half second,
+/// at most 60 (a 30 s window: 60 parts of 0.5 s), at least one.
+pub fn series_bins(window: Duration) -> usize {
+    let halves = (window.as_secs_f64() / 0.5).ceil();
+    (halves as usize).clamp(1, 60)
+}
+
+/// The edges of `bins` equal parts of `w`, `bins + 1` of them.
+fn bin_edges(w: Window, bins: usize) -> Vec<Timestamp> {
+    let step = w.duration().as_secs_f64() / bins as f64;
+    (0..=bins)
+        .map(|k| {
+            if k == bins {
+                w.end()
+            } else {
+                w.start()
+                    .checked_add(Duration::from_secs_f64(step * k as f64))
+                    .unwrap_or(w.end())
+            }
+        })
+        .collect()
 }
 
 /// How a window's output tokens were counted.
@@ -97,6 +124,8 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
     // past its turn: exact ones are added at once, estimates once the
     // calibration over every request is known.
     let mut acc = Accumulator::default();
+    acc.edges = bin_edges(window, series_bins(window.duration()));
+    acc.bins = vec![0.0; acc.edges.len() - 1];
     // One interval per token and one gap per chunk, mostly: room for them
     // at once rather than by doubling (an estimate's scaling may add more).
     let chunks: usize = requests.iter().map(|t| t.as_ref().chunks.len()).sum();
@@ -191,6 +220,9 @@ struct Accumulator {
     intervals: DurationSample,
     source: Option<TokenSource>,
     by_source: BTreeMap<TokenSource, u64>,
+    /// The series' part edges and the tokens in each part.
+    edges: Vec<Timestamp>,
+    bins: Vec<f64>,
 }
 
 impl Accumulator {
@@ -205,6 +237,14 @@ impl Accumulator {
         // The curve only grows; the clamp absorbs rounding at segment joins.
         let tokens = (curve.at(w.end()) - curve.at(w.start())).max(0.0);
         self.tokens += tokens;
+        if tokens > 0.0 {
+            let mut below = curve.at(self.edges[0]);
+            for (bin, &edge) in self.bins.iter_mut().zip(&self.edges[1..]) {
+                let above = curve.at(edge);
+                *bin += (above - below).max(0.0);
+                below = above;
+            }
+        }
         if tokens > 0.0 {
             self.source = Some(
                 self.source
@@ -247,6 +287,12 @@ impl Accumulator {
     ) -> WindowMetrics {
         let d = w.duration();
         let by_time = |busy: Duration| busy.as_secs_f64() / d.as_secs_f64();
+        let bin_s = d.as_secs_f64() / self.bins.len().max(1) as f64;
+        let output_rate_series = self
+            .bins
+            .iter()
+            .map(|&t| TokensPerSecond::new(t / bin_s).unwrap_or_default())
+            .collect();
         let estimated_share = if self.tokens > 0.0 {
             (self.estimated_tokens / self.tokens).clamp(0.0, 1.0)
         } else {
@@ -271,6 +317,7 @@ impl Accumulator {
                 estimated_share,
                 calibration: calibration.filter(|_| self.estimated_tokens > 0.0),
             },
+            output_rate_series,
         }
     }
 }

@@ -4,7 +4,7 @@ use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 42] = [
+pub const CSV_COLUMNS: [&str; 43] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -38,6 +38,7 @@ pub const CSV_COLUMNS: [&str; 42] = [
     "gpu_power_mean_w",
     "gpu_energy_j",
     "joules_per_output_token",
+    "gpu_memory_peak_bytes",
     "gpu_sm_clock_min_mhz",
     "gpu_throttled_s",
     "host_cpu_mean_pct",
@@ -63,9 +64,9 @@ pub fn to_csv(report: &Report) -> String {
     out
 }
 
-fn prefill_fields(row: &PrefillRow) -> [String; 42] {
+fn prefill_fields(row: &PrefillRow) -> Vec<String> {
     let completed = row.status.is_valid().then_some(u64::from(row.repeats));
-    [
+    let mut fields = vec![
         "prefill".to_owned(),
         row.context.get().to_string(),
         "1".to_owned(),
@@ -86,29 +87,10 @@ fn prefill_fields(row: &PrefillRow) -> [String; 42] {
         String::new(),
         row.prompt_tokens_requested.get().to_string(),
         int(row.prompt_tokens_reported.map(|t| t.get())),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-    ]
+    ];
+    // The rest are decode-only columns.
+    fields.resize(CSV_COLUMNS.len(), String::new());
+    fields
 }
 
 fn decode_fields(cell: &DecodeCell) -> Vec<String> {
@@ -161,7 +143,7 @@ fn decode_fields(cell: &DecodeCell) -> Vec<String> {
 
 /// The telemetry columns: GPU figures are the mean over GPUs (energy and
 /// throttled seconds their sum and maximum), empty where nothing was sampled.
-fn telemetry_fields(t: Option<&CellTelemetry>) -> [String; 13] {
+fn telemetry_fields(t: Option<&CellTelemetry>) -> [String; 14] {
     let gpus = t.map(|t| t.gpus.as_slice()).unwrap_or_default();
     let mean = |f: fn(&crate::model::GpuUse) -> Option<f64>| {
         let v: Vec<f64> = gpus.iter().filter_map(f).collect();
@@ -173,6 +155,10 @@ fn telemetry_fields(t: Option<&CellTelemetry>) -> [String; 13] {
         num(mean(|g| g.power_mean_w)),
         num(t.and_then(|t| t.energy_j)),
         num(t.and_then(|t| t.joules_per_output_token)),
+        int(gpus
+            .iter()
+            .filter_map(|g| g.memory_peak_bytes.map(|b| b.get()))
+            .max()),
         int(gpus
             .iter()
             .filter_map(|g| g.sm_clock_min_mhz)

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use crate::model::{CellStatus, Report};
 use crate::{page, telemetry_page};
 
+mod series;
 mod svg;
 
 /// Renders the report as one HTML page with no external assets: a decode heatmap
@@ -69,7 +70,7 @@ fn charts(out: &mut String, report: &Report) {
              TTFT · rows are context length, columns are simultaneous requests. Colour is total \
              tok/s on a log scale; hatched cells were not run.</p>\n<figure class=\"wide\">{}</figure>\n\
              </section>\n",
-            svg::heatmap(report)
+            svg::heatmap(report, &svg::THROUGHPUT)
         );
     }
     if !report.prefill.is_empty() {
@@ -166,6 +167,20 @@ fn telemetry(out: &mut String, report: &Report) {
         let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(&value));
     }
     out.push_str("</dl>\n");
+    let has_energy = report.decode.iter().any(|c| {
+        c.measurements
+            .as_ref()
+            .is_some_and(|m| (svg::ENERGY.value)(m).is_some())
+    });
+    if has_energy {
+        let _ = write!(
+            out,
+            "<h3>Energy per output token</h3>\n<p class=\"caption\">GPU joules per output token \
+             and mean power of all GPUs · darker is fewer joules (log scale).</p>\n\
+             <figure class=\"wide\">{}</figure>\n",
+            svg::heatmap(report, &svg::ENERGY)
+        );
+    }
     let rows: Vec<Vec<Cell>> = telemetry_page::telemetry_rows(report)
         .into_iter()
         .map(|r| r.into_iter().map(Cell::text).collect())
@@ -178,7 +193,49 @@ fn telemetry(out: &mut String, report: &Report) {
             esc(&telemetry_page::telemetry_note(report))
         );
     }
+    cell_series(out, report);
     out.push_str("</section>\n");
+}
+
+/// Each measured cell's window as strips, folded away until opened.
+fn cell_series(out: &mut String, report: &Report) {
+    let cells: Vec<_> = report
+        .decode
+        .iter()
+        .filter_map(|c| {
+            let m = c.measurements.as_ref()?;
+            Some((c, m, m.telemetry.as_ref()?.series.as_ref()?))
+        })
+        .collect();
+    if cells.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h3>Each cell over its window</h3>\n<p class=\"caption\">Our output tok/s, the \
+         server's running and waiting requests and KV usage (its /metrics), GPU utilization and \
+         power, in equal parts of the window (the mean of each part; a part without a reading \
+         holds the last one).</p>\n",
+    );
+    for (c, m, series) in cells {
+        let label = format!("{} context × {} requests", c.context, c.concurrency);
+        let verdicts: Vec<String> = m
+            .telemetry
+            .iter()
+            .flat_map(|t| t.verdicts.iter().map(|v| v.kind.replace('_', " ")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<details class=\"cell-series\"><summary>{} · {} tok/s{}</summary>\n<figure>{}</figure>\n</details>",
+            esc(&label),
+            crate::format::tokens_per_s(m.total_tokens_per_s),
+            if verdicts.is_empty() {
+                String::new()
+            } else {
+                esc(&format!(" · {}", verdicts.join(", ")))
+            },
+            series::cell_strips(series, &label)
+        );
+    }
 }
 
 /// One table cell: text (a `\n` becomes a line break) and a CSS class.
@@ -281,6 +338,10 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; margi
 dt { color: var(--muted); }
 dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
 dl.inline { margin-bottom: 14px; }
+h3 { font-size: 16px; margin: 18px 0 6px; }
+details.cell-series { margin: 0 0 6px; }
+details.cell-series summary { cursor: pointer; padding: 4px 0; }
+details.cell-series figure { margin-top: 6px; }
 .caption { color: var(--muted); margin: 0 0 10px; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px; }
 figure svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }

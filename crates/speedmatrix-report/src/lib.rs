@@ -102,9 +102,9 @@ pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
-    Api, Capacity, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup, DecodeCell,
-    DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse, KvCapacity, LocalServer,
-    MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode, PrefillRow,
-    Report, RunSettings, SCHEMA_VERSION, ServerCounter, ServerStats, TelemetrySetup,
+    Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup,
+    DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse, KvCapacity,
+    LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode,
+    PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, ServerStats, TelemetrySetup,
     ThrottledSeconds, TokenCount, TokenCountSource, Tool, VerdictThresholds,
 };

@@ -2,20 +2,26 @@
 //! run's sources and, per measured cell, what the GPUs, the host and the
 //! server did, with the verdicts.
 
-use crate::model::{CellTelemetry, DecodeCell, Report, ServerStats, VerdictThresholds};
+use crate::format;
+use crate::model::{
+    CellTelemetry, DecodeCell, DecodeMeasurements, Report, ServerStats, VerdictThresholds,
+};
 
 /// The telemetry table's columns.
-pub(crate) const TELEMETRY_COLUMNS: [&str; 13] = [
+pub(crate) const TELEMETRY_COLUMNS: [&str; 16] = [
     "Context",
     "Concurrency",
     "GPU util mean / max",
     "Power mean / max",
     "Energy",
     "J / token",
+    "GPU memory peak",
     "Lowest SM clock",
     "Throttled",
     "Host CPU mean / busiest core",
+    "Server tok/s (ours ÷ server)",
     "KV usage max",
+    "Preemptions",
     "Prefix-cache hits",
     "Spec. acceptance",
     "Verdicts",
@@ -67,16 +73,31 @@ pub(crate) fn telemetry_facts(report: &Report) -> Vec<(&'static str, String)> {
 }
 
 /// One row per measured cell that has telemetry.
-pub(crate) fn telemetry_rows(report: &Report) -> Vec<[String; 13]> {
+pub(crate) fn telemetry_rows(report: &Report) -> Vec<[String; 16]> {
     report
         .decode
         .iter()
-        .filter_map(|c| Some((c, c.measurements.as_ref()?.telemetry.as_ref()?)))
-        .map(|(c, t)| row(c, t))
+        .filter_map(|c| {
+            let m = c.measurements.as_ref()?;
+            Some((c, m, m.telemetry.as_ref()?))
+        })
+        .map(|(c, m, t)| row(c, m, t))
         .collect()
 }
 
-fn row(cell: &DecodeCell, t: &CellTelemetry) -> [String; 13] {
+/// The server's own output rate over the window and ours as a share of it.
+fn server_rate(m: &DecodeMeasurements) -> String {
+    match m.server_counter {
+        Some(c) if c.tokens_per_s() > 0.0 => format!(
+            "{} ({:.3})",
+            format::tokens_per_s(c.tokens_per_s()),
+            m.total_tokens_per_s / c.tokens_per_s()
+        ),
+        _ => "—".to_owned(),
+    }
+}
+
+fn row(cell: &DecodeCell, m: &DecodeMeasurements, t: &CellTelemetry) -> [String; 16] {
     let dash = || "—".to_owned();
     let per_gpu = |f: &dyn Fn(&crate::model::GpuUse) -> Option<String>| {
         let parts: Vec<String> = t.gpus.iter().filter_map(f).collect();
@@ -108,14 +129,19 @@ fn row(cell: &DecodeCell, t: &CellTelemetry) -> [String; 13] {
         t.energy_j.map_or_else(dash, |e| format!("{e:.0} J")),
         t.joules_per_output_token
             .map_or_else(dash, |j| format!("{j:.3} J")),
+        per_gpu(&|g| g.memory_peak_bytes.map(|b| b.to_string())),
         per_gpu(&|g| g.sm_clock_min_mhz.map(|m| format!("{m} MHz"))),
         per_gpu(&|g| g.throttled.map(|s| format!("{:.1} s", s.any_s))),
         t.host.as_ref().map_or_else(dash, |h| {
             format!("{:.0} % / {:.0} %", h.cpu_mean_pct, h.cpu_busiest_core_pct)
         }),
+        server_rate(m),
         server
             .and_then(|s| s.kv_usage_max_pct)
             .map_or_else(dash, |u| format!("{u:.0} %")),
+        server
+            .and_then(|s| s.preemptions)
+            .map_or_else(dash, |p| format!("{p:.0}")),
         server.map_or_else(dash, |s| {
             s.prefix_cache_hit_rate
                 .map_or_else(dash, |r| format!("{:.0} %{}", r * 100.0, finished_mark(s)))
@@ -169,14 +195,19 @@ fn note_with(rules: &VerdictThresholds) -> String {
     format!(
         "GPU figures are time-weighted over the window from samples of the GPU source named \
          above; energy is the driver's counter where it has one, else power integrated, and \
-         J / token divides it by the window's output tokens. Prefix-cache hits and speculative \
-         acceptance are the server's counters over the window (differences, not lifetime \
+         J / token divides it by the window's output tokens. Server tok/s is the server's own \
+         output counter over the window, with our total tok/s as a share of it. Prefix-cache \
+         hits and speculative acceptance are the server's counters over the window (differences, not lifetime \
          totals); ‡ marks an engine whose counters move only when a request ends, so they cover \
          the requests that finished in the window. Verdicts: throttled (a GPU throttled ≥ {:.0} % \
          of the window), client bound (the client busy ≥ {:.0} % of its threads), server queued \
-         (fewer than {:.0} % of the requests running on average), preempted (any preemption), \
+         (fewer than {:.0} % of the requests running on average, or ≥ {} waiting), preempted (any preemption), \
          cache cold (hit rate ≥ {:.0} points below what the prompts should give); \
          docs/metrics.md has the rules.",
-        rules.throttled_pct, rules.client_busy_pct, rules.running_pct, rules.cache_gap_points
+        rules.throttled_pct,
+        rules.client_busy_pct,
+        rules.running_pct,
+        rules.waiting_mean,
+        rules.cache_gap_points
     )
 }

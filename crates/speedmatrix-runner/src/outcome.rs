@@ -359,6 +359,9 @@ pub struct WindowResult {
     /// What the GPUs, the host and the server did over the window.
     #[serde(default)]
     pub telemetry: Option<speedmatrix_report::CellTelemetry>,
+    /// Total tok/s in each equal part of the window (see
+    /// [`speedmatrix_metrics::series_bins`]), for the cell's time series.
+    pub output_rate_series: Vec<f64>,
 }
 
 /// How a window's output tokens were counted.

@@ -5,10 +5,12 @@
 use std::time::Instant;
 
 use speedmatrix_engines::{CounterDeltas, ServerCounters};
-use speedmatrix_metrics::{CellSignals, VerdictKind, VerdictRules, intended_hit_rate, verdicts};
+use speedmatrix_metrics::{
+    CellSignals, VerdictKind, VerdictRules, binned_levels, intended_hit_rate, verdicts,
+};
 use speedmatrix_report::{
-    CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats, TelemetrySetup,
-    ThrottledSeconds, VerdictThresholds,
+    CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
+    TelemetrySetup, ThrottledSeconds, VerdictThresholds,
 };
 use speedmatrix_telemetry::{
     EnergySource, Recorded, Sampler, SamplerConfig, TelemetryMode, summarize_gpus, summarize_host,
@@ -38,6 +40,8 @@ pub(crate) struct CellWindow<'a> {
     pub(crate) prompt_tokens: u64,
     /// The server's KV block size, for the hit rate a warm cache should give.
     pub(crate) block_tokens: Option<u64>,
+    /// Our total tok/s per equal part of the window.
+    pub(crate) output_rate_series: &'a [f64],
 }
 
 impl RunTelemetry {
@@ -84,7 +88,8 @@ impl RunTelemetry {
                 .filter_map(|g| g.throttled.map(|t| t.any_s))
                 .reduce(f64::max),
             client_busy_share: w.client.map(|c| c.busy_share()),
-            mean_running: mean_running(w.gauges),
+            mean_running: mean_of(w.gauges, |g| g.running),
+            mean_waiting: mean_of(w.gauges, |g| g.waiting),
             concurrency: w.concurrency,
             preemptions: deltas.and_then(|d| d.preemptions),
             hit_rate: deltas.and_then(|d| d.prefix_cache_hit_rate()),
@@ -115,7 +120,9 @@ impl RunTelemetry {
         if deltas.is_none() {
             missing.push("server: no /metrics counters at the window's edges".to_owned());
         }
+        let series = series(w, &recorded);
         CellTelemetry {
+            series,
             joules_per_output_token: energy_j
                 .filter(|_| w.output_tokens.get() > 0)
                 .map(|e| e / w.output_tokens.get() as f64),
@@ -194,20 +201,99 @@ fn gpu_use(g: speedmatrix_telemetry::GpuWindow) -> GpuUse {
     }
 }
 
+/// The window's time series: our rate per part, and the server's gauges
+/// and the GPUs' readings put on the same parts.
+fn series(w: &CellWindow<'_>, recorded: &Recorded) -> Option<CellSeries> {
+    let parts = w.output_rate_series.len();
+    if parts == 0 {
+        return None;
+    }
+    let length_s = (w.end - w.start).as_secs_f64();
+    let offset = |at: Instant| {
+        if at >= w.start {
+            (at - w.start).as_secs_f64()
+        } else {
+            -(w.start - at).as_secs_f64()
+        }
+    };
+    let levels = |points: Vec<(f64, f64)>| {
+        if points.is_empty() {
+            Vec::new()
+        } else {
+            binned_levels(&points, length_s, parts)
+                .into_iter()
+                .map(|v| v.map(round2))
+                .collect()
+        }
+    };
+    let gauge = |f: &dyn Fn(&Gauges) -> Option<f64>| {
+        levels(
+            w.gauges
+                .iter()
+                .filter_map(|g| Some((offset(g.at), f(g)?)))
+                .collect(),
+        )
+    };
+    let mut indices: Vec<u32> = recorded.gpu_samples.iter().map(|s| s.value.index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    let per_gpu = |f: &dyn Fn(&speedmatrix_telemetry::GpuSample) -> Option<f64>| {
+        indices
+            .iter()
+            .map(|&i| {
+                let points: Vec<(f64, f64)> = recorded
+                    .gpu_samples
+                    .iter()
+                    .filter(|s| s.value.index == i)
+                    .filter_map(|s| Some((offset(s.at), f(&s.value)?)))
+                    .collect();
+                binned_levels(&points, length_s, parts)
+            })
+            .collect::<Vec<_>>()
+    };
+    let across = |gpus: Vec<Vec<Option<f64>>>, mean: bool| -> Vec<Option<f64>> {
+        if gpus.is_empty() {
+            return Vec::new();
+        }
+        (0..parts)
+            .map(|k| {
+                let values: Option<Vec<f64>> = gpus.iter().map(|g| g[k]).collect();
+                let values = values?;
+                let sum: f64 = values.iter().sum();
+                Some(round2(if mean { sum / values.len() as f64 } else { sum }))
+            })
+            .collect()
+    };
+    Some(CellSeries {
+        part_s: length_s / parts as f64,
+        output_tokens_per_s: w.output_rate_series.iter().map(|&r| round2(r)).collect(),
+        running: gauge(&|g| Some(g.running)),
+        waiting: gauge(&|g| Some(g.waiting)),
+        kv_usage_pct: gauge(&|g| g.kv_usage.map(|u| u * 100.0)),
+        gpu_utilization_pct: across(per_gpu(&|s| s.utilization_pct), true),
+        gpu_power_w: across(per_gpu(&|s| s.power_w), false),
+    })
+}
+
+/// Two decimals: the series are for charts, the summaries keep full precision.
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
 /// The rules' thresholds in the report's units.
 fn thresholds(rules: &VerdictRules) -> VerdictThresholds {
     VerdictThresholds {
         throttled_pct: rules.throttled_share * 100.0,
         client_busy_pct: rules.client_busy_share * 100.0,
         running_pct: rules.running_share * 100.0,
+        waiting_mean: rules.waiting_mean,
         cache_gap_points: rules.cache_gap * 100.0,
     }
 }
 
-/// The mean of the running gauge over the window's scrapes.
-fn mean_running(gauges: &[Gauges]) -> Option<f64> {
-    (!gauges.is_empty())
-        .then(|| gauges.iter().map(|g| g.running).sum::<f64>() / gauges.len() as f64)
+/// The mean of a gauge over the window's scrapes (periodic, so a time average).
+fn mean_of(gauges: &[Gauges], f: fn(&Gauges) -> f64) -> Option<f64> {
+    (!gauges.is_empty()).then(|| gauges.iter().map(f).sum::<f64>() / gauges.len() as f64)
 }
 
 fn server_stats(gauges: &[Gauges], deltas: Option<&CounterDeltas>) -> Option<ServerStats> {
@@ -263,10 +349,13 @@ fn why(kind: VerdictKind, s: &CellSignals, rules: &VerdictRules, gpus: &[GpuUse]
             pct(rules.client_busy_share)
         ),
         VerdictKind::ServerQueued => format!(
-            "the server ran {:.1} requests on average of the {} kept in flight; rule: < {:.0} %",
+            "the server ran {:.1} requests on average of the {} kept in flight, {:.1} waiting; \
+             rule: running < {:.0} % of them or waiting ≥ {}",
             s.mean_running.unwrap_or(0.0),
             s.concurrency,
-            pct(rules.running_share)
+            s.mean_waiting.unwrap_or(0.0),
+            pct(rules.running_share),
+            rules.waiting_mean
         ),
         VerdictKind::Preempted => format!(
             "{:.0} preemptions during the window; rule: any",

@@ -54,6 +54,9 @@ fn steady_100_tok_per_s_over_10_s_is_exactly_100() {
         (Duration::from_millis(10), Duration::from_millis(10))
     );
     assert_eq!(m.window.duration(), Duration::from_secs(10));
+    // 20 parts of 0.5 s, each at the steady rate.
+    assert_eq!(m.output_rate_series.len(), 20);
+    assert!(m.output_rate_series.iter().all(|r| close(r.get(), 100.0)));
 }
 
 #[test]
@@ -272,6 +275,20 @@ proptest! {
         let whole = tokens_in(&ts, window(start, a + b));
         let parts = tokens_in(&ts, window(start, a)) + tokens_in(&ts, window(start + a, b));
         prop_assert!((whole - parts).abs() <= 1e-6 * (1.0 + whole), "{whole} vs {parts}");
+    }
+
+    #[test]
+    fn the_rate_series_parts_add_up_to_the_window(
+        ts in streams(), start in 0u64..3_000, len in 1u64..40_000,
+    ) {
+        let w = window(start, len);
+        let m = window_metrics(&ts, w).unwrap();
+        let parts = m.output_rate_series.len();
+        prop_assert_eq!(parts, speedmatrix_metrics::series_bins(w.duration()));
+        let part_s = w.duration().as_secs_f64() / parts as f64;
+        let sum: f64 = m.output_rate_series.iter().map(|r| r.get() * part_s).sum();
+        let whole = m.total_output_rate.get() * w.duration().as_secs_f64();
+        prop_assert!((whole - sum).abs() <= 1e-6 * (1.0 + whole), "{whole} vs {sum}");
     }
 
     #[test]

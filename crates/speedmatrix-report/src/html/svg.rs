@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::format;
-use crate::model::{CellStatus, Report};
+use crate::model::{CellStatus, DecodeMeasurements, Report};
 use crate::page;
 
 use super::{esc, status_class};
@@ -26,9 +26,89 @@ const HEAT: [(u8, u8, u8); 5] = [
     (8, 29, 88),
 ];
 
-/// Context × concurrency grid of total tok/s with median TTFT, one `<rect class="cell">`
-/// per cell of the run.
-pub(super) fn heatmap(report: &Report) -> String {
+/// What a context × concurrency grid shows of each measured cell.
+pub(super) struct HeatSpec {
+    /// The chart's accessible name.
+    pub(super) label: &'static str,
+    /// The figure the colour shows; cells without it are drawn as measured but grey.
+    pub(super) value: fn(&DecodeMeasurements) -> Option<f64>,
+    /// Whether a lower figure is better (the dark end of the scale goes to it).
+    pub(super) lower_is_better: bool,
+    /// The cell's two lines: the figure, then a smaller one.
+    pub(super) lines: fn(&DecodeMeasurements) -> [String; 2],
+    /// The cell's tooltip after "context × requests: ".
+    pub(super) tip: fn(&DecodeMeasurements) -> String,
+}
+
+/// Total tok/s with median TTFT.
+pub(super) const THROUGHPUT: HeatSpec = HeatSpec {
+    label: "Sustained decode heatmap: total tok/s by context and simultaneous requests",
+    value: |m| Some(m.total_tokens_per_s).filter(|v| *v > 0.0),
+    lower_is_better: false,
+    lines: |m| {
+        let approx = if m.is_estimated() { "≈" } else { "" };
+        [
+            format!("{approx}{}", format::tokens_per_s(m.total_tokens_per_s)),
+            format!("{} TTFT", format::ms_whole(m.ttft_ms.p50)),
+        ]
+    },
+    tip: |m| {
+        let mark = m.estimate_mark();
+        format!(
+            "{} tok/s total, {} per request, TTFT {}, {} between tokens{}",
+            format::tokens_per_s(m.total_tokens_per_s),
+            format::grouped(m.per_request_tokens_per_s, 1),
+            format::ms_whole(m.ttft_ms.p50),
+            format::ms_tenths(m.time_between_tokens_ms.p50),
+            if mark.is_empty() {
+                String::new()
+            } else {
+                format!(" ({mark})")
+            },
+        )
+    },
+};
+
+/// GPU energy per output token with the mean power.
+pub(super) const ENERGY: HeatSpec = HeatSpec {
+    label: "Energy heatmap: GPU joules per output token by context and simultaneous requests",
+    value: |m| {
+        m.telemetry
+            .as_ref()?
+            .joules_per_output_token
+            .filter(|j| *j > 0.0)
+    },
+    lower_is_better: true,
+    lines: |m| {
+        let t = m.telemetry.as_ref();
+        let joules = t.and_then(|t| t.joules_per_output_token);
+        let watts: Option<f64> = t.and_then(|t| {
+            let p: Option<Vec<f64>> = t.gpus.iter().map(|g| g.power_mean_w).collect();
+            p.filter(|p| !p.is_empty()).map(|p| p.iter().sum())
+        });
+        [
+            joules.map_or_else(|| format::DASH.to_owned(), |j| format!("{j:.3} J")),
+            watts.map_or_else(String::new, |w| format!("{w:.0} W")),
+        ]
+    },
+    tip: |m| {
+        let t = m.telemetry.as_ref();
+        match (
+            t.and_then(|t| t.energy_j),
+            t.and_then(|t| t.joules_per_output_token),
+        ) {
+            (Some(e), Some(j)) => format!(
+                "{j:.3} J per output token: {e:.0} J over {:.1} s for {} tokens",
+                m.measured_s, m.output_tokens
+            ),
+            _ => "no GPU energy reading for this cell".to_owned(),
+        }
+    },
+};
+
+/// Context × concurrency grid, one `<rect class="cell">` per cell of the run,
+/// coloured by `spec`'s figure on a log scale.
+pub(super) fn heatmap(report: &Report, spec: &HeatSpec) -> String {
     let run = &report.run;
     let (cell_w, cell_h, left, top) = (124.0, 58.0, 72.0, 44.0);
     let width = left + cell_w * run.concurrencies.len() as f64 + 8.0;
@@ -37,16 +117,11 @@ pub(super) fn heatmap(report: &Report) -> String {
         .decode
         .iter()
         .filter(|c| c.status.is_measured())
-        .filter_map(|c| c.measurements.as_ref().map(|m| m.total_tokens_per_s))
-        .filter(|v| *v > 0.0)
+        .filter_map(|c| c.measurements.as_ref().and_then(spec.value))
         .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(0.0, f64::max);
-    let mut s = open_svg(
-        width,
-        height,
-        "Sustained decode heatmap: total tok/s by context and simultaneous requests",
-    );
+    let mut s = open_svg(width, height, spec.label);
     s.push_str(
         "<defs><pattern id=\"hatch\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" \
          patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"#f1f3f6\"/>\
@@ -83,7 +158,7 @@ pub(super) fn heatmap(report: &Report) -> String {
         for (j, &n) in run.concurrencies.iter().enumerate() {
             let x = left + cell_w * j as f64;
             let cell = report.decode_cell(ctx, n);
-            heat_cell(&mut s, cell, (x, y, cell_w, cell_h), (lo, hi));
+            heat_cell(&mut s, spec, cell, (x, y, cell_w, cell_h), (lo, hi));
         }
     }
     s.push_str("</svg>");
@@ -92,6 +167,7 @@ pub(super) fn heatmap(report: &Report) -> String {
 
 fn heat_cell(
     s: &mut String,
+    spec: &HeatSpec,
     cell: Option<&crate::model::DecodeCell>,
     (x, y, w, h): (f64, f64, f64, f64),
     (lo, hi): (f64, f64),
@@ -99,44 +175,32 @@ fn heat_cell(
     let (fill, class, lines, tip) = match cell {
         Some(c) => match (&c.status, &c.measurements) {
             (status, Some(m)) if status.is_measured() => {
-                let t = scale_log(m.total_tokens_per_s, lo, hi);
-                let mark = m.estimate_mark();
                 let tip = format!(
-                    "{} context × {} requests: {} tok/s total, {} per request, TTFT {}, {} between tokens{}{}",
+                    "{} context × {} requests: {}{}",
                     c.context,
                     c.concurrency,
-                    format::tokens_per_s(m.total_tokens_per_s),
-                    format::grouped(m.per_request_tokens_per_s, 1),
-                    format::ms_whole(m.ttft_ms.p50),
-                    format::ms_tenths(m.time_between_tokens_ms.p50),
-                    if mark.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({mark})")
-                    },
+                    (spec.tip)(m),
                     if status.is_valid() {
                         String::new()
                     } else {
                         format!("; {}", status.detail())
                     },
                 );
-                let text = if t > 0.55 { "#ffffff" } else { INK };
-                let approx = if m.is_estimated() { "≈" } else { "" };
-                let lines = vec![
-                    (
-                        format!("{approx}{}", format::tokens_per_s(m.total_tokens_per_s)),
-                        15.0,
-                        "700",
-                        text,
-                    ),
-                    (
-                        format!("{} TTFT", format::ms_whole(m.ttft_ms.p50)),
-                        11.5,
-                        "400",
-                        text,
-                    ),
-                ];
-                (heat_colour(t), "valid", lines, tip)
+                let (fill, dark) = match (spec.value)(m) {
+                    Some(v) => {
+                        let t = scale_log(v, lo, hi);
+                        let t = if spec.lower_is_better { 1.0 - t } else { t };
+                        (heat_colour(t), t > 0.55)
+                    }
+                    None => ("#f1f3f6".to_owned(), false),
+                };
+                let text = if dark { "#ffffff" } else { INK };
+                let [first, second] = (spec.lines)(m);
+                let mut lines = vec![(first, 15.0, "700", text)];
+                if !second.is_empty() {
+                    lines.push((second, 11.5, "400", text));
+                }
+                (fill, "valid", lines, tip)
             }
             (status, _) => {
                 let tip = format!(

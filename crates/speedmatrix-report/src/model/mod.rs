@@ -16,8 +16,8 @@ pub use self::cells::{
     ServerCounter, TokenCount, TokenCountSource,
 };
 pub use self::telemetry::{
-    CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats, TelemetrySetup,
-    ThrottledSeconds, VerdictThresholds,
+    CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
+    TelemetrySetup, ThrottledSeconds, VerdictThresholds,
 };
 
 /// The version of the document layout this crate writes.

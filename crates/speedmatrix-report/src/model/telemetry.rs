@@ -39,6 +39,8 @@ pub struct VerdictThresholds {
     pub client_busy_pct: f64,
     /// `server_queued` when the mean running requests fell below this share of N, percent.
     pub running_pct: f64,
+    /// `server_queued` also when the mean waiting requests reached this many.
+    pub waiting_mean: f64,
     /// `cache_cold` when the hit rate was this many percentage points or more below the intended one.
     pub cache_gap_points: f64,
 }
@@ -98,6 +100,38 @@ pub struct CellTelemetry {
     /// Sources that were missing for this cell, with why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// The window as a time series, for the page's per-cell charts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<CellSeries>,
+}
+
+/// One cell's window cut into equal parts: per part, the mean of what was
+/// read in it (a part with no reading holds the last one; `null` before the
+/// first). Small enough to embed in the page; every raw sample is in the
+/// samples file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CellSeries {
+    /// Length of each part, seconds.
+    pub part_s: f64,
+    /// Output tokens per second of all streams, from our own token curves
+    /// (the parts' tokens add up to the cell's).
+    pub output_tokens_per_s: Vec<f64>,
+    /// Requests the server said were running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<Option<f64>>,
+    /// Requests the server said were waiting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<Option<f64>>,
+    /// KV-cache usage the server reported, percent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_usage_pct: Vec<Option<f64>>,
+    /// GPU utilization, mean over the GPUs, percent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_utilization_pct: Vec<Option<f64>>,
+    /// Power of all GPUs together, watts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_power_w: Vec<Option<f64>>,
 }
 
 /// One GPU over one window.

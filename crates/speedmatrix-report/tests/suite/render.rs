@@ -345,8 +345,8 @@ fn estimates_and_partial_cells_are_marked_in_every_renderer() {
 /// The small run with telemetry on its first cell and its setup.
 fn with_telemetry() -> speedmatrix_report::Report {
     use speedmatrix_report::{
-        CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats, TelemetrySetup,
-        ThrottledSeconds, VerdictThresholds,
+        CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
+        TelemetrySetup, ThrottledSeconds, VerdictThresholds,
     };
     use speedmatrix_units::ByteSize;
     let mut report = common::small();
@@ -369,7 +369,8 @@ fn with_telemetry() -> speedmatrix_report::Report {
         verdict_rules: VerdictThresholds {
             throttled_pct: 10.0,
             client_busy_pct: 80.0,
-            running_pct: 95.0,
+            running_pct: 90.0,
+            waiting_mean: 0.5,
             cache_gap_points: 20.0,
         },
     });
@@ -416,6 +417,15 @@ fn with_telemetry() -> speedmatrix_report::Report {
             why: "GPU 0 throttled 6.0 s of 30.0 s".into(),
         }],
         missing: Vec::new(),
+        series: Some(CellSeries {
+            part_s: 0.5,
+            output_tokens_per_s: vec![1600.0, 1610.0, 1590.0, 1600.0],
+            running: vec![Some(16.0); 4],
+            waiting: vec![Some(0.0); 4],
+            kv_usage_pct: vec![Some(40.0), Some(41.0), Some(41.0), Some(41.0)],
+            gpu_utilization_pct: vec![Some(97.0); 4],
+            gpu_power_w: vec![Some(640.0), Some(650.0), Some(660.0), Some(650.0)],
+        }),
     });
     report
 }
@@ -432,10 +442,11 @@ fn telemetry_renders_in_markdown_csv_and_html() {
     assert_eq!(rows[1][2], "98 % / 100 %");
     assert_eq!(rows[1][4], "19200 J");
     assert_eq!(rows[1][5], "0.400 J");
-    assert_eq!(rows[1][7], "6.0 s");
-    assert_eq!(rows[1][10], "98 %");
-    assert_eq!(rows[1][11], "60 %, 2.80 tok/step");
-    assert_eq!(rows[1][12], "throttled");
+    assert_eq!(rows[1][8], "6.0 s");
+    assert_eq!(rows[1][12], "0");
+    assert_eq!(rows[1][13], "98 %");
+    assert_eq!(rows[1][14], "60 %, 2.80 tok/step");
+    assert_eq!(rows[1][15], "throttled");
     assert!(
         md.contains("a GPU throttled ≥ 10 % of the window"),
         "the run's own rules"
@@ -458,7 +469,7 @@ fn telemetry_renders_in_markdown_csv_and_html() {
         "| Context | Concurrency | GPU util mean / max",
     );
     assert_eq!(
-        (rows[1][10].as_str(), rows[1][11].as_str()),
+        (rows[1][13].as_str(), rows[1][14].as_str()),
         ("98 % ‡", "2.80 tok/step ‡"),
         "counters of finished requests are marked; a length alone still shows"
     );
@@ -484,4 +495,17 @@ fn telemetry_section_is_in_the_html_page() {
     assert!(html.contains("<td>0.400 J</td>"));
     assert!(html.contains("power limit 700 W"));
     assert!(!to_html(&common::small()).contains("GPU, host and server per cell"));
+    // The energy heatmap: the measured cell with energy shows its J/token.
+    assert!(
+        html.contains("aria-label=\"Energy heatmap"),
+        "energy heatmap"
+    );
+    assert!(html.contains(">0.400 J</text>"));
+    // One folded strip chart per cell with a series.
+    assert_eq!(html.matches("<details class=\"cell-series\">").count(), 1);
+    assert!(html.contains("over its window\""));
+    assert!(
+        html.contains("· throttled</summary>"),
+        "the cell's verdicts in its summary"
+    );
 }

@@ -203,6 +203,7 @@ pub(crate) async fn run_cell(
             client,
             prompt_tokens: spec.expected_prompt_tokens.get(),
             block_tokens: spec.block_tokens,
+            output_rate_series: &w.output_rate_series,
         }));
     }
     if let Some(load) = client.filter(ClientLoad::is_client_bound) {

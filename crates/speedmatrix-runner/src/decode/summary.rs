@@ -194,6 +194,7 @@ impl Cell<'_, '_> {
             server_counter: None,
             client: None,
             telemetry: None,
+            output_rate_series: m.output_rate_series.iter().map(|r| r.get()).collect(),
         };
         DecodeOutcome {
             cell: CellOutcome {
