@@ -45,9 +45,10 @@ while True:
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let nvidia = tool_runs("nvidia-smi", &["-L"]);
     let amd = tool_runs("amd-smi", &["version"]);
-    if !nvidia && !amd {
+    let rocm = !amd && tool_runs("rocm-smi", &speedmatrix_telemetry::gpu::rocm::SAMPLE_ARGS);
+    if !nvidia && !amd && !rocm {
         bail!(
-            "neither nvidia-smi nor amd-smi runs here: gpu-check needs a GPU machine. \
+            "none of nvidia-smi, amd-smi and rocm-smi runs here: gpu-check needs a GPU machine. \
              The fixtures in crates/speedmatrix-telemetry/tests/fixtures stay as written \
              from the documentation."
         );
@@ -87,6 +88,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         }
         if amd {
             written.push(record_amd(&fixtures)?);
+        }
+        if rocm {
+            written.push(record_rocm(&fixtures)?);
         }
         if let (Some(url), Some(dir)) = (&args.url, written.first()) {
             record_run(url, dir)?;
@@ -236,6 +240,20 @@ fn record_amd(fixtures: &Path) -> anyhow::Result<PathBuf> {
         dir.join("metric.json"),
         output("amd-smi", &["metric", "--json"])?,
     )?;
+    Ok(dir)
+}
+
+fn record_rocm(fixtures: &Path) -> anyhow::Result<PathBuf> {
+    let text = output("rocm-smi", &speedmatrix_telemetry::gpu::rocm::SAMPLE_ARGS)?;
+    let gpus = speedmatrix_telemetry::gpu::rocm::parse_info(&text)
+        .map_err(|e| anyhow::anyhow!("rocm-smi: {e}"))?;
+    let first = gpus.first().context("rocm-smi listed no card")?;
+    let memory = first
+        .memory_total
+        .map_or("unknown".to_owned(), |m| format!("{}b", m.get()));
+    let dir = fixtures.join("rocm-smi").join(slug("amd", &memory));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("sample.json"), text)?;
     Ok(dir)
 }
 

@@ -186,7 +186,10 @@ fn telemetry(out: &mut String, report: &Report) {
         .map(|r| r.into_iter().map(Cell::text).collect())
         .collect();
     if !rows.is_empty() {
+        // Sixteen columns: set tighter so that they fit the page's width.
+        out.push_str("<div class=\"dense\">\n");
         table_body(out, &telemetry_page::TELEMETRY_COLUMNS, &rows);
+        out.push_str("</div>\n");
         let _ = writeln!(
             out,
             "<p class=\"caption\">{}</p>",
@@ -356,6 +359,10 @@ th:first-child, td:first-child { text-align: left; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td.over-capacity, td.skipped { color: var(--muted); }
 td.error { color: #b42318; }
+.dense { margin-top: 12px; }
+.dense + .caption { margin-top: 8px; }
+.dense table { font-size: 12px; }
+.dense th, .dense td { padding: 5px 6px; }
 .notes { color: var(--muted); padding-left: 20px; margin: 0; }
 .notes li { margin: 4px 0; }
 svg text { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }

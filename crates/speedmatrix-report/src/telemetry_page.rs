@@ -126,7 +126,8 @@ fn row(cell: &DecodeCell, m: &DecodeMeasurements, t: &CellTelemetry) -> [String;
             g.power_mean_w
                 .map(|_| format!("{} / {}", watts(g.power_mean_w), watts(g.power_max_w)))
         }),
-        t.energy_j.map_or_else(dash, |e| format!("{e:.0} J")),
+        t.energy_j
+            .map_or_else(dash, |e| format!("{} J", format::grouped(e, 0))),
         t.joules_per_output_token
             .map_or_else(dash, |j| format!("{j:.3} J")),
         per_gpu(&|g| g.memory_peak_bytes.map(|b| b.to_string())),

@@ -2,7 +2,8 @@
 //!
 //! A [`Sampler`] runs in a thread of its own beside a run and records, at a
 //! fixed interval, every GPU (through NVIDIA's management library loaded at
-//! run time, else `nvidia-smi`'s loop mode, else `amd-smi`) and the host's
+//! run time, else `nvidia-smi`'s loop mode, else `amd-smi`, else
+//! `rocm-smi`; or any [`GpuReader`] the caller gives) and the host's
 //! CPU time per core and memory (`/proc`). Nothing it meets fails a run: a
 //! missing driver or tool is recorded as unavailable, with why.
 //! [`summarize_gpus`] and [`summarize_host`] then say what happened in any
@@ -40,7 +41,7 @@ mod summary;
 
 pub use error::TelemetryError;
 pub use export::SAMPLES_SCHEMA;
-pub use gpu::{GpuInfo, GpuSample, Throttle, Timed};
+pub use gpu::{GpuInfo, GpuReader, GpuSample, Replay, Throttle, Timed};
 pub use host::HostReading;
 pub use sampler::{GpuSourceKind, Recorded, Sampler, SamplerConfig, TelemetryMode, probe_gpus};
 pub use summary::{

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::nvml::NvmlSource;
 use crate::gpu::smi::SmiLoop;
-use crate::gpu::{GpuInfo, GpuSample, Timed, amd, smi};
+use crate::gpu::{AmdSmi, GpuInfo, GpuReader, GpuSample, RocmSmi, Timed, smi};
 use crate::host::{HostReading, read_host};
 
 /// Which GPU source to use (`--telemetry`).
@@ -21,12 +21,12 @@ use crate::host::{HostReading, read_host};
 pub enum TelemetryMode {
     /// No GPU sampling (the host is still sampled).
     Off,
-    /// NVML, else `nvidia-smi`, else `amd-smi`.
+    /// NVML, else `nvidia-smi`, else `amd-smi`, else `rocm-smi`.
     #[default]
     Auto,
     /// NVML only.
     Nvml,
-    /// The command-line tools only: `nvidia-smi`, else `amd-smi`.
+    /// The command-line tools only: `nvidia-smi`, else `amd-smi`, else `rocm-smi`.
     Smi,
 }
 
@@ -75,6 +75,10 @@ pub enum GpuSourceKind {
     NvidiaSmi,
     /// `amd-smi metric --json`, once per sample.
     AmdSmi,
+    /// `rocm-smi --json`, once per sample.
+    RocmSmi,
+    /// Readings given by the embedding program (e.g. a replay).
+    Given,
 }
 
 impl GpuSourceKind {
@@ -84,6 +88,8 @@ impl GpuSourceKind {
             GpuSourceKind::Nvml => "NVML",
             GpuSourceKind::NvidiaSmi => "nvidia-smi",
             GpuSourceKind::AmdSmi => "amd-smi",
+            GpuSourceKind::RocmSmi => "rocm-smi",
+            GpuSourceKind::Given => "given",
         }
     }
 }
@@ -134,9 +140,8 @@ fn around<T: Clone>(samples: &[Timed<T>], start: Instant, end: Instant) -> Vec<T
 }
 
 enum Source {
-    Nvml(Box<NvmlSource>),
+    Polled(Box<dyn GpuReader>),
     Smi(SmiLoop),
-    Amd,
 }
 
 /// The GPUs the first source `mode` allows can see, read once (for a
@@ -158,15 +163,29 @@ pub fn probe_gpus(mode: TelemetryMode) -> Result<(GpuSourceKind, Vec<GpuInfo>), 
             Ok(info) => return Ok((GpuSourceKind::NvidiaSmi, info)),
             Err(e) => why.push(reason(e)),
         }
-        match amd::info() {
-            Ok(info) => return Ok((GpuSourceKind::AmdSmi, info)),
-            Err(e) => why.push(reason(e)),
+        for open in [open_amd, open_rocm] {
+            match open() {
+                Ok(r) => return Ok((r.kind(), r.info())),
+                Err(e) => why.push(e),
+            }
         }
     }
     if mode == TelemetryMode::Off {
         why.push("--telemetry off".into());
     }
     Err(why.join("; "))
+}
+
+fn open_amd() -> Result<Box<dyn GpuReader>, String> {
+    AmdSmi::open()
+        .map(|r| Box::new(r) as Box<dyn GpuReader>)
+        .map_err(reason)
+}
+
+fn open_rocm() -> Result<Box<dyn GpuReader>, String> {
+    RocmSmi::open()
+        .map(|r| Box::new(r) as Box<dyn GpuReader>)
+        .map_err(reason)
 }
 
 /// Opens the first source `mode` allows; the error lists why each failed.
@@ -176,7 +195,7 @@ fn open(mode: TelemetryMode, interval: Duration) -> Result<(Source, Vec<GpuInfo>
         match NvmlSource::open() {
             Ok(s) => {
                 let info = s.info();
-                return Ok((Source::Nvml(Box::new(s)), info));
+                return Ok((Source::Polled(Box::new(s)), info));
             }
             Err(e) => why.push(reason(e)),
         }
@@ -186,9 +205,14 @@ fn open(mode: TelemetryMode, interval: Duration) -> Result<(Source, Vec<GpuInfo>
             Ok((l, info)) => return Ok((Source::Smi(l), info)),
             Err(e) => why.push(reason(e)),
         }
-        match amd::info() {
-            Ok(info) => return Ok((Source::Amd, info)),
-            Err(e) => why.push(reason(e)),
+        for open in [open_amd, open_rocm] {
+            match open() {
+                Ok(r) => {
+                    let info = r.info();
+                    return Ok((Source::Polled(r), info));
+                }
+                Err(e) => why.push(e),
+            }
         }
     }
     if mode == TelemetryMode::Off {
@@ -213,14 +237,35 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Opens the sources and starts sampling in a thread of its own.
+    /// Opens the sources `config.mode` allows and starts sampling in a
+    /// thread of its own.
     pub fn start(config: SamplerConfig) -> Sampler {
+        Sampler::spawn(config, None)
+    }
+
+    /// Samples `reader` instead of the sources `config.mode` names (a
+    /// replay in tests, or a source the embedding program has).
+    pub fn with_reader(config: SamplerConfig, reader: Box<dyn GpuReader>) -> Sampler {
+        Sampler::spawn(config, Some(reader))
+    }
+
+    fn spawn(config: SamplerConfig, reader: Option<Box<dyn GpuReader>>) -> Sampler {
         let shared = Arc::new(Mutex::new(Recorded::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (Arc::clone(&shared), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("telemetry".into())
-            .spawn(move || sample_loop(config, &s, &st))
+            .spawn(move || {
+                // Opening runs the tools: in the thread, so that starting never blocks.
+                let source = match reader {
+                    Some(r) => {
+                        let info = r.info();
+                        Ok((Source::Polled(r), info))
+                    }
+                    None => open(config.mode, config.interval),
+                };
+                sample_loop(config, source, &s, &st);
+            })
             .ok();
         Sampler {
             shared,
@@ -261,18 +306,19 @@ impl Drop for Sampler {
     }
 }
 
-/// `amd-smi` starts a Python process per sample: at most one a second.
-const AMD_MIN_INTERVAL: Duration = Duration::from_secs(1);
-
-fn sample_loop(config: SamplerConfig, shared: &Mutex<Recorded>, stop: &AtomicBool) {
+fn sample_loop(
+    config: SamplerConfig,
+    opened: Result<(Source, Vec<GpuInfo>), String>,
+    shared: &Mutex<Recorded>,
+    stop: &AtomicBool,
+) {
     let lock = || shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut source = match open(config.mode, config.interval) {
+    let mut source = match opened {
         Ok((source, gpus)) => {
             let mut r = lock();
             r.source = Some(match &source {
-                Source::Nvml(_) => GpuSourceKind::Nvml,
+                Source::Polled(reader) => reader.kind(),
                 Source::Smi(_) => GpuSourceKind::NvidiaSmi,
-                Source::Amd => GpuSourceKind::AmdSmi,
             });
             r.gpus = gpus;
             Some(source)
@@ -282,17 +328,16 @@ fn sample_loop(config: SamplerConfig, shared: &Mutex<Recorded>, stop: &AtomicBoo
             None
         }
     };
-    let mut last_amd: Option<Instant> = None;
+    let mut last_read: Option<Instant> = None;
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let gpus: Vec<Timed<GpuSample>> = match &mut source {
-            Some(Source::Nvml(s)) => stamp(now, s.sample()),
-            Some(Source::Smi(l)) => l.drain(),
-            Some(Source::Amd) if last_amd.is_none_or(|t| now - t >= AMD_MIN_INTERVAL) => {
-                last_amd = Some(now);
-                amd::sample().map(|s| stamp(now, s)).unwrap_or_default()
+            Some(Source::Polled(r)) if last_read.is_none_or(|t| now - t >= r.min_interval()) => {
+                last_read = Some(now);
+                stamp(now, r.sample())
             }
+            Some(Source::Smi(l)) => l.drain(),
             _ => Vec::new(),
         };
         let host = if config.host { Some(read_host()) } else { None };
@@ -370,6 +415,79 @@ mod tests {
         assert_eq!(times, [100, 100, 200, 200, 300, 300]);
         assert!(around(&samples, at(500), at(600)).len() == 2);
         assert!(around::<u32>(&[], at(0), at(1)).is_empty());
+    }
+
+    /// The documented H100 capture's lines as frames of two GPUs.
+    fn h100_frames() -> Vec<Vec<GpuSample>> {
+        let lines = [
+            "0, 0, 412, 81559, 68.21, 700.00, 345, 2619, 34, 0x0000000000000001",
+            "1, 0, 412, 81559, 70.02, 700.00, 345, 2619, 33, 0x0000000000000001",
+            "0, 97, 70213, 81559, 687.42, 700.00, 1755, 2619, 71, 0x0000000000000004",
+            "1, 96, 70213, 81559, 690.10, 700.00, 1740, 2619, 72, 0x0000000000000004",
+        ];
+        let samples: Vec<GpuSample> = lines
+            .iter()
+            .filter_map(|l| smi::parse_sample_line(l))
+            .collect();
+        samples.chunks(2).map(<[GpuSample]>::to_vec).collect()
+    }
+
+    #[test]
+    fn a_given_reader_is_polled_every_tick_and_summarized() {
+        let info = vec![
+            GpuInfo {
+                index: 0,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                ..GpuInfo::default()
+            },
+            GpuInfo {
+                index: 1,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                ..GpuInfo::default()
+            },
+        ];
+        let replay = crate::Replay::new(GpuSourceKind::Nvml, info, h100_frames());
+        let config = SamplerConfig {
+            mode: TelemetryMode::Off,
+            interval: Duration::from_millis(20),
+            host: false,
+        };
+        let start = Instant::now();
+        let sampler = Sampler::with_reader(config, Box::new(replay));
+        std::thread::sleep(Duration::from_millis(300));
+        let end = Instant::now();
+        let r = sampler.finish();
+        assert_eq!(r.source, Some(GpuSourceKind::Nvml));
+        assert_eq!(r.gpus.len(), 2);
+        assert!(r.gpu_samples.len() >= 10, "{}", r.gpu_samples.len());
+        let w = crate::summarize_gpus(&r.gpu_samples, start, end);
+        assert_eq!(w.len(), 2);
+        // Idle first, then the power-capped frame held to the end.
+        let power = w[0].power_mean_w.unwrap();
+        assert!(power > 68.21 && power <= 687.42, "{power}");
+        let t = w[0].throttled.unwrap();
+        let window = (end - start).as_secs_f64();
+        assert!(t.power_cap_s > 0.0 && t.power_cap_s < window, "{t:?}");
+        assert_eq!(w[1].sm_clock_min_mhz, Some(345));
+    }
+
+    #[test]
+    fn a_slow_source_is_read_no_more_often_than_it_allows() {
+        let replay = crate::Replay::new(GpuSourceKind::AmdSmi, Vec::new(), h100_frames())
+            .with_min_interval(Duration::from_millis(200));
+        let config = SamplerConfig {
+            mode: TelemetryMode::Off,
+            interval: Duration::from_millis(10),
+            host: false,
+        };
+        let sampler = Sampler::with_reader(config, Box::new(replay));
+        std::thread::sleep(Duration::from_millis(450));
+        let r = sampler.finish();
+        let ticks = r.gpu_samples.len() / 2;
+        assert!(
+            (2..=3).contains(&ticks),
+            "read {ticks} times in 450 ms at most every 200 ms"
+        );
     }
 
     #[test]

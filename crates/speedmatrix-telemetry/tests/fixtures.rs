@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use speedmatrix_telemetry::gpu::{amd, smi};
+use speedmatrix_telemetry::gpu::{amd, rocm, smi};
 
 fn captures(tool: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -103,6 +103,25 @@ fn every_amd_smi_capture_parses() {
             assert!(
                 s.power_w.is_some(),
                 "{name}: every amd-smi shape has socket power"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_rocm_smi_capture_parses() {
+    let dirs = captures("rocm-smi");
+    assert!(!dirs.is_empty(), "the documented capture is there");
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let text = read(&dir, "sample.json");
+        let gpus = rocm::parse_info(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let samples = rocm::parse_sample(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(gpus.len(), samples.len(), "{name}");
+        for s in &samples {
+            assert!(
+                s.power_w.is_some() && s.memory_total.is_some(),
+                "{name}: {s:?}"
             );
         }
     }

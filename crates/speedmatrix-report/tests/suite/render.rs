@@ -440,7 +440,7 @@ fn telemetry_renders_in_markdown_csv_and_html() {
     let rows = common::table(&md, "| Context | Concurrency | GPU util mean / max");
     assert_eq!(rows.len(), 2, "one cell has telemetry");
     assert_eq!(rows[1][2], "98 % / 100 %");
-    assert_eq!(rows[1][4], "19200 J");
+    assert_eq!(rows[1][4], "19,200 J");
     assert_eq!(rows[1][5], "0.400 J");
     assert_eq!(rows[1][8], "6.0 s");
     assert_eq!(rows[1][12], "0");

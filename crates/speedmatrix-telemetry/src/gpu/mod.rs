@@ -1,12 +1,17 @@
 //! GPUs: what each one is ([`GpuInfo`], read once) and what it is doing
-//! ([`GpuSample`], read at every tick), from NVML, `nvidia-smi` or `amd-smi`.
+//! ([`GpuSample`], read at every tick), from NVML, `nvidia-smi`, `amd-smi`
+//! or `rocm-smi`.
 
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::ByteSize;
 
 pub mod amd;
 pub mod nvml;
+mod reader;
+pub mod rocm;
 pub mod smi;
+
+pub use reader::{AmdSmi, GpuReader, Replay, RocmSmi};
 
 /// Static facts about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ use crate::cmd::UsageError;
 /// as the engine reports it (vLLM's `vllm:cache_config_info`, llama.cpp's
 /// `/props`, SGLang's `/get_server_info`). Endpoints the server lacks are
 /// reported as "not exposed". It also lists this machine's GPUs as the
-/// telemetry sources see them (NVML, nvidia-smi, amd-smi), with why none
+/// telemetry sources see them (NVML, nvidia-smi, amd-smi, rocm-smi), with why none
 /// was found when none was. Exits 1 when the server cannot be reached or
 /// lists no models endpoint, 2 on a bad flag.
 #[derive(Debug, clap::Args)]
@@ -51,8 +51,8 @@ pub(crate) struct Args {
     #[arg(long)]
     json: bool,
 
-    /// Where to look for this machine's GPUs: auto (NVML, else nvidia-smi, else amd-smi),
-    /// nvml, smi (the command-line tools only), off.
+    /// Where to look for this machine's GPUs: auto (NVML, else nvidia-smi, else amd-smi,
+    /// else rocm-smi), nvml, smi (the command-line tools only), off.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     telemetry: TelemetryMode,
 }

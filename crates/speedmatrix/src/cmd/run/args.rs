@@ -138,13 +138,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "LIST", help_heading = "Client")]
     pub(crate) client_cores: Option<crate::client_host::Cores>,
 
-    /// GPU telemetry beside every window: auto (NVIDIA's NVML, else nvidia-smi, else amd-smi),
-    /// nvml, smi (the command-line tools only) or off (no GPU and no host sampling). Per cell the
-    /// report then gives GPU utilization, power, energy and joules per output token, the lowest
-    /// clock, seconds throttled by reason, host CPU, the server's prefix-cache hit rate,
-    /// speculative acceptance and preemptions, and verdicts (throttled, client-bound, server
-    /// queued, preempted, cache cold); every raw sample goes to telemetry.jsonl. A missing
-    /// driver or tool is recorded, never an error.
+    /// GPU telemetry beside every window: auto (NVIDIA's NVML, else nvidia-smi, else amd-smi,
+    /// else rocm-smi), nvml, smi (the command-line tools only) or off (no GPU and no host
+    /// sampling). Per cell the report then gives GPU utilization, power, energy and joules per
+    /// output token, the lowest clock, seconds throttled by reason, host CPU, the server's own
+    /// tok/s, KV usage, prefix-cache hit rate, speculative acceptance and preemptions, and
+    /// verdicts (throttled, client-bound, server queued, preempted, cache cold); every raw
+    /// sample goes to telemetry.jsonl. A missing driver or tool is recorded, never an error.
     #[arg(
         long,
         value_name = "MODE",

@@ -248,8 +248,13 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         .iter()
         .filter(|c| matches!(c.status, speedmatrix_report::CellStatus::Error { .. }))
         .count();
+    let samples = if dir.join(TELEMETRY_SAMPLES).is_file() {
+        format!(", {TELEMETRY_SAMPLES}")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "{} decode cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}}}",
+        "{} decode cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}{samples}}}",
         valid,
         errors,
         dir.display()
