@@ -300,6 +300,15 @@ fn speculating_run(
     name: &str,
     edit: impl FnOnce(&mut speedmatrix_sim::Profile),
 ) -> speedmatrix_report::Report {
+    speculating_run_of(name, "48", edit)
+}
+
+/// [`speculating_run`] with `max_tokens` output tokens a request.
+fn speculating_run_of(
+    name: &str,
+    max_tokens: &str,
+    edit: impl FnOnce(&mut speedmatrix_sim::Profile),
+) -> speedmatrix_report::Report {
     let dir = temp_dir(name);
     let (mut p, _) = test_profile(&dir);
     p.tokens_per_step = vec![3];
@@ -324,7 +333,7 @@ fn speculating_run(
             "--duration",
             "2s",
             "--max-tokens",
-            "48",
+            max_tokens,
             "--metrics-interval",
             "200ms",
         ])
@@ -395,5 +404,19 @@ fn a_server_that_caches_nothing_gets_the_cache_cold_verdict() {
             .contains("hit rate 0 % where the prompts should give 97 %"),
         "{}",
         cold.why
+    );
+}
+
+#[test]
+fn the_hit_rate_counts_the_cells_first_requests_when_none_starts_inside_the_window() {
+    // 1,500 tokens at about 300 tok/s a stream: both outlive the 2 s window.
+    let report = speculating_run_of("telemetry-long", "1500", |_| {});
+    let m = report.decode[0].measurements.as_ref().unwrap();
+    assert_eq!(m.completed_requests, 0, "no stream was replaced");
+    let s = m.telemetry.as_ref().and_then(|t| t.server.clone()).unwrap();
+    assert_eq!(
+        (s.prefix_cache_queries, s.prefix_cache_hits),
+        (Some(2.0 * 512.0), Some(2.0 * 496.0)),
+        "the two requests that started before the window"
     );
 }

@@ -197,14 +197,16 @@ fn note_with(rules: &VerdictThresholds) -> String {
         "GPU figures are time-weighted over the window from samples of the GPU source named \
          above; energy is the driver's counter where it has one, else power integrated, and \
          J / token divides it by the window's output tokens. Server tok/s is the server's own \
-         output counter over the window, with our total tok/s as a share of it. Prefix-cache \
-         hits and speculative acceptance are the server's counters over the window (differences, not lifetime \
-         totals); ‡ marks an engine whose counters move only when a request ends, so they cover \
-         the requests that finished in the window. Verdicts: throttled (a GPU throttled ≥ {:.0} % \
-         of the window), client bound (the client busy ≥ {:.0} % of its threads), server queued \
-         (fewer than {:.0} % of the requests running on average, or ≥ {} waiting), preempted (any preemption), \
-         cache cold (hit rate ≥ {:.0} points below what the prompts should give); \
-         docs/metrics.md has the rules.",
+         output counter over the window, with our total tok/s as a share of it. KV usage, \
+         preemptions and speculative acceptance are the server's counters over the window \
+         (differences, not lifetime totals); prefix-cache hits are those of the cell's requests, \
+         from the streams' start after the warm-up to the window's close. ‡ marks an engine \
+         whose counters move only when a request ends, so they cover the requests that \
+         finished. Verdicts: throttled (a GPU throttled ≥ {:.0} % of the window), client bound \
+         (the client busy ≥ {:.0} % of its threads), server queued (fewer than {:.0} % of the \
+         requests running on average, or ≥ {} waiting), preempted (any preemption), cache cold \
+         (hit rate ≥ {:.0} points below what the prompts should give); docs/metrics.md has the \
+         rules.",
         rules.throttled_pct,
         rules.client_busy_pct,
         rules.running_pct,

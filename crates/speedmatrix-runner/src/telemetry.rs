@@ -36,6 +36,8 @@ pub(crate) struct CellWindow<'a> {
     pub(crate) gauges: &'a [Gauges],
     pub(crate) open: Option<&'a ServerCounters>,
     pub(crate) close: Option<&'a ServerCounters>,
+    /// The counters read after the warm-up, before the cell's streams started.
+    pub(crate) streams_start: Option<&'a ServerCounters>,
     pub(crate) client: Option<ClientLoad>,
     pub(crate) prompt_tokens: u64,
     /// The server's KV block size, for the hit rate a warm cache should give.
@@ -79,6 +81,20 @@ impl RunTelemetry {
             (Some(a), Some(b)) => Some(CounterDeltas::between(a, b)),
             _ => None,
         };
+        // The prefix cache is judged on every request of the cell after its
+        // warm-up (the N first ones start before the window opens), the
+        // rest of the counters on the window alone.
+        let cache = match (w.streams_start, w.close) {
+            (Some(a), Some(b)) => Some(CounterDeltas::between(a, b)),
+            _ => deltas,
+        };
+        let deltas = deltas.map(|mut d| {
+            if let Some(c) = cache {
+                d.prefix_cache_queries = c.prefix_cache_queries;
+                d.prefix_cache_hits = c.prefix_cache_hits;
+            }
+            d
+        });
         let server = server_stats(w.gauges, deltas.as_ref());
         let window_s = (w.end - w.start).as_secs_f64();
         let signals = CellSignals {

@@ -212,13 +212,15 @@ pub struct ServerStats {
     /// Preemptions (vLLM) or retractions (SGLang) over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptions: Option<f64>,
-    /// Prefix-cache lookups over the window (vLLM: tokens).
+    /// Prefix-cache lookups of the cell's requests, tokens: from the
+    /// streams' start (after the warm-up) to the window's close, so the N
+    /// requests that start before the window count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache_queries: Option<f64>,
-    /// Prefix-cache hits over the window, same unit.
+    /// Of those, tokens found in the cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache_hits: Option<f64>,
-    /// Hits / queries over the window (counter deltas, not lifetime totals).
+    /// Hits / queries (counter deltas, not lifetime totals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache_hit_rate: Option<f64>,
     /// Speculative drafts over the window.

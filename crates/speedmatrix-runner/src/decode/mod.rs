@@ -95,6 +95,13 @@ pub(crate) async fn run_cell(
     }
 
     phase(Phase::StartingStreams);
+    // The cell's own requests look their prompts up as they start: the
+    // prefix-cache counters are read before them (outside the window).
+    let at_streams = if server.has_metrics() {
+        read_counters(server.client.clone()).await
+    } else {
+        None
+    };
     let stop = StopSignal::default();
     let first_tokens = Arc::new(AtomicUsize::new(0));
     let dead_slots = Arc::new(AtomicUsize::new(0));
@@ -200,6 +207,7 @@ pub(crate) async fn run_cell(
             gauges: &gauges,
             open: edges.0.as_ref().map(|e| &e.counters),
             close: edges.1.as_ref().map(|e| &e.counters),
+            streams_start: at_streams.as_ref().map(|e| &e.counters),
             client,
             prompt_tokens: spec.expected_prompt_tokens.get(),
             block_tokens: spec.block_tokens,
