@@ -16,6 +16,7 @@ mod cli_input;
 mod client;
 mod engines;
 mod faults;
+mod load;
 
 mod matrix;
 mod prompts;

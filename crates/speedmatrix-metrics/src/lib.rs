@@ -61,9 +61,11 @@
 mod calibrate;
 mod chunks;
 mod error;
+mod load;
 mod rate;
 mod request;
 mod series;
+mod slo;
 mod stats;
 mod time;
 mod timeline;
@@ -74,9 +76,13 @@ mod window;
 pub use crate::calibrate::{CONFIDENCE, Calibration};
 pub use crate::chunks::{Chunks, Iter as ChunkIter};
 pub use crate::error::MetricsError;
+pub use crate::load::{LoadMetrics, LoadRequest, load_metrics};
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
 pub use crate::series::binned_levels;
+pub use crate::slo::{
+    RequestLatency, Slo, SloMetric, SloOutcome, SloParseError, SloTerm, TermOutcome, judge,
+};
 pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};

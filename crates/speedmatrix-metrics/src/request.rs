@@ -66,7 +66,8 @@ pub fn request_metrics(t: &RequestTimeline) -> Result<RequestMetrics, MetricsErr
     })
 }
 
-fn tpot(arrivals: &Arrivals, n: Tokens) -> Option<Duration> {
+/// `(last arrival − first arrival) / (n − 1)`; `None` below two tokens.
+pub(crate) fn tpot(arrivals: &Arrivals, n: Tokens) -> Option<Duration> {
     let (first, last) = (arrivals.list.first()?, arrivals.list.last()?);
     let intervals = u128::from(n.get().checked_sub(1).filter(|k| *k > 0)?);
     let ns = last.at.saturating_since(first.at).as_nanos() / intervals;

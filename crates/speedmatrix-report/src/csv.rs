@@ -4,7 +4,7 @@ use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 43] = [
+pub const CSV_COLUMNS: [&str; 56] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -48,10 +48,25 @@ pub const CSV_COLUMNS: [&str; 43] = [
     "spec_mean_accepted_length",
     "preemptions",
     "verdicts",
+    "request_rate_per_s",
+    "requests_sent",
+    "unfinished_requests",
+    "e2e_p50_ms",
+    "e2e_p90_ms",
+    "e2e_p99_ms",
+    "tpot_p50_ms",
+    "send_lag_p99_ms",
+    "achieved_rate_per_s",
+    "max_in_flight",
+    "slo_met",
+    "slo_attainment_pct",
+    "goodput_per_s",
 ];
 
 /// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
-/// (`phase` = `prefill`) first, then decode cells (`decode`) row by row.
+/// (`phase` = `prefill`) first, then decode cells (`decode`) row by row, then burst or
+/// rate cells (`burst`, `rate`; their burst size in `concurrency`, their latencies from the
+/// intended send time, ITL in the time-between-tokens columns).
 pub fn to_csv(report: &Report) -> String {
     let mut out = String::new();
     record(&mut out, CSV_COLUMNS.iter().map(|c| (*c).to_owned()));
@@ -60,6 +75,11 @@ pub fn to_csv(report: &Report) -> String {
     }
     for cell in &report.decode {
         record(&mut out, decode_fields(cell));
+    }
+    if let Some(load) = &report.load {
+        for cell in &load.cells {
+            record(&mut out, load_fields(&load.mode, cell));
+        }
     }
     out
 }
@@ -90,6 +110,60 @@ fn prefill_fields(row: &PrefillRow) -> Vec<String> {
     ];
     // The rest are decode-only columns.
     fields.resize(CSV_COLUMNS.len(), String::new());
+    fields
+}
+
+fn load_fields(mode: &str, cell: &crate::model::LoadCell) -> Vec<String> {
+    let m = cell.measurements.as_ref();
+    let p = |get: fn(&crate::model::LoadMeasurements) -> Option<crate::model::Percentiles>,
+             pick: fn(crate::model::Percentiles) -> f64| num(m.and_then(get).map(pick));
+    let mut fields = vec![String::new(); CSV_COLUMNS.len()];
+    let mut set = |name: &str, value: String| {
+        if let Some(i) = CSV_COLUMNS.iter().position(|c| *c == name) {
+            fields[i] = value;
+        }
+    };
+    set("phase", mode.to_owned());
+    set("context_tokens", cell.context.get().to_string());
+    set("concurrency", int(cell.requests));
+    set("request_rate_per_s", num(cell.rate_per_s));
+    set("status", status_kind(&cell.status).to_owned());
+    set("status_detail", cell.status.detail());
+    set("total_tokens_per_s", num(m.map(|m| m.output_tokens_per_s)));
+    set("ttft_p50_ms", p(|m| m.ttft_ms, |p| p.p50));
+    set("ttft_p90_ms", p(|m| m.ttft_ms, |p| p.p90));
+    set("ttft_p99_ms", p(|m| m.ttft_ms, |p| p.p99));
+    set("time_between_tokens_p50_ms", p(|m| m.itl_ms, |p| p.p50));
+    set("time_between_tokens_p90_ms", p(|m| m.itl_ms, |p| p.p90));
+    set("time_between_tokens_p99_ms", p(|m| m.itl_ms, |p| p.p99));
+    set("completed_requests", int(m.map(|m| m.completed)));
+    set("output_tokens", int(m.map(|m| m.output_tokens.get())));
+    set("measured_s", num(m.map(|m| m.duration_s)));
+    set(
+        "token_count_source",
+        m.and_then(|m| m.token_count_source)
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default(),
+    );
+    set("requests_sent", int(m.map(|m| m.sent)));
+    set("unfinished_requests", int(m.map(|m| m.unfinished)));
+    set("e2e_p50_ms", p(|m| m.e2e_ms, |p| p.p50));
+    set("e2e_p90_ms", p(|m| m.e2e_ms, |p| p.p90));
+    set("e2e_p99_ms", p(|m| m.e2e_ms, |p| p.p99));
+    set("tpot_p50_ms", p(|m| m.tpot_ms, |p| p.p50));
+    set("send_lag_p99_ms", p(|m| m.send_lag_ms, |p| p.p99));
+    set(
+        "achieved_rate_per_s",
+        num(m.and_then(|m| m.achieved_rate_per_s)),
+    );
+    set("max_in_flight", int(m.map(|m| m.max_in_flight)));
+    let slo = m.and_then(|m| m.slo.as_ref());
+    set(
+        "slo_met",
+        slo.map(|s| s.met.to_string()).unwrap_or_default(),
+    );
+    set("slo_attainment_pct", num(slo.map(|s| s.attainment_pct)));
+    set("goodput_per_s", num(slo.map(|s| s.goodput_per_s)));
     fields
 }
 
@@ -138,8 +212,12 @@ fn decode_fields(cell: &DecodeCell) -> Vec<String> {
     ]
     .into_iter()
     .chain(telemetry_fields(m.and_then(|m| m.telemetry.as_ref())))
+    .chain(std::iter::repeat_n(String::new(), LOAD_ONLY_COLUMNS))
     .collect()
 }
+
+/// The trailing columns only burst and rate rows fill.
+const LOAD_ONLY_COLUMNS: usize = 13;
 
 /// The telemetry columns: GPU figures are the mean over GPUs (energy and
 /// throttled seconds their sum and maximum), empty where nothing was sampled.

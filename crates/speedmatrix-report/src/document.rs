@@ -76,6 +76,7 @@ impl Report {
         self.check_run(&mut problems);
         self.check_prefill(&mut problems);
         self.check_decode(&mut problems);
+        self.check_load(&mut problems);
         problems.into_result()
     }
 
@@ -99,7 +100,7 @@ impl Report {
         if run.contexts.is_empty() && run.prefill_contexts.is_empty() {
             problems.push("run", "has neither decode contexts nor prefill contexts");
         }
-        if !run.contexts.is_empty() && run.concurrencies.is_empty() {
+        if !run.contexts.is_empty() && run.concurrencies.is_empty() && self.load.is_none() {
             problems.push(
                 "run.concurrencies",
                 "is empty but decode contexts are given",
@@ -201,6 +202,103 @@ impl Report {
                 }
             }
         }
+    }
+}
+
+impl Report {
+    fn check_load(&self, problems: &mut Problems) {
+        let Some(load) = &self.load else {
+            return;
+        };
+        if !matches!(load.mode.as_str(), "burst" | "rate") {
+            problems.push(
+                "load.mode",
+                format!("`{}` is neither burst nor rate", load.mode),
+            );
+        }
+        if !self.run.concurrencies.is_empty() {
+            problems.push(
+                "run.concurrencies",
+                "must be empty in a load run: its columns are the load cells'",
+            );
+        }
+        for (i, cell) in load.cells.iter().enumerate() {
+            let at = format!("load.cells[{i}]");
+            if !self.run.contexts.contains(&cell.context) {
+                problems.push(
+                    &at,
+                    format!("context {} is not in run.contexts", cell.context),
+                );
+            }
+            let point_ok = match load.mode.as_str() {
+                "burst" => cell.requests.is_some_and(|n| n > 0) && cell.rate_per_s.is_none(),
+                _ => {
+                    cell.requests.is_none()
+                        && cell.rate_per_s.is_some_and(|r| r.is_finite() && r > 0.0)
+                }
+            };
+            if !point_ok {
+                problems.push(
+                    &at,
+                    "must name its burst size (burst) or its rate (rate), not both",
+                );
+            }
+            check_status(problems, &at, &cell.status);
+            match (&cell.status, &cell.measurements) {
+                (CellStatus::Valid | CellStatus::Partial { .. }, None) => {
+                    problems.push(&at, "is measured but has no measurements");
+                }
+                (CellStatus::OverCapacity { .. } | CellStatus::Skipped { .. }, Some(_)) => {
+                    problems.push(
+                        &at,
+                        format!("is {} but has measurements", cell.status.label()),
+                    );
+                }
+                (_, Some(m)) => check_load_numbers(problems, &format!("{at}.measurements"), m),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn check_load_numbers(problems: &mut Problems, at: &str, m: &crate::model::LoadMeasurements) {
+    if m.completed + m.failed + m.unfinished != m.sent {
+        problems.push(at, "completed + failed + unfinished must equal sent");
+    }
+    for (name, value) in [
+        ("duration_s", Some(m.duration_s)),
+        ("output_tokens_per_s", Some(m.output_tokens_per_s)),
+        ("intended_rate_per_s", m.intended_rate_per_s),
+        ("achieved_rate_per_s", m.achieved_rate_per_s),
+    ] {
+        check_number(problems, at, name, value);
+    }
+    for (name, p) in [
+        ("ttft_ms", m.ttft_ms),
+        ("e2e_ms", m.e2e_ms),
+        ("itl_ms", m.itl_ms),
+        ("tpot_ms", m.tpot_ms),
+        ("send_lag_ms", m.send_lag_ms),
+    ] {
+        if let Some(p) = p {
+            check_percentiles(problems, &format!("{at}.{name}"), p);
+        }
+    }
+    let expected = m.output_tokens_per_s * m.duration_s;
+    let counted = m.output_tokens.get() as f64;
+    if m.duration_s > 0.0 && (expected - counted).abs() > THROUGHPUT_TOLERANCE * counted.max(1.0) {
+        problems.push(
+            format!("{at}.output_tokens_per_s"),
+            format!(
+                "{} tok/s × {} s is not the {counted} output tokens",
+                m.output_tokens_per_s, m.duration_s
+            ),
+        );
+    }
+    if let Some(s) = &m.slo
+        && !(0.0..=100.0).contains(&s.attainment_pct)
+    {
+        problems.push(format!("{at}.slo.attainment_pct"), "must be 0–100");
     }
 }
 

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::model::{CellStatus, Report};
-use crate::{page, telemetry_page};
+use crate::{load_page, page, telemetry_page};
 
 mod series;
 mod svg;
@@ -63,7 +63,7 @@ fn facts(out: &mut String, report: &Report) {
 }
 
 fn charts(out: &mut String, report: &Report) {
-    if !report.run.contexts.is_empty() {
+    if page::has_decode(report) {
         let _ = write!(
             out,
             "<section>\n<h2>Sustained decode</h2>\n<p class=\"caption\">Total tok/s and median \
@@ -83,7 +83,18 @@ fn charts(out: &mut String, report: &Report) {
             svg::prefill_ttft(report)
         );
     }
-    if !report.run.contexts.is_empty() {
+    if let Some(run) = load_page::of(report) {
+        let _ = write!(
+            out,
+            "<section>\n<h2>{}</h2>\n<p class=\"caption\">Latency from each request's intended \
+             send time, by load: one line per context length.</p>\n<div class=\"pair\">\n\
+             <figure>{}</figure>\n<figure>{}</figure>\n</div>\n</section>\n",
+            esc(load_page::title(run)),
+            svg::load_latency(run, "TTFT p99 (ms)", |m| m.ttft_ms.map(|p| p.p99)),
+            svg::load_latency(run, "End to end p50 (ms)", |m| m.e2e_ms.map(|p| p.p50))
+        );
+    }
+    if page::has_decode(report) {
         let _ = write!(
             out,
             "<section>\n<h2>Per request tok/s</h2>\n<p class=\"caption\">What one user sees as \
@@ -120,7 +131,28 @@ fn tables(out: &mut String, report: &Report) {
             .collect();
         table(out, "Prefill measurements", &header, &rows);
     }
-    if !report.run.contexts.is_empty() {
+    if let Some(run) = load_page::of(report) {
+        let _ = writeln!(
+            out,
+            "<section>\n<h2>{} measurements</h2>\n<dl class=\"inline\">",
+            esc(load_page::title(run))
+        );
+        for (label, value) in load_page::facts(run) {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc(label), esc(&value));
+        }
+        out.push_str("</dl>\n<div class=\"dense\">\n");
+        let rows: Vec<Vec<Cell>> = load_page::rows(run)
+            .into_iter()
+            .map(|r| r.into_iter().map(Cell::text).collect())
+            .collect();
+        table_body(out, &load_page::columns(run), &rows);
+        let _ = writeln!(
+            out,
+            "</div>\n<p class=\"caption\">{}</p>\n</section>",
+            esc(&load_page::note(run))
+        );
+    }
+    if page::has_decode(report) {
         let mut header = vec!["Context".to_owned()];
         header.extend(report.run.concurrencies.iter().map(ToString::to_string));
         let rows: Vec<Vec<Cell>> = report

@@ -68,6 +68,7 @@
 //!     client: None,
 //!     telemetry: None,
 //!     capacity: None,
+//!     load: None,
 //!     prefill: vec![],
 //!     decode: vec![DecodeCell {
 //!         context: Tokens::ZERO,
@@ -91,6 +92,7 @@ mod document;
 mod error;
 mod format;
 mod html;
+mod load_page;
 mod markdown;
 mod model;
 mod page;
@@ -107,4 +109,7 @@ pub use crate::model::{
     LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode,
     PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, ServerStats, TelemetrySetup,
     ThrottledSeconds, TokenCount, TokenCountSource, Tool, VerdictThresholds,
+};
+pub use crate::model::{
+    ArrivalSetup, LoadCell, LoadMeasurements, LoadRun, SloResult, SloTermResult,
 };

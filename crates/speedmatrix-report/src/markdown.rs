@@ -3,11 +3,11 @@
 use std::fmt::Write as _;
 
 use crate::model::Report;
-use crate::{page, telemetry_page};
+use crate::{load_page, page, telemetry_page};
 
 /// Renders the report as a Markdown page: title, Hardware, Engine, Run, Capacity,
-/// Launch command, Prefill, Sustained decode matrix, All measurements, GPU, host and
-/// server per cell, and footnotes.
+/// Launch command, Prefill, Sustained decode matrix (or Bursts / Open-loop request
+/// rates), All measurements, GPU, host and server per cell, and footnotes.
 ///
 /// Every string that came from a server or a user is escaped, so a model name cannot
 /// open a table cell, a link or raw HTML.
@@ -23,10 +23,28 @@ pub fn to_markdown(report: &Report) -> String {
     launch_command(&mut out, report);
     prefill(&mut out, report);
     decode_matrix(&mut out, report);
+    load(&mut out, report);
     all_measurements(&mut out, report);
     telemetry(&mut out, report);
     notes(&mut out, report);
     out
+}
+
+fn load(out: &mut String, report: &Report) {
+    let Some(run) = load_page::of(report) else {
+        return;
+    };
+    let _ = writeln!(out, "## {}\n", load_page::title(run));
+    for (label, value) in load_page::facts(run) {
+        let _ = writeln!(out, "- **{label}:** {}", inline(&value));
+    }
+    out.push('\n');
+    let header: Vec<String> = load_page::columns(run)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    table(out, &header, &load_page::rows(run));
+    let _ = writeln!(out, "{}\n", inline(&load_page::note(run)));
 }
 
 fn telemetry(out: &mut String, report: &Report) {
@@ -99,7 +117,7 @@ fn prefill(out: &mut String, report: &Report) {
 
 fn decode_matrix(out: &mut String, report: &Report) {
     let run = &report.run;
-    if run.contexts.is_empty() {
+    if !page::has_decode(report) {
         return;
     }
     out.push_str("## Sustained decode\n\n");

@@ -28,6 +28,11 @@ pub(crate) const MEASUREMENT_COLUMNS: [&str; 12] = [
 ];
 
 /// The line under the title: `Agents-A1-4B-FP8 on RTX 3090 24 GiB`.
+/// Whether the run measured sustained-decode cells (a load run has none).
+pub(crate) fn has_decode(report: &Report) -> bool {
+    !report.run.contexts.is_empty() && !report.run.concurrencies.is_empty()
+}
+
 pub(crate) fn headline(report: &Report) -> String {
     // `org/name` reads as `name`; anything else is shown whole.
     let model = match report.run.model.split_once('/') {

@@ -48,6 +48,76 @@ pub struct MatrixSpec {
     pub duration: Duration,
     /// `max_tokens` of every decode request.
     pub max_tokens: Tokens,
+    /// What the cells over `contexts` measure: the sustained-decode window
+    /// (over `concurrencies`), bursts, or an open-loop request rate.
+    pub load: LoadMode,
+    /// A service-level objective the load cells are judged by.
+    pub slo: Option<speedmatrix_metrics::Slo>,
+}
+
+/// What the cells of a run measure.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum LoadMode {
+    /// N streams kept busy through a fixed window (the seed page's matrix).
+    #[default]
+    Sustained,
+    /// N requests sent at once; each cell ends when the last one does.
+    Burst(BurstSpec),
+    /// Requests arriving at a rate, at send times drawn before the cell.
+    Rate(RateSpec),
+}
+
+/// Bursts: one cell per context × request count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BurstSpec {
+    /// Requests in each burst (the cells' columns).
+    pub requests: Vec<u32>,
+    /// At most this many in flight at once; the rest wait for a free slot.
+    pub max_concurrency: Option<Concurrency>,
+    /// Send every prompt once first (max_tokens 1) so that the server's
+    /// prefix cache holds it; otherwise every prompt is new to the server.
+    pub warm_cache: bool,
+}
+
+/// Open-loop request rates: one cell per context × rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateSpec {
+    /// Requests per second (the cells' columns).
+    pub rates: Vec<speedmatrix_units::RequestRate>,
+    /// How the gaps between arrivals are drawn.
+    pub arrival: speedmatrix_workload::ArrivalProcess,
+    /// The schedule's seed.
+    pub seed: u64,
+    /// How long, or how many requests, each cell sends.
+    pub length: RateLength,
+    /// At most this many in flight at once; an arrival beyond it waits, and
+    /// its wait counts in its latency (it is measured from its drawn time).
+    pub max_in_flight: Option<Concurrency>,
+    /// How long to wait for the requests still running after the last send
+    /// before cancelling them.
+    pub drain: Duration,
+    /// Send every prompt once first, as [`BurstSpec::warm_cache`].
+    pub warm_cache: bool,
+}
+
+/// How much each rate cell sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateLength {
+    /// Every arrival drawn within this time from the cell's start.
+    Duration(Duration),
+    /// This many arrivals.
+    Requests(u64),
+}
+
+impl LoadMode {
+    /// `sustained`, `burst` or `rate`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LoadMode::Sustained => "sustained",
+            LoadMode::Burst(_) => "burst",
+            LoadMode::Rate(_) => "rate",
+        }
+    }
 }
 
 impl Preset {
@@ -66,6 +136,8 @@ impl Preset {
                 prefill_mode: PrefillMode::Cold,
                 duration: Duration::from_secs(10),
                 max_tokens: Tokens::new(8192),
+                load: LoadMode::Sustained,
+                slo: None,
             },
             Preset::Seed => MatrixSpec {
                 contexts: [0, 16, 32, 64, 128, 248].map(Tokens::kibi).to_vec(),
@@ -75,6 +147,8 @@ impl Preset {
                 prefill_mode: PrefillMode::Cold,
                 duration: Duration::from_secs(30),
                 max_tokens: Tokens::new(8192),
+                load: LoadMode::Sustained,
+                slo: None,
             },
         }
     }

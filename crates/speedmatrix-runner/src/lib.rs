@@ -81,6 +81,7 @@ mod config;
 mod decode;
 mod estimate;
 mod journal;
+mod load;
 mod observer;
 mod outcome;
 mod plan;
@@ -106,22 +107,23 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
-    Api, CapacityHints, MatrixSpec, PrefillMode, Preset, PromptSharing, RunConfig, RunLabels,
-    Target, TelemetryConfig, VllmInputs,
+    Api, BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, PromptSharing,
+    RateLength, RateSpec, RunConfig, RunLabels, Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
-    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Latency, Notice, PrefillOutcome,
-    SkipReason, StepId, StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
+    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Latency, LoadOutcome, LoadPoint,
+    LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict, SloVerdict, StepId, StepStatus,
+    StopReason, TokenCounting, TooLong, WindowResult,
 };
 pub use crate::plan::{
-    CapacityPlan, CapacitySourceKind, Plan, PlannedCell, ZERO_CONTEXT_PROMPT, capacity_plan, plan,
-    prompt_len,
+    CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT,
+    capacity_plan, plan, prompt_len,
 };
-pub use crate::report::{capacity_rule, decode_cell, measured_source, prefill_row};
+pub use crate::report::{capacity_rule, decode_cell, load_cell, measured_source, prefill_row};
 pub use crate::resume::{
-    JOURNAL_VERSION, JournalStep, KeyDifference, ResumeKey, journal_steps, read_journal,
+    JOURNAL_VERSION, JournalStep, KeyDifference, LoadKey, ResumeKey, journal_steps, read_journal,
 };
 
 use crate::report::{build_report, now_rfc3339};
@@ -138,6 +140,10 @@ pub enum ConfigProblem {
     NothingToMeasure,
     /// Decode contexts but no concurrency levels.
     NoConcurrency,
+    /// A burst run with no burst size, or a rate run with no rate.
+    NoLoad,
+    /// A rate run sending for no time or no request, or draining for no time.
+    ZeroRateLength,
     /// A window of zero length.
     ZeroWindow,
     /// `max_tokens` of 0.
@@ -167,6 +173,12 @@ impl std::fmt::Display for ConfigProblem {
             ConfigProblem::NoConcurrency => {
                 f.write_str("decode contexts were given but no concurrency levels")
             }
+            ConfigProblem::NoLoad => {
+                f.write_str("a burst run needs burst sizes and a rate run needs rates")
+            }
+            ConfigProblem::ZeroRateLength => f.write_str(
+                "a rate cell must send for a positive time or at least one request, and drain for a positive time",
+            ),
             ConfigProblem::ZeroWindow => f.write_str("the measurement window must be longer than zero"),
             ConfigProblem::ZeroMaxTokens => f.write_str("max_tokens must be at least 1"),
             ConfigProblem::ZeroPrefillRepeats => f.write_str("prefill repeats must be at least 1"),
@@ -228,6 +240,9 @@ pub enum RunError {
     /// Prompts could not be built.
     #[error("could not build prompts: {0}")]
     Workload(#[source] speedmatrix_workload::Error),
+    /// An open-loop schedule could not be drawn.
+    #[error("could not draw the arrival schedule: {0}")]
+    Arrivals(#[source] speedmatrix_workload::ArrivalError),
     /// The capacity figures are unusable.
     #[error("could not decide KV capacity: {0}")]
     Capacity(#[source] speedmatrix_capacity::CapacityError),
@@ -305,6 +320,8 @@ pub struct RunOutcome {
     pub prefill: Vec<PrefillOutcome>,
     /// Every decode cell, in the plan's order.
     pub decode: Vec<CellOutcome>,
+    /// Every burst or rate cell, in the plan's order.
+    pub load: Vec<LoadOutcome>,
     /// Every notice: the cells' in order, then the run's.
     pub notices: Vec<Notice>,
     /// True when every planned step ran (whatever its status).
@@ -322,9 +339,29 @@ pub struct RunOutcome {
 /// Checks a configuration without contacting any server.
 pub fn validate(config: &RunConfig) -> Result<(), RunError> {
     let m = &config.matrix;
+    let no_load = match &m.load {
+        LoadMode::Sustained => false,
+        LoadMode::Burst(b) => b.requests.iter().all(|&n| n == 0),
+        LoadMode::Rate(r) => r.rates.is_empty(),
+    };
+    let zero_length = match &m.load {
+        LoadMode::Rate(r) => {
+            r.drain.is_zero()
+                || matches!(r.length, RateLength::Duration(d) if d.is_zero())
+                || matches!(r.length, RateLength::Requests(0))
+        }
+        _ => false,
+    };
     let problem = if m.contexts.is_empty() && m.prefill_contexts.is_empty() {
         Some(ConfigProblem::NothingToMeasure)
-    } else if !m.contexts.is_empty() && m.concurrencies.is_empty() {
+    } else if !m.contexts.is_empty() && no_load {
+        Some(ConfigProblem::NoLoad)
+    } else if zero_length {
+        Some(ConfigProblem::ZeroRateLength)
+    } else if !m.contexts.is_empty()
+        && m.concurrencies.is_empty()
+        && matches!(m.load, LoadMode::Sustained)
+    {
         Some(ConfigProblem::NoConcurrency)
     } else if m.duration.is_zero() {
         Some(ConfigProblem::ZeroWindow)
@@ -410,17 +447,10 @@ async fn plan_and_run(
         .decode
         .iter()
         .flat_map(|c| c.notices.iter().cloned())
-        .chain(measured.notices)
+        .chain(measured.load.iter().flat_map(|c| c.notices.iter().cloned()))
+        .chain(measured.notices.iter().cloned())
         .collect();
-    let mut report = build_report(
-        config,
-        server,
-        &the_plan,
-        &measured.prefill,
-        &measured.decode,
-        &notices,
-        started_at,
-    );
+    let mut report = build_report(config, server, &the_plan, &measured, &notices, started_at);
     if config.telemetry.gpu != speedmatrix_telemetry::TelemetryMode::Off {
         fill_hardware(&mut report.hardware, &telemetry_setup);
         report.telemetry = Some(telemetry_setup);
@@ -429,6 +459,7 @@ async fn plan_and_run(
         report,
         prefill: measured.prefill,
         decode: measured.decode,
+        load: measured.load,
         notices,
         complete: measured.stopped.is_none(),
         stopped: measured.stopped,
@@ -499,7 +530,14 @@ fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
         };
         (step, c.excluded.as_ref())
     });
-    let mut steps = prefill.chain(cells);
+    let load = the_plan.load.iter().map(|c| {
+        let step = StepId::Load {
+            context: c.context,
+            point: c.point,
+        };
+        (step, c.excluded.as_ref())
+    });
+    let mut steps = prefill.chain(cells).chain(load);
     if steps.clone().any(|(_, ex)| ex.is_none()) {
         return Ok(());
     }

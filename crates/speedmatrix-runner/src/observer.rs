@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::outcome::{CellOutcome, Exclusion, Notice, PrefillOutcome, StepId};
+use crate::outcome::{CellOutcome, Exclusion, LoadOutcome, Notice, PrefillOutcome, StepId};
 use crate::plan::CapacityPlan;
 
 /// What a step is doing now.
@@ -67,6 +67,8 @@ pub enum Event<'a> {
     PrefillFinished(&'a PrefillOutcome),
     /// A decode cell ended.
     CellFinished(&'a CellOutcome),
+    /// A burst or rate cell ended.
+    LoadFinished(&'a LoadOutcome),
     /// A step was not run.
     StepNotRun {
         /// Which.

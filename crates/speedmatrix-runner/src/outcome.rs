@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use speedmatrix_client::ErrorKind;
 use speedmatrix_metrics::{Calibration, EstimateMethod, TokenSource};
-use speedmatrix_units::{Concurrency, Tokens};
+use speedmatrix_units::{Concurrency, RequestRate, Tokens};
 
 /// One step of a run: a prefill point or a decode cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -27,6 +27,38 @@ pub enum StepId {
         /// Streams kept busy.
         concurrency: Concurrency,
     },
+    /// A burst or an open-loop rate cell.
+    Load {
+        /// Prompt length of every request.
+        context: Tokens,
+        /// The burst's size or the rate.
+        point: LoadPoint,
+    },
+}
+
+/// The load of a burst or rate cell: its column in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadPoint {
+    /// This many requests sent at once.
+    Burst {
+        /// Requests in the burst.
+        requests: Concurrency,
+    },
+    /// Requests arriving at this rate.
+    Rate {
+        /// Intended requests per second.
+        rate: RequestRate,
+    },
+}
+
+impl fmt::Display for LoadPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadPoint::Burst { requests } => write!(f, "burst of {requests}"),
+            LoadPoint::Rate { rate } => write!(f, "{rate}"),
+        }
+    }
 }
 
 impl fmt::Display for StepId {
@@ -37,6 +69,7 @@ impl fmt::Display for StepId {
                 context,
                 concurrency,
             } => write!(f, "decode {context} × {concurrency}"),
+            StepId::Load { context, point } => write!(f, "load {context} × {point}"),
         }
     }
 }
@@ -278,6 +311,103 @@ impl PrefillOutcome {
             from_warmup: false,
         }
     }
+}
+
+/// One burst or rate cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadOutcome {
+    /// Prompt length of every request.
+    pub context: Tokens,
+    /// The burst's size or the rate.
+    pub point: LoadPoint,
+    /// How it ended.
+    pub status: StepStatus,
+    /// The numbers, when measured.
+    #[serde(default)]
+    pub result: Option<LoadResult>,
+    /// What the cell had to say.
+    #[serde(default)]
+    pub notices: Vec<Notice>,
+}
+
+impl LoadOutcome {
+    /// The step this cell is.
+    pub fn step(&self) -> StepId {
+        StepId::Load {
+            context: self.context,
+            point: self.point,
+        }
+    }
+}
+
+/// The numbers of one burst or rate cell (see `docs/metrics.md`, "Load cells").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadResult {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests the server finished.
+    pub completed: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Requests still running when the cell ended, cancelled.
+    pub unfinished: u64,
+    /// From the first intended send to the last request's end.
+    #[serde(with = "duration_ns")]
+    pub span: Duration,
+    /// Requests per second the schedule meant (rate cells).
+    pub intended_rate_per_s: Option<f64>,
+    /// Requests per second actually sent.
+    pub achieved_rate_per_s: Option<f64>,
+    /// Most requests in flight at once.
+    pub max_in_flight: u64,
+    /// Output tokens of every request.
+    pub output_tokens: Tokens,
+    /// Output tokens over the span.
+    pub output_tokens_per_s: f64,
+    /// Intended send → first token.
+    pub ttft: Option<Latency>,
+    /// Intended send → end.
+    pub e2e: Option<Latency>,
+    /// Every token interval.
+    pub itl: Option<Latency>,
+    /// Per request mean time per output token.
+    pub tpot: Option<Latency>,
+    /// Actual − intended send.
+    pub send_lag: Option<Latency>,
+    /// The least exact token source.
+    pub token_source: Option<TokenSource>,
+    /// The objective's verdict, when one was given.
+    pub slo: Option<SloVerdict>,
+}
+
+/// A load cell against the objective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloVerdict {
+    /// Every term met.
+    pub met: bool,
+    /// Requests that met every term on their own figures.
+    pub good_requests: u64,
+    /// Requests judged (failed and unfinished ones included).
+    pub requests: u64,
+    /// Good requests per second of the span.
+    pub goodput_per_s: f64,
+    /// Each term: its name (`ttft_p99`), limit, the cell's value, met.
+    pub terms: Vec<SloTermVerdict>,
+}
+
+/// One term over a load cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloTermVerdict {
+    /// `ttft_p99`, `itl_p99.9`, ...
+    pub term: String,
+    /// The limit.
+    #[serde(with = "duration_ns")]
+    pub limit: Duration,
+    /// The cell's value.
+    #[serde(with = "opt_duration_ns")]
+    pub value: Option<Duration>,
+    /// At or under the limit.
+    pub met: bool,
 }
 
 /// One sustained-decode cell.

@@ -10,8 +10,8 @@ use speedmatrix_capacity::{
 use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::RunError;
-use crate::config::{CapacityHints, MatrixSpec};
-use crate::outcome::{Exclusion, TooLong};
+use crate::config::{CapacityHints, LoadMode, MatrixSpec, RateLength};
+use crate::outcome::{Exclusion, LoadPoint, TooLong};
 
 /// Where the capacity that decides the cells came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,17 @@ pub struct PlannedCell {
     pub excluded: Option<Exclusion>,
 }
 
+/// One burst or rate cell of the plan.
+#[derive(Debug, Clone)]
+pub struct PlannedLoad {
+    /// Context length of every request's prompt.
+    pub context: Tokens,
+    /// The burst's size or the rate.
+    pub point: LoadPoint,
+    /// `Some` when the cell is not run.
+    pub excluded: Option<Exclusion>,
+}
+
 /// The whole plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -63,6 +74,8 @@ pub struct Plan {
     pub prefill: Vec<(Tokens, Option<Exclusion>)>,
     /// Decode cells in run order (context-major, as the seed page lists them).
     pub cells: Vec<PlannedCell>,
+    /// Burst or rate cells in run order (context-major), in those modes.
+    pub load: Vec<PlannedLoad>,
     /// A rough duration estimate for the whole run.
     pub estimated: Duration,
 }
@@ -221,7 +234,8 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
         })
         .collect();
     let mut cells = Vec::new();
-    for &context in &spec.contexts {
+    let sustained = matches!(spec.load, LoadMode::Sustained);
+    for &context in spec.contexts.iter().filter(|_| sustained) {
         for &concurrency in &spec.concurrencies {
             let len = prompt_len(context)
                 .get()
@@ -238,13 +252,87 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
             });
         }
     }
-    let estimated = estimate(spec, &prefill, &cells);
+    let load = load_cells(&capacity, spec, &too_long);
+    let estimated = estimate(spec, &prefill, &cells) + estimate_load(spec, &load);
     Plan {
         capacity,
         prefill,
         cells,
+        load,
         estimated,
     }
+}
+
+/// The burst or rate cells: too long for `max_model_len` as decode cells
+/// are; a burst over capacity when the requests in flight at once (the burst,
+/// or the cap) do not fit by the engine's rule. A rate cell is never over
+/// capacity: how many requests it keeps in flight is what it measures (the
+/// server queues the rest), unless an in-flight cap says.
+fn load_cells(
+    capacity: &CapacityPlan,
+    spec: &MatrixSpec,
+    too_long: &dyn Fn(Tokens, TooLong) -> Option<Exclusion>,
+) -> Vec<PlannedLoad> {
+    let points: Vec<(LoadPoint, Option<Concurrency>)> = match &spec.load {
+        LoadMode::Sustained => return Vec::new(),
+        LoadMode::Burst(b) => b
+            .requests
+            .iter()
+            .filter_map(|&n| Concurrency::new(n))
+            .map(|n| {
+                let at_once = b.max_concurrency.map_or(n, |cap| n.min(cap));
+                (LoadPoint::Burst { requests: n }, Some(at_once))
+            })
+            .collect(),
+        LoadMode::Rate(r) => r
+            .rates
+            .iter()
+            .map(|&rate| (LoadPoint::Rate { rate }, r.max_in_flight))
+            .collect(),
+    };
+    let mut cells = Vec::new();
+    for &context in &spec.contexts {
+        for &(point, at_once) in &points {
+            let len = prompt_len(context)
+                .get()
+                .saturating_add(spec.max_tokens.get());
+            let excluded =
+                too_long(Tokens::new(len), TooLong::ContextPlusMaxOutput).or_else(|| {
+                    let pool = capacity.pool.as_ref()?;
+                    over_capacity(&pool.check(prompt_len(context), at_once?, spec.max_tokens))
+                });
+            cells.push(PlannedLoad {
+                context,
+                point,
+                excluded,
+            });
+        }
+    }
+    cells
+}
+
+/// Rough time of the load cells: each request's prefill at the assumed
+/// speed, then its output at an assumed 30 tok/s, a burst's requests at once;
+/// a rate cell its sending time plus one request's time.
+fn estimate_load(spec: &MatrixSpec, cells: &[PlannedLoad]) -> Duration {
+    let one = |context: Tokens| {
+        context.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S + spec.max_tokens.get() as f64 / 30.0
+    };
+    let secs: f64 = cells
+        .iter()
+        .filter(|c| c.excluded.is_none())
+        .map(|c| {
+            let sending = match (&spec.load, c.point) {
+                (LoadMode::Rate(r), LoadPoint::Rate { rate }) => match r.length {
+                    RateLength::Duration(d) => d.as_secs_f64(),
+                    RateLength::Requests(n) => n as f64 / rate.get(),
+                },
+                _ => 0.0,
+            };
+            sending + one(c.context) + CELL_OVERHEAD.as_secs_f64()
+        })
+        .sum();
+    Duration::from_secs_f64(secs)
 }
 
 fn over_capacity(v: &CellVerdict) -> Option<Exclusion> {
@@ -350,6 +438,47 @@ mod tests {
         }
         assert!(matches!(p.prefill[4].1, Some(Exclusion::TooLong { .. })));
         assert!(p.estimated > Duration::from_secs(30));
+    }
+
+    #[test]
+    fn bursts_are_over_capacity_by_what_is_in_flight_and_rates_never_are() {
+        use crate::config::{BurstSpec, RateSpec};
+        let mut spec = Preset::Quick.matrix();
+        spec.contexts = vec![Tokens::kibi(1)];
+        spec.max_tokens = Tokens::new(1_024);
+        spec.load = LoadMode::Burst(BurstSpec {
+            requests: vec![1, 8, 64],
+            max_concurrency: None,
+            warm_cache: false,
+        });
+        // 2K tokens a request: 20K hold 10 at once.
+        let p = plan(given(20_480), &spec, None);
+        assert!(p.cells.is_empty(), "a burst run has no sustained cells");
+        let over: Vec<bool> = p.load.iter().map(|c| c.excluded.is_some()).collect();
+        assert_eq!(over, [false, false, true]);
+        spec.load = LoadMode::Burst(BurstSpec {
+            requests: vec![1, 8, 64],
+            max_concurrency: Concurrency::new(4),
+            warm_cache: false,
+        });
+        let capped = plan(given(20_480), &spec, None);
+        assert!(
+            capped.load.iter().all(|c| c.excluded.is_none()),
+            "4 in flight fit"
+        );
+        spec.load = LoadMode::Rate(RateSpec {
+            rates: vec!["100".parse().unwrap()],
+            arrival: speedmatrix_workload::ArrivalProcess::Poisson,
+            seed: 0,
+            length: RateLength::Duration(Duration::from_secs(10)),
+            max_in_flight: None,
+            drain: Duration::from_secs(60),
+            warm_cache: false,
+        });
+        let rates = plan(given(20_480), &spec, Some(Tokens::kibi(32)));
+        assert!(rates.load[0].excluded.is_none());
+        // Sending for 10 s, then one request's time: at least 10 s.
+        assert!(rates.estimated >= Duration::from_secs(10));
     }
 
     fn vllm_hints(version_given: bool) -> CapacityHints {

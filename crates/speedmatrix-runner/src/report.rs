@@ -3,17 +3,22 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::outcome::{CellOutcome, Latency, Notice, PrefillOutcome, StepStatus, WindowResult};
+use crate::config::{LoadMode, RateLength};
+use crate::outcome::{
+    CellOutcome, Latency, LoadOutcome, LoadPoint, Notice, PrefillOutcome, StepStatus, WindowResult,
+};
 use crate::plan::{CapacityPlan, CapacitySourceKind, Plan};
 use crate::server::Server;
+use crate::steps::Measured;
 use crate::{PrefillMode, RunConfig, Target};
 use speedmatrix_capacity::KvPool;
 use speedmatrix_metrics::{EstimateMethod, TokenSource};
 use speedmatrix_report::{
-    Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KvCapacity, Percentiles,
-    PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, TokenCount, TokenCountSource,
-    Tool,
+    ArrivalSetup, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KvCapacity,
+    LoadCell, LoadMeasurements, LoadRun, Percentiles, PrefillRow, Report, RunSettings,
+    SCHEMA_VERSION, ServerCounter, SloResult, SloTermResult, TokenCount, TokenCountSource, Tool,
 };
+use speedmatrix_workload::ArrivalProcess;
 
 /// Builds the document from the run's outcomes; `notes` are the notices in
 /// neutral words (the binary puts in its own).
@@ -21,11 +26,11 @@ pub(crate) fn build_report(
     config: &RunConfig,
     server: &Server,
     the_plan: &Plan,
-    prefill: &[PrefillOutcome],
-    decode: &[CellOutcome],
+    measured: &Measured,
     notices: &[Notice],
     started_at: String,
 ) -> Report {
+    let (prefill, decode, load) = (&measured.prefill, &measured.decode, &measured.load);
     let m = &config.matrix;
     Report {
         schema_version: SCHEMA_VERSION,
@@ -57,7 +62,11 @@ pub(crate) fn build_report(
                 version: env!("CARGO_PKG_VERSION").into(),
             },
             contexts: m.contexts.clone(),
-            concurrencies: m.concurrencies.clone(),
+            // A burst or rate run has no sustained-decode columns.
+            concurrencies: match m.load {
+                LoadMode::Sustained => m.concurrencies.clone(),
+                _ => Vec::new(),
+            },
             prefill_contexts: m.prefill_contexts.clone(),
             prefill_repeats: m.prefill_repeats,
             prefill_mode: match m.prefill_mode {
@@ -74,8 +83,99 @@ pub(crate) fn build_report(
         telemetry: None,
         capacity: capacity(&the_plan.capacity),
         prefill: prefill.iter().map(prefill_row).collect(),
+        load: load_run(m, load),
         decode: decode.iter().map(decode_cell).collect(),
         notes: notices.iter().map(Notice::describe).collect(),
+    }
+}
+
+/// The document's load section, in burst and rate runs.
+fn load_run(m: &crate::MatrixSpec, cells: &[LoadOutcome]) -> Option<LoadRun> {
+    let (arrival, max_in_flight) = match &m.load {
+        LoadMode::Sustained => return None,
+        LoadMode::Burst(b) => (None, b.max_concurrency),
+        LoadMode::Rate(r) => (
+            Some(ArrivalSetup {
+                process: match r.arrival {
+                    ArrivalProcess::Poisson => "poisson",
+                    ArrivalProcess::Constant => "constant",
+                    ArrivalProcess::Gamma { .. } => "gamma",
+                }
+                .into(),
+                burstiness: match r.arrival {
+                    ArrivalProcess::Gamma { burstiness } => Some(burstiness),
+                    _ => None,
+                },
+                seed: r.seed,
+                duration_s: match r.length {
+                    RateLength::Duration(d) => Some(d.as_secs_f64()),
+                    RateLength::Requests(_) => None,
+                },
+                requests: match r.length {
+                    RateLength::Requests(n) => Some(n),
+                    RateLength::Duration(_) => None,
+                },
+            }),
+            r.max_in_flight,
+        ),
+    };
+    Some(LoadRun {
+        mode: m.load.name().into(),
+        arrival,
+        max_in_flight: max_in_flight.map(|n| n.get()),
+        slo: m.slo.as_ref().map(ToString::to_string),
+        cells: cells.iter().map(load_cell).collect(),
+    })
+}
+
+/// A burst or rate outcome as the report document shows it.
+pub fn load_cell(c: &LoadOutcome) -> LoadCell {
+    let (requests, rate_per_s) = match c.point {
+        LoadPoint::Burst { requests } => (Some(u64::from(requests.get())), None),
+        LoadPoint::Rate { rate } => (None, Some(rate.get())),
+    };
+    LoadCell {
+        context: c.context,
+        requests,
+        rate_per_s,
+        status: status(&c.status),
+        measurements: c.result.as_ref().map(|r| LoadMeasurements {
+            sent: r.sent,
+            completed: r.completed,
+            failed: r.failed,
+            unfinished: r.unfinished,
+            duration_s: r.span.as_secs_f64(),
+            intended_rate_per_s: r.intended_rate_per_s,
+            achieved_rate_per_s: r.achieved_rate_per_s,
+            max_in_flight: r.max_in_flight,
+            output_tokens: r.output_tokens,
+            output_tokens_per_s: r.output_tokens_per_s,
+            ttft_ms: r.ttft.map(percentiles),
+            e2e_ms: r.e2e.map(percentiles),
+            itl_ms: r.itl.map(percentiles),
+            tpot_ms: r.tpot.map(percentiles),
+            send_lag_ms: r.send_lag.map(percentiles),
+            token_count_source: r.token_source.map(source),
+            slo: r.slo.as_ref().map(|v| SloResult {
+                met: v.met,
+                attainment_pct: if v.requests > 0 {
+                    v.good_requests as f64 / v.requests as f64 * 100.0
+                } else {
+                    0.0
+                },
+                goodput_per_s: v.goodput_per_s,
+                terms: v
+                    .terms
+                    .iter()
+                    .map(|t| SloTermResult {
+                        term: t.term.clone(),
+                        limit_ms: ms(t.limit),
+                        value_ms: t.value.map(ms),
+                        met: t.met,
+                    })
+                    .collect(),
+            }),
+        }),
     }
 }
 

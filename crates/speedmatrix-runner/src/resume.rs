@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::{Api, Concurrency, PromptSharing, Tokens};
 
+use crate::config::LoadMode;
 use crate::journal::{self, CorruptTail, Journal, JournalContents};
-use crate::outcome::{CellOutcome, PrefillOutcome, StepStatus};
+use crate::outcome::{CellOutcome, LoadOutcome, LoadPoint, PrefillOutcome, StepStatus};
 use crate::{JournalOptions, PrefillMode, RunConfig, RunError, Target};
 
 /// The layout of the journal's records this runner writes and reads.
@@ -37,6 +38,11 @@ pub(crate) enum JournalRecord {
         journal_version: u32,
         outcome: Box<CellOutcome>,
     },
+    /// A finished burst or rate cell.
+    Load {
+        journal_version: u32,
+        outcome: Box<LoadOutcome>,
+    },
 }
 
 impl JournalRecord {
@@ -60,6 +66,13 @@ impl JournalRecord {
             outcome: Box::new(outcome),
         }
     }
+
+    pub(crate) fn load(outcome: LoadOutcome) -> JournalRecord {
+        JournalRecord::Load {
+            journal_version: JOURNAL_VERSION,
+            outcome: Box::new(outcome),
+        }
+    }
 }
 
 /// One step a journal holds, as [`journal_steps`] reads it.
@@ -72,6 +85,8 @@ pub enum JournalStep {
     Prefill(PrefillOutcome),
     /// A finished decode cell.
     Decode(Box<CellOutcome>),
+    /// A finished burst or rate cell.
+    Load(Box<LoadOutcome>),
 }
 
 /// Reads a journal from bytes in memory the way `--resume` reads the file:
@@ -115,6 +130,7 @@ fn steps_of(contents: JournalContents<JournalRecord>) -> JournalContents<Journal
                 JournalRecord::Start { .. } => JournalStep::Start,
                 JournalRecord::Prefill { outcome, .. } => JournalStep::Prefill(outcome),
                 JournalRecord::Decode { outcome, .. } => JournalStep::Decode(outcome),
+                JournalRecord::Load { outcome, .. } => JournalStep::Load(outcome),
             })
             .collect(),
         corrupt_tail: contents.corrupt_tail,
@@ -160,6 +176,64 @@ pub struct ResumeKey {
     pub max_tokens: Tokens,
     /// Whether `min_tokens = max_tokens` was sent too.
     pub min_tokens: bool,
+    /// The bursts or rates, when the run measures those instead of the
+    /// sustained window (absent in journals of sustained runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadKey>,
+}
+
+/// What a burst or rate run measures, for [`ResumeKey`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadKey {
+    /// `burst` or `rate`.
+    pub mode: String,
+    /// The columns: burst sizes or rates.
+    pub points: Vec<LoadPoint>,
+    /// The in-flight cap.
+    pub max_in_flight: Option<Concurrency>,
+    /// Whether prompts were sent once before each cell.
+    pub warm_cache: bool,
+    /// The arrival process, seed, length and drain (rate runs), in words.
+    pub schedule: Option<String>,
+    /// The objective, as written.
+    pub slo: Option<String>,
+}
+
+impl LoadKey {
+    fn of(spec: &crate::MatrixSpec) -> Option<LoadKey> {
+        let slo = spec.slo.as_ref().map(ToString::to_string);
+        match &spec.load {
+            LoadMode::Sustained => None,
+            LoadMode::Burst(b) => Some(LoadKey {
+                mode: "burst".into(),
+                points: b
+                    .requests
+                    .iter()
+                    .filter_map(|&n| Concurrency::new(n))
+                    .map(|requests| LoadPoint::Burst { requests })
+                    .collect(),
+                max_in_flight: b.max_concurrency,
+                warm_cache: b.warm_cache,
+                schedule: None,
+                slo,
+            }),
+            LoadMode::Rate(r) => Some(LoadKey {
+                mode: "rate".into(),
+                points: r
+                    .rates
+                    .iter()
+                    .map(|&rate| LoadPoint::Rate { rate })
+                    .collect(),
+                max_in_flight: r.max_in_flight,
+                warm_cache: r.warm_cache,
+                schedule: Some(format!(
+                    "{} seed {} {:?} drain {:?}",
+                    r.arrival, r.seed, r.length, r.drain
+                )),
+                slo,
+            }),
+        }
+    }
 }
 
 /// One field in which a journal's key and this run's differ.
@@ -215,6 +289,7 @@ impl ResumeKey {
             window_ns: u64::try_from(m.duration.as_nanos()).unwrap_or(u64::MAX),
             max_tokens: m.max_tokens,
             min_tokens: config.send_min_tokens,
+            load: LoadKey::of(m),
         }
     }
 
@@ -255,6 +330,7 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) struct Done {
     pub(crate) prefill: BTreeMap<Tokens, PrefillOutcome>,
     pub(crate) decode: BTreeMap<(Tokens, Concurrency), CellOutcome>,
+    pub(crate) load: BTreeMap<(Tokens, LoadPoint), LoadOutcome>,
 }
 
 /// Opens the journal: a new one starting with `key`, or the one at the
@@ -309,7 +385,15 @@ pub(crate) fn open_journal(
                 done.decode
                     .insert((outcome.context, outcome.concurrency), *outcome);
             }
-            JournalRecord::Prefill { .. } | JournalRecord::Decode { .. } => {}
+            JournalRecord::Load { outcome, .. }
+                if outcome.status.is_measured()
+                    || matches!(outcome.status, StepStatus::Excluded(_)) =>
+            {
+                done.load.insert((outcome.context, outcome.point), *outcome);
+            }
+            JournalRecord::Prefill { .. }
+            | JournalRecord::Decode { .. }
+            | JournalRecord::Load { .. } => {}
         }
     }
     if !started {
@@ -377,6 +461,7 @@ mod tests {
             window_ns: 1_000_000_000,
             max_tokens: Tokens::new(256),
             min_tokens: false,
+            load: None,
         }
     }
 

@@ -9,12 +9,14 @@ use speedmatrix_units::Tokens;
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{LoadMode, RateLength, RateSpec};
 use crate::journal::Journal;
 use crate::observer::{Event, NotRun, Phase};
 use crate::outcome::{
-    CellOutcome, Exclusion, Notice, PrefillOutcome, SkipReason, StepId, StepStatus, StopReason,
+    CellOutcome, Exclusion, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason, StepId,
+    StepStatus, StopReason,
 };
-use crate::plan::{Plan, PlannedCell, ZERO_CONTEXT_PROMPT, prompt_len};
+use crate::plan::{Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, prompt_len};
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
 use crate::server::Server;
@@ -25,6 +27,7 @@ use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, p
 pub(crate) struct Measured {
     pub(crate) prefill: Vec<PrefillOutcome>,
     pub(crate) decode: Vec<CellOutcome>,
+    pub(crate) load: Vec<LoadOutcome>,
     /// The run's own notices (the cells keep theirs).
     pub(crate) notices: Vec<Notice>,
     pub(crate) stopped: Option<StopReason>,
@@ -56,7 +59,7 @@ impl Session<'_> {
     pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunError> {
         self.observer.event(Event::Planned {
             capacity: &the_plan.capacity,
-            steps: the_plan.prefill.len() + the_plan.cells.len(),
+            steps: the_plan.prefill.len() + the_plan.cells.len() + the_plan.load.len(),
             estimated: the_plan.estimated,
         });
         let mut stopped = None;
@@ -87,6 +90,14 @@ impl Session<'_> {
             };
             decode.push(cell);
         }
+        let mut load = Vec::new();
+        for (i, planned) in the_plan.load.iter().enumerate() {
+            let cell = match stopped {
+                Some(_) => skipped_load(planned, SkipReason::RunStopped),
+                None => self.load_cell(i, planned, &mut stopped).await?,
+            };
+            load.push(cell);
+        }
         // Rows in the plan's order; a warm-up the run never reached is skipped.
         let prefill = the_plan
             .prefill
@@ -103,6 +114,7 @@ impl Session<'_> {
         Ok(Measured {
             prefill,
             decode,
+            load,
             notices,
             stopped,
         })
@@ -307,6 +319,108 @@ impl Session<'_> {
         Ok(result.cell)
     }
 
+    /// Runs one burst or rate cell.
+    async fn load_cell(
+        &mut self,
+        i: usize,
+        planned: &PlannedLoad,
+        stopped: &mut Option<StopReason>,
+    ) -> Result<LoadOutcome, RunError> {
+        let step = StepId::Load {
+            context: planned.context,
+            point: planned.point,
+        };
+        if let Some(cell) = self.done.load.remove(&(planned.context, planned.point)) {
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::InJournal,
+            });
+            return Ok(cell);
+        }
+        if let Some(ex) = &planned.excluded {
+            self.observer.event(Event::StepNotRun {
+                step,
+                why: NotRun::Excluded(ex),
+            });
+            let cell = load_without_numbers(planned, StepStatus::Excluded(ex.clone()));
+            record(&mut self.journal, &JournalRecord::load(cell.clone()))?;
+            return Ok(cell);
+        }
+        let m = &self.config.matrix;
+        let (schedule, max_in_flight, drain, warm_cache) = match (&m.load, planned.point) {
+            (LoadMode::Burst(b), LoadPoint::Burst { requests }) => (
+                vec![Duration::ZERO; requests.get() as usize],
+                b.max_concurrency,
+                BURST_DRAIN,
+                b.warm_cache,
+            ),
+            (LoadMode::Rate(r), LoadPoint::Rate { rate }) => (
+                rate_schedule(r, planned.context, rate)?,
+                r.max_in_flight,
+                r.drain,
+                r.warm_cache,
+            ),
+            _ => return Ok(skipped_load(planned, SkipReason::RunStopped)),
+        };
+        self.observer.event(Event::StepStarted {
+            step,
+            expected: schedule.last().copied().unwrap_or_default() + Duration::from_secs(2),
+        });
+        self.observer.event(Event::Phase {
+            step,
+            phase: Phase::BuildingPrompts,
+        });
+        let len = prompt_len(planned.context);
+        let cell_id = self.nonce.wrapping_add(1_000_000 + i as u64);
+        let prompts = match self.config.prompt_sharing {
+            PromptSharing::Unique => (0..schedule.len() as u64)
+                .map(|k| {
+                    self.prompt(len, CacheKey::unique(cell_id, k, 0))
+                        .map(|p| Arc::<str>::from(p.text))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            PromptSharing::Shared => {
+                let p: Arc<str> = self.prompt(len, CacheKey::shared(cell_id))?.text.into();
+                vec![p; schedule.len()]
+            }
+        };
+        let spec = crate::load::LoadCellSpec {
+            step,
+            context: planned.context,
+            point: planned.point,
+            prompts,
+            schedule,
+            expected_prompt_tokens: len,
+            shape: self.shape.clone(),
+            max_in_flight,
+            drain,
+            warm_cache,
+            slo: m.slo.as_ref(),
+            tokenizer: &self.config.tokenizer,
+        };
+        let cell =
+            match crate::load::run_load_cell(self.server, spec, self.observer, self.cancel).await {
+                Ok(cell) => cell,
+                Err(RunError::Cancelled) => {
+                    *stopped = Some(StopReason::Cancelled);
+                    return Ok(skipped_load(planned, SkipReason::Interrupted));
+                }
+                Err(e) => return Err(e),
+            };
+        for n in &cell.notices {
+            self.observer.event(Event::Notice(n));
+        }
+        if let StepStatus::Failed { failure, .. } = &cell.status
+            && !self.server.is_alive().await
+        {
+            *stopped = Some(StopReason::ServerGone(failure.message.clone()));
+            return Ok(skipped_load(planned, SkipReason::ServerStopped));
+        }
+        self.observer.event(Event::LoadFinished(&cell));
+        record(&mut self.journal, &JournalRecord::load(cell.clone()))?;
+        Ok(cell)
+    }
+
     /// One prompt per stream, or one shared by all streams of the cell.
     fn cell_prompts(
         &self,
@@ -359,6 +473,44 @@ impl Session<'_> {
         }
         notices
     }
+}
+
+/// How long a burst's requests may run after they are all sent.
+const BURST_DRAIN: Duration = Duration::from_secs(3_600);
+
+/// A rate cell's send times: drawn from the run's seed mixed with the cell's
+/// context and rate (cells are independent, runs repeatable); at least one.
+fn rate_schedule(
+    r: &RateSpec,
+    context: Tokens,
+    rate: speedmatrix_units::RequestRate,
+) -> Result<Vec<Duration>, RunError> {
+    let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
+    let arrivals = speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed)
+        .map_err(RunError::Arrivals)?;
+    let times = match r.length {
+        RateLength::Duration(d) => arrivals.within(d),
+        RateLength::Requests(n) => arrivals.first(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    Ok(if times.is_empty() {
+        arrivals.first(1)
+    } else {
+        times
+    })
+}
+
+fn load_without_numbers(planned: &PlannedLoad, status: StepStatus) -> LoadOutcome {
+    LoadOutcome {
+        context: planned.context,
+        point: planned.point,
+        status,
+        result: None,
+        notices: Vec::new(),
+    }
+}
+
+fn skipped_load(planned: &PlannedLoad, why: SkipReason) -> LoadOutcome {
+    load_without_numbers(planned, StepStatus::Skipped(why))
 }
 
 fn skipped_prefill(context: Tokens, why: SkipReason) -> PrefillOutcome {

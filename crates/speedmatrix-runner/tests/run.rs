@@ -44,6 +44,8 @@ fn config(target: Target) -> RunConfig {
             prefill_mode: PrefillMode::Cold,
             duration: Duration::from_millis(300),
             max_tokens: Tokens::new(512),
+            load: Default::default(),
+            slo: None,
         },
         prompt_sharing: PromptSharing::Unique,
         seed: 3,

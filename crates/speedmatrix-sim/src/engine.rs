@@ -92,6 +92,10 @@ pub(crate) struct Counters {
     pub(crate) spec_draft_tokens: u64,
     /// Draft tokens accepted: the step's tokens less the one the target model adds.
     pub(crate) spec_accepted_tokens: u64,
+    /// Engine time requests waited from arrival to first being scheduled, nanoseconds.
+    pub(crate) queue_time_ns: u64,
+    /// Requests whose queue time is counted.
+    pub(crate) queued_requests: u64,
 }
 
 /// The engine's state at a glance.
@@ -134,6 +138,9 @@ struct Req {
     emitted_last: usize,
     /// Decode steps taken, which picks the next step's token count.
     decode_steps: usize,
+    /// The engine clock when the request arrived; `None` once it was first
+    /// scheduled (its queue time is then counted).
+    queued_at: Option<Duration>,
 }
 
 impl Req {
@@ -228,6 +235,7 @@ impl Engine {
                 registered: 0,
                 emitted_last: 0,
                 decode_steps: 0,
+                queued_at: Some(self.clock),
             },
         );
         self.waiting.push_back(req.id);
@@ -354,6 +362,12 @@ impl Engine {
             req.blocks = hits;
             req.blocks.extend(fresh);
             req.computed = cached;
+            // vLLM's queue time: arrival to first scheduled (a preempted
+            // request's second wait is not counted again).
+            if let Some(at) = req.queued_at.take() {
+                self.counters.queue_time_ns += (self.clock - at).as_nanos() as u64;
+                self.counters.queued_requests += 1;
+            }
             self.waiting.pop_front();
             self.running.push(id);
             scheduled.push((id, n));

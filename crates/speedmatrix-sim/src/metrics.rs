@@ -70,6 +70,28 @@ pub(crate) fn render(profile: &Profile, s: &Snapshot) -> String {
     for (name, help, value) in counters {
         metric(&mut out, name, help, "counter", &labels, value as f64);
     }
+    // vLLM's queue-time histogram, its sum and count (one +Inf bucket): the
+    // queue's own record, for checking latencies measured from intended times.
+    let _ = writeln!(
+        out,
+        "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request."
+    );
+    let _ = writeln!(out, "# TYPE vllm:request_queue_time_seconds histogram");
+    let _ = writeln!(
+        out,
+        "vllm:request_queue_time_seconds_bucket{{{labels},le=\"+Inf\"}} {:?}",
+        c.queued_requests as f64
+    );
+    let _ = writeln!(
+        out,
+        "vllm:request_queue_time_seconds_count{{{labels}}} {:?}",
+        c.queued_requests as f64
+    );
+    let _ = writeln!(
+        out,
+        "vllm:request_queue_time_seconds_sum{{{labels}}} {:?}",
+        c.queue_time_ns as f64 / 1e9
+    );
     if profile.num_speculative_tokens.is_some() {
         let spec: [(&str, &str, u64); 3] = [
             (

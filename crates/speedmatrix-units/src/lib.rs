@@ -18,6 +18,9 @@
 //! assert_eq!(n.get(), 32);
 //! assert!("0".parse::<Concurrency>().is_err());
 //!
+//! let rate: speedmatrix_units::RequestRate = "0.5".parse()?;
+//! assert_eq!(rate.to_string(), "0.5/s");
+//!
 //! let mem: ByteSize = "24GiB".parse()?;
 //! assert_eq!(mem.get(), 24 << 30);
 //! # Ok::<(), speedmatrix_units::ParseUnitError>(())
@@ -207,6 +210,88 @@ impl FromStr for Concurrency {
             what: WHAT,
         })?;
         Concurrency::new(n).ok_or_else(|| ParseUnitError::Zero {
+            text: s.to_owned(),
+            what: WHAT,
+        })
+    }
+}
+
+/// Requests per second, to a thousandth: exact, ordered and hashable, so a
+/// rate can key a cell. Never zero.
+///
+/// ```
+/// use speedmatrix_units::RequestRate;
+///
+/// let r: RequestRate = "2.5".parse()?;
+/// assert_eq!(r.get(), 2.5);
+/// assert_eq!(r.to_string(), "2.5/s");
+/// assert_eq!("4/s".parse::<RequestRate>()?.milli(), 4_000);
+/// assert!("0".parse::<RequestRate>().is_err());
+/// assert!("0.0001".parse::<RequestRate>().is_err(), "below a thousandth");
+/// # Ok::<(), speedmatrix_units::ParseUnitError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestRate(std::num::NonZeroU64);
+
+impl RequestRate {
+    /// `milli` thousandths of a request per second, or `None` for zero.
+    pub const fn from_milli(milli: u64) -> Option<Self> {
+        match std::num::NonZeroU64::new(milli) {
+            Some(v) => Some(RequestRate(v)),
+            None => None,
+        }
+    }
+
+    /// Thousandths of a request per second.
+    pub const fn milli(self) -> u64 {
+        self.0.get()
+    }
+
+    /// Requests per second.
+    pub fn get(self) -> f64 {
+        self.0.get() as f64 / 1_000.0
+    }
+}
+
+impl fmt::Display for RequestRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (whole, frac) = (self.milli() / 1_000, self.milli() % 1_000);
+        if frac == 0 {
+            write!(f, "{whole}/s")
+        } else {
+            let digits = format!("{frac:03}");
+            write!(f, "{whole}.{}/s", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+impl FromStr for RequestRate {
+    type Err = ParseUnitError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        const WHAT: &str = "request rate";
+        let text = s.trim().trim_end_matches("/s").trim();
+        let invalid = || ParseUnitError::Invalid {
+            text: s.to_owned(),
+            what: WHAT,
+            expected: "requests per second, e.g. 2 or 0.5, to a thousandth",
+        };
+        let value: f64 = text.parse().map_err(|_| invalid())?;
+        if !value.is_finite() || value < 0.0 {
+            return Err(invalid());
+        }
+        let milli = (value * 1_000.0).round();
+        if milli > u64::MAX as f64 / 2.0 {
+            return Err(ParseUnitError::Overflow {
+                text: s.to_owned(),
+                what: WHAT,
+            });
+        }
+        if (milli - value * 1_000.0).abs() > 1e-6 {
+            return Err(invalid());
+        }
+        RequestRate::from_milli(milli as u64).ok_or_else(|| ParseUnitError::Zero {
             text: s.to_owned(),
             what: WHAT,
         })

@@ -37,6 +37,7 @@
 //! # Ok::<(), speedmatrix_workload::Error>(())
 //! ```
 
+mod arrivals;
 mod error;
 mod hf;
 mod prompt;
@@ -47,6 +48,7 @@ mod train;
 #[rustfmt::skip]
 mod words;
 
+pub use arrivals::{ArrivalError, ArrivalProcess, Arrivals};
 pub use error::Error;
 pub use hf::{HfCache, TokenizerConfig};
 pub use prompt::{

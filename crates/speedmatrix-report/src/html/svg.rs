@@ -410,6 +410,67 @@ pub(super) fn per_request(report: &Report) -> String {
     )
 }
 
+/// A latency of the load cells against their load (burst size or rate),
+/// one line per context.
+pub(super) fn load_latency(
+    run: &crate::model::LoadRun,
+    title: &str,
+    pick: fn(&crate::model::LoadMeasurements) -> Option<f64>,
+) -> String {
+    let mut points: Vec<(u64, Option<u64>, Option<f64>)> = run
+        .cells
+        .iter()
+        .map(|c| {
+            (
+                c.requests.unwrap_or(0),
+                c.rate_per_s.map(|r| (r * 1e3) as u64),
+                c.rate_per_s,
+            )
+        })
+        .collect();
+    points.sort_by_key(|p| (p.0, p.1));
+    points.dedup_by_key(|p| (p.0, p.1));
+    let labels: Vec<String> = points
+        .iter()
+        .map(|(n, _, r)| r.map_or_else(|| n.to_string(), |r| format!("{r}/s")))
+        .collect();
+    let mut contexts: Vec<speedmatrix_units::Tokens> =
+        run.cells.iter().map(|c| c.context).collect();
+    contexts.dedup();
+    let series: Vec<Series> = contexts
+        .iter()
+        .enumerate()
+        .map(|(i, &ctx)| Series {
+            name: format!("{ctx} context"),
+            colour: SERIES[i % SERIES.len()],
+            values: points
+                .iter()
+                .map(|&(n, milli, _)| {
+                    let cell = run.cells.iter().find(|c| {
+                        c.context == ctx
+                            && c.requests.unwrap_or(0) == n
+                            && c.rate_per_s.map(|r| (r * 1e3) as u64) == milli
+                    })?;
+                    pick(cell.measurements.as_ref()?)
+                })
+                .collect(),
+        })
+        .collect();
+    let x_title = if run.mode == "rate" {
+        "Intended requests per second"
+    } else {
+        "Requests in the burst"
+    };
+    line_chart(
+        &labels,
+        &series,
+        title,
+        x_title,
+        |v| format::grouped(v, 0),
+        true,
+    )
+}
+
 fn line_chart(
     labels: &[String],
     series: &[Series],

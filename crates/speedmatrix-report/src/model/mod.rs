@@ -9,12 +9,14 @@ use serde::{Deserialize, Serialize};
 use speedmatrix_units::{ByteSize, Concurrency, Tokens};
 
 mod cells;
+mod load;
 mod telemetry;
 
 pub use self::cells::{
     CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
     ServerCounter, TokenCount, TokenCountSource,
 };
+pub use self::load::{ArrivalSetup, LoadCell, LoadMeasurements, LoadRun, SloResult, SloTermResult};
 pub use self::telemetry::{
     CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
     TelemetrySetup, ThrottledSeconds, VerdictThresholds,
@@ -25,7 +27,8 @@ pub use self::telemetry::{
 /// Bump it on any change that an older reader would misread. Version 2 added
 /// partial cells, estimated token counts and the prefill mode; version 3 the
 /// client's setup and its CPU use per cell; version 4 telemetry (GPUs, host
-/// and server counters per cell, verdicts). Older documents are still read
+/// and server counters per cell, verdicts) and load runs (bursts and
+/// open-loop request rates). Older documents are still read
 /// (see [`Report::from_json`]).
 pub const SCHEMA_VERSION: u32 = 4;
 
@@ -57,6 +60,10 @@ pub struct Report {
     pub capacity: Option<Capacity>,
     /// Cold prefill measurements, one per prefill context, in the order of `run.prefill_contexts`.
     pub prefill: Vec<PrefillRow>,
+    /// Bursts or open-loop request-rate cells, when the run measured them.
+    /// Absent before schema version 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadRun>,
     /// Sustained-decode cells, one per context × concurrency, row by row.
     pub decode: Vec<DecodeCell>,
     /// Free-form remarks shown at the end of the report.

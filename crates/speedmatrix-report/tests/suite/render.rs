@@ -4,6 +4,7 @@ use crate::common;
 
 use quick_xml::events::Event;
 use speedmatrix_report::{CSV_COLUMNS, to_csv, to_html, to_markdown};
+use speedmatrix_units::Tokens;
 
 #[test]
 fn markdown_snapshot() {
@@ -508,4 +509,150 @@ fn telemetry_section_is_in_the_html_page() {
         html.contains("· throttled</summary>"),
         "the cell's verdicts in its summary"
     );
+}
+
+/// The small run turned into a rate run: two cells at 1K, one measured
+/// against an objective, one over capacity.
+fn with_load() -> speedmatrix_report::Report {
+    use speedmatrix_report::{
+        ArrivalSetup, CellStatus, LoadCell, LoadMeasurements, LoadRun, Percentiles, SloResult,
+        SloTermResult,
+    };
+    let mut report = common::small();
+    report.decode.clear();
+    report.run.concurrencies.clear();
+    report.run.contexts = vec![Tokens::kibi(1)];
+    let p = |p50: f64, p99: f64| Percentiles {
+        p50,
+        p90: (p50 + p99) / 2.0,
+        p99,
+    };
+    report.load = Some(LoadRun {
+        mode: "rate".into(),
+        arrival: Some(ArrivalSetup {
+            process: "poisson".into(),
+            burstiness: None,
+            seed: 7,
+            duration_s: Some(30.0),
+            requests: None,
+        }),
+        max_in_flight: None,
+        slo: Some("ttft_p99=500ms,itl_p99=50ms".into()),
+        cells: vec![
+            LoadCell {
+                context: Tokens::kibi(1),
+                requests: None,
+                rate_per_s: Some(2.0),
+                status: CellStatus::Valid,
+                measurements: Some(LoadMeasurements {
+                    sent: 60,
+                    completed: 59,
+                    failed: 0,
+                    unfinished: 1,
+                    duration_s: 32.0,
+                    intended_rate_per_s: Some(2.0),
+                    achieved_rate_per_s: Some(1.98),
+                    max_in_flight: 9,
+                    output_tokens: Tokens::new(15_360),
+                    output_tokens_per_s: 480.0,
+                    ttft_ms: Some(p(120.0, 420.0)),
+                    e2e_ms: Some(p(2_600.0, 3_100.0)),
+                    itl_ms: Some(p(9.5, 61.0)),
+                    tpot_ms: Some(p(10.1, 12.0)),
+                    send_lag_ms: Some(p(0.4, 3.2)),
+                    token_count_source: Some(speedmatrix_report::TokenCountSource::UsagePerChunk),
+                    slo: Some(SloResult {
+                        met: false,
+                        attainment_pct: 95.0,
+                        goodput_per_s: 1.78,
+                        terms: vec![
+                            SloTermResult {
+                                term: "ttft_p99".into(),
+                                limit_ms: 500.0,
+                                value_ms: Some(420.0),
+                                met: true,
+                            },
+                            SloTermResult {
+                                term: "itl_p99".into(),
+                                limit_ms: 50.0,
+                                value_ms: Some(61.0),
+                                met: false,
+                            },
+                        ],
+                    }),
+                }),
+            },
+            LoadCell {
+                context: Tokens::kibi(1),
+                requests: None,
+                rate_per_s: Some(64.0),
+                status: CellStatus::Skipped {
+                    reason: "run interrupted (Ctrl-C)".into(),
+                },
+                measurements: None,
+            },
+        ],
+    });
+    report
+}
+
+#[test]
+fn a_rate_run_renders_its_cells_in_markdown_csv_and_html() {
+    let report = with_load();
+    report.validate().expect("a consistent rate run");
+    let md = to_markdown(&report);
+    assert!(md.contains("## Open-loop request rates"), "{md}");
+    assert!(
+        !md.contains("## Sustained decode"),
+        "no decode matrix in a load run"
+    );
+    assert!(md.contains("Poisson (exponential gaps), drawn before each cell from seed 7"));
+    let rows = common::table(&md, "| Context | Rate | Status");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[1][1], "2/s");
+    assert_eq!(rows[1][3], "59 / 60 (1 unfinished)");
+    assert_eq!(rows[1][6], "120 ms / 420 ms");
+    assert_eq!(rows[1][11], "1.98 / 2.00");
+    assert_eq!(rows[1][13], "missed: itl\\_p99 (95 % of requests)");
+    assert_eq!(rows[1][14], "1.78 req/s");
+    assert_eq!(rows[2][2], "Skipped");
+    assert_eq!(rows[2][14], "—");
+
+    let text = to_csv(&report);
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+    let first = &records[report.prefill.len()];
+    assert_eq!(&first[col("phase")], "rate");
+    assert_eq!(&first[col("request_rate_per_s")], "2");
+    assert_eq!(&first[col("e2e_p99_ms")], "3100");
+    assert_eq!(&first[col("slo_met")], "false");
+    assert_eq!(&first[col("goodput_per_s")], "1.78");
+    assert_eq!(records.len(), report.prefill.len() + 2);
+
+    let html = to_html(&report);
+    assert!(html.contains("<h2>Open-loop request rates measurements</h2>"));
+    assert!(html.contains("aria-label=\"TTFT p99 (ms) by Intended requests per second\""));
+    let json = report.to_json().unwrap();
+    assert_eq!(
+        speedmatrix_report::Report::from_json(&json).unwrap(),
+        report
+    );
+}
+
+#[test]
+fn inconsistent_load_cells_are_refused() {
+    let mut report = with_load();
+    let load = report.load.as_mut().unwrap();
+    load.cells[0].requests = Some(4);
+    let m = load.cells[0].measurements.as_mut().unwrap();
+    m.completed = 60;
+    m.output_tokens_per_s = 100.0;
+    let e = report.validate().unwrap_err().to_string();
+    assert!(e.contains("not both"), "{e}");
+    assert!(
+        e.contains("completed + failed + unfinished must equal sent"),
+        "{e}"
+    );
+    assert!(e.contains("is not the 15360 output tokens"), "{e}");
 }

@@ -395,3 +395,29 @@ fn a_speculating_engine_counts_drafts_and_acceptances_per_decode_step() {
         "no speculation, no drafts"
     );
 }
+
+#[test]
+fn the_queue_time_record_is_arrival_to_first_scheduled() {
+    // One seat: the second request waits for the whole of the first.
+    let p = profile(1_001, 16, 1, 4_096);
+    let mut e = engine(&p);
+    e.add(req(1, distinct_prompt(1, 40), 10));
+    e.add(req(2, distinct_prompt(2, 40), 10));
+    let mut first_done = None;
+    let mut clock = Duration::ZERO;
+    while let Some(out) = e.step() {
+        clock += out.duration;
+        if first_done.is_none()
+            && out
+                .events
+                .iter()
+                .any(|ev| matches!(ev, Event::Finished { id: 1, .. }))
+        {
+            first_done = Some(clock);
+        }
+    }
+    let c = e.snapshot().counters;
+    assert_eq!(c.queued_requests, 2);
+    // The first waited nothing; the second from 0 to the step after the first ended.
+    assert_eq!(c.queue_time_ns, first_done.unwrap().as_nanos() as u64);
+}

@@ -27,6 +27,28 @@ pub(crate) enum PrefillModeArg {
     Warmup,
 }
 
+/// What the cells measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    /// N streams kept busy through a fixed window, the prefix cache warmed first (the seed page).
+    Sustained,
+    /// N requests sent at once per cell (--requests); the cell lasts until the last one ends.
+    Burst,
+    /// Requests arriving at --request-rate, at send times drawn before the cell (open loop).
+    Rate,
+}
+
+/// How open-loop arrivals are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ArrivalArg {
+    /// Exponential gaps: arrivals at random.
+    Poisson,
+    /// Equal gaps.
+    Constant,
+    /// Gamma gaps of shape --burstiness (below 1 burstier than Poisson).
+    Gamma,
+}
+
 /// Flags of `speedmatrix run`.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = AFTER_HELP)]
@@ -160,6 +182,64 @@ pub(crate) struct Args {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s", help_heading = "Telemetry")]
     pub(crate) metrics_interval: Duration,
 
+    /// What each cell measures: `sustained` (N streams busy through a window), `burst` (N
+    /// requests at once, end to end) or `rate` (requests arriving at a rate, each latency
+    /// measured from its drawn send time so a late client cannot hide queueing). In burst and
+    /// rate modes one --concurrency value caps the requests in flight (a request past it waits,
+    /// and the wait counts in its latency).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "sustained",
+        help_heading = "Load modes"
+    )]
+    pub(crate) mode: ModeArg,
+    /// Burst sizes, e.g. 1,8,64 (--mode burst); with --mode rate, one number: the requests each
+    /// rate cell sends, instead of sending for --duration.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N",
+        help_heading = "Load modes"
+    )]
+    pub(crate) requests: Option<Vec<Concurrency>>,
+    /// Requests per second, e.g. 0.5,1,2,4 (--mode rate); each rate cell sends for --duration.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "PER_S",
+        help_heading = "Load modes"
+    )]
+    pub(crate) request_rate: Option<Vec<speedmatrix_units::RequestRate>>,
+    /// How arrivals are spaced (--mode rate).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "poisson",
+        help_heading = "Load modes"
+    )]
+    pub(crate) arrival: ArrivalArg,
+    /// The gamma shape of --arrival gamma: 1 is Poisson, below 1 burstier, above 1 more even.
+    #[arg(long, value_name = "B", help_heading = "Load modes")]
+    pub(crate) burstiness: Option<f64>,
+    /// Seed of the arrival schedule (default: --seed); the same seed sends at the same times.
+    #[arg(long, value_name = "S", help_heading = "Load modes")]
+    pub(crate) arrival_seed: Option<u64>,
+    /// How long a rate cell waits, after its last send, for the requests still running; those
+    /// still running then are cancelled and counted as unfinished.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s", help_heading = "Load modes")]
+    pub(crate) drain: Duration,
+    /// Burst and rate modes: send every prompt once first (max_tokens 1) so that the prefix
+    /// cache holds it; by default every prompt is new to the server.
+    #[arg(long, help_heading = "Load modes")]
+    pub(crate) warm_cache: bool,
+    /// A service-level objective for burst and rate cells, e.g. ttft_p99=2s,itl_p99=100ms
+    /// (latencies ttft, itl, tpot, e2e at any percentile). Each cell reports whether its
+    /// percentiles meet it, the share of requests that meet it on their own figures, and those
+    /// requests per second (goodput).
+    #[arg(long, value_name = "TERMS", help_heading = "Load modes")]
+    pub(crate) slo: Option<speedmatrix_metrics::Slo>,
+
     /// Skip TLS certificate verification (recorded in the report).
     #[arg(long)]
     pub(crate) insecure: bool,
@@ -189,6 +269,8 @@ const AFTER_HELP: &str = "\
 Examples:
   speedmatrix run                                   # quick matrix on the built-in simulator
   speedmatrix run --preset seed                     # the seed page's matrix on the simulator
+  speedmatrix run --mode burst --requests 1,8,64 --contexts 1k --max-tokens 256
+  speedmatrix run --mode rate --request-rate 1,2,4 --duration 60s --slo ttft_p99=2s,itl_p99=100ms
   speedmatrix run --url http://127.0.0.1:8000 --tokenizer Qwen/Qwen3.5-4B --preset seed
   speedmatrix run --resume speedmatrix-runs/2026-11-30T07-00-00Z
 

@@ -2,14 +2,18 @@
 //! capacity hints, the labels, the extra body, and the clear-text warning.
 
 use speedmatrix_report::{ClientSetup, LocalServer};
-use speedmatrix_runner::{CapacityHints, MatrixSpec, PrefillMode, Preset, RunLabels};
+use speedmatrix_runner::{
+    BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, RateLength, RateSpec,
+    RunLabels,
+};
+use speedmatrix_workload::ArrivalProcess;
 
-use super::args::{Args, PrefillModeArg, PresetArg};
+use super::args::{Args, ArrivalArg, ModeArg, PrefillModeArg, PresetArg};
 use crate::cmd::UsageError;
 use crate::cmd::engine_flags::PredictedEngine;
 use crate::hardware;
 
-pub(crate) fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
+pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageError> {
     let preset = args.preset.unwrap_or(if embedded {
         PresetArg::Quick
     } else {
@@ -41,7 +45,87 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> MatrixSpec {
     if let Some(t) = args.max_tokens {
         m.max_tokens = t;
     }
-    m
+    m.load = load_mode(args, m.duration)?;
+    m.slo = args.slo.clone();
+    Ok(m)
+}
+
+/// The load mode from `--mode` and its flags, refusing flags of another mode.
+fn load_mode(args: &Args, duration: std::time::Duration) -> Result<LoadMode, UsageError> {
+    let bad = |why: &str| Err(UsageError(why.to_owned()));
+    let cap = match args.concurrency.as_deref() {
+        Some([one]) if args.mode != ModeArg::Sustained => Some(*one),
+        Some(_) if args.mode != ModeArg::Sustained => {
+            return bad(
+                "in burst and rate modes --concurrency is one number: the cap on requests in flight",
+            );
+        }
+        _ => None,
+    };
+    if args.mode != ModeArg::Rate
+        && (args.request_rate.is_some() || args.burstiness.is_some() || args.arrival_seed.is_some())
+    {
+        return bad("--request-rate, --burstiness and --arrival-seed belong to --mode rate");
+    }
+    if args.mode == ModeArg::Sustained && (args.requests.is_some() || args.warm_cache) {
+        return bad("--requests and --warm-cache belong to --mode burst or rate");
+    }
+    if args.mode == ModeArg::Sustained && args.slo.is_some() {
+        return bad("--slo judges burst and rate cells: add --mode burst or --mode rate");
+    }
+    match args.mode {
+        ModeArg::Sustained => Ok(LoadMode::Sustained),
+        ModeArg::Burst => {
+            let Some(requests) = &args.requests else {
+                return bad("--mode burst needs --requests, e.g. --requests 1,8,64");
+            };
+            Ok(LoadMode::Burst(BurstSpec {
+                requests: requests.iter().map(|n| n.get()).collect(),
+                max_concurrency: cap,
+                warm_cache: args.warm_cache,
+            }))
+        }
+        ModeArg::Rate => {
+            let Some(rates) = &args.request_rate else {
+                return bad("--mode rate needs --request-rate, e.g. --request-rate 1,2,4");
+            };
+            let length = match args.requests.as_deref() {
+                None => RateLength::Duration(duration),
+                Some([n]) => RateLength::Requests(u64::from(n.get())),
+                Some(_) => {
+                    return bad(
+                        "with --mode rate, --requests is one number: the requests each rate cell sends",
+                    );
+                }
+            };
+            let arrival = match (args.arrival, args.burstiness) {
+                (ArrivalArg::Gamma, Some(b)) => ArrivalProcess::Gamma { burstiness: b },
+                (ArrivalArg::Gamma, None) => {
+                    return bad("--arrival gamma needs --burstiness, e.g. --burstiness 0.5");
+                }
+                (_, Some(_)) => return bad("--burstiness shapes --arrival gamma only"),
+                (ArrivalArg::Poisson, None) => ArrivalProcess::Poisson,
+                (ArrivalArg::Constant, None) => ArrivalProcess::Constant,
+            };
+            if let ArrivalProcess::Gamma { burstiness } = arrival
+                && !(burstiness.is_finite() && burstiness > 0.0)
+            {
+                return bad("--burstiness must be a positive number (1 is Poisson)");
+            }
+            if args.drain.is_zero() {
+                return bad("--drain must be longer than zero");
+            }
+            Ok(LoadMode::Rate(RateSpec {
+                rates: rates.clone(),
+                arrival,
+                seed: args.arrival_seed.unwrap_or(args.seed),
+                length,
+                max_in_flight: cap,
+                drain: args.drain,
+                warm_cache: args.warm_cache,
+            }))
+        }
+    }
 }
 
 pub(crate) fn extra_body(

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use speedmatrix_runner::{JournalOptions, RunConfig, RunOutcome, Target};
+use speedmatrix_runner::{JournalOptions, LoadMode, RunConfig, RunOutcome, Target};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::args::Args;
@@ -33,12 +33,17 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
     if let Some(cores) = &args.client_cores {
         client_host::pin(cores).map_err(UsageError)?;
     }
-    let widest = matrix(args, embedded)
-        .concurrencies
-        .iter()
-        .map(|c| c.get())
-        .max()
-        .unwrap_or(1);
+    let m = matrix(args, embedded)?;
+    let widest = match &m.load {
+        LoadMode::Sustained => m.concurrencies.iter().map(|c| c.get()).max(),
+        LoadMode::Burst(b) => b
+            .max_concurrency
+            .map(|c| c.get())
+            .or_else(|| b.requests.iter().copied().max()),
+        // An open-loop cell's requests in flight are what it measures: room for many.
+        LoadMode::Rate(r) => Some(r.max_in_flight.map_or(1_024, |c| c.get())),
+    }
+    .unwrap_or(1);
     // The built-in simulator's end of each connection is in this process too.
     let sockets = u64::from(widest) * if embedded { 2 } else { 1 };
     client_host::open_files_for(sockets).map_err(UsageError)?;
@@ -57,7 +62,7 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
 /// Runs `speedmatrix run`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let embedded = args.url.is_none();
-    let matrix = matrix(&args, embedded);
+    let matrix = matrix(&args, embedded)?;
     let tokenizer = load_tokenizer(&args, embedded)?;
     let target = match &args.url {
         Some(url) => Target::Url(url.clone()),
@@ -236,17 +241,18 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
             tail.line, tail.reason, tail.offset, tail.dropped_bytes
         );
     }
-    let valid = outcome
-        .report
-        .decode
+    let statuses: Vec<&speedmatrix_report::CellStatus> = match &outcome.report.load {
+        Some(load) => load.cells.iter().map(|c| &c.status).collect(),
+        None => outcome.report.decode.iter().map(|c| &c.status).collect(),
+    };
+    let kind = match &outcome.report.load {
+        Some(load) => load.mode.as_str(),
+        None => "decode",
+    };
+    let valid = statuses.iter().filter(|s| s.is_valid()).count();
+    let errors = statuses
         .iter()
-        .filter(|c| c.status.is_valid())
-        .count();
-    let errors = outcome
-        .report
-        .decode
-        .iter()
-        .filter(|c| matches!(c.status, speedmatrix_report::CellStatus::Error { .. }))
+        .filter(|s| matches!(s, speedmatrix_report::CellStatus::Error { .. }))
         .count();
     let samples = if dir.join(TELEMETRY_SAMPLES).is_file() {
         format!(", {TELEMETRY_SAMPLES}")
@@ -254,7 +260,7 @@ fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         String::new()
     };
     eprintln!(
-        "{} decode cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}{samples}}}",
+        "{} {kind} cells measured, {} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}{samples}}}",
         valid,
         errors,
         dir.display()
@@ -301,7 +307,12 @@ fn first_error(r: &speedmatrix_report::Report) -> Option<String> {
         .prefill
         .iter()
         .map(|p| &p.status)
-        .chain(r.decode.iter().map(|c| &c.status));
+        .chain(r.decode.iter().map(|c| &c.status))
+        .chain(
+            r.load
+                .iter()
+                .flat_map(|l| l.cells.iter().map(|c| &c.status)),
+        );
     statuses.into_iter().find_map(|s| match s {
         speedmatrix_report::CellStatus::Error {
             error_kind,

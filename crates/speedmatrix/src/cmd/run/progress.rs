@@ -118,6 +118,10 @@ impl Observer for Progress {
                 self.line(&format!("{}: {}", c.step(), words::cell_summary(c)));
                 self.advance();
             }
+            Event::LoadFinished(c) => {
+                self.line(&format!("{}: {}", c.step(), words::load_summary(c)));
+                self.advance();
+            }
             Event::StepNotRun { step, why } => {
                 let why = match why {
                     NotRun::Excluded(ex) => words::verdict(ex),

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use speedmatrix_runner::{
-    CapacityPlan, CapacitySourceKind, CellOutcome, ConfigProblem, Exclusion, MatrixSpec, Notice,
-    Plan, PrefillMode, PrefillOutcome, RunError, StepStatus, measured_source,
+    CapacityPlan, CapacitySourceKind, CellOutcome, ConfigProblem, Exclusion, LoadMode, LoadOutcome,
+    MatrixSpec, Notice, Plan, PrefillMode, PrefillOutcome, RateLength, RunError, StepStatus,
+    measured_source,
 };
 use speedmatrix_units::{Tokens, group_thousands};
 
@@ -47,6 +48,12 @@ pub(crate) fn config_problem(p: &ConfigProblem) -> String {
         }
         ConfigProblem::NoConcurrency => {
             "decode contexts were given but no concurrency levels (--concurrency)".into()
+        }
+        ConfigProblem::NoLoad => {
+            "--mode burst needs burst sizes (--requests 1,8,64) and --mode rate needs rates (--request-rate 1,2,4)".into()
+        }
+        ConfigProblem::ZeroRateLength => {
+            "a rate cell must send for a positive --duration or at least one --requests, and --drain must be positive".into()
         }
         ConfigProblem::ZeroWindow => {
             "the measurement window must be longer than zero (e.g. --duration 30s)".into()
@@ -151,6 +158,9 @@ pub(crate) fn plan(plan: &Plan, matrix: &MatrixSpec) -> String {
         let verdict = ex.as_ref().map_or("run".to_owned(), verdict);
         let _ = writeln!(out, "  {:>6}  {verdict}", c.to_string());
     }
+    if !plan.load.is_empty() {
+        return load_plan(out, plan, matrix);
+    }
     let _ = writeln!(
         out,
         "\nSustained decode ({} s window, max_tokens {}):",
@@ -173,6 +183,96 @@ pub(crate) fn plan(plan: &Plan, matrix: &MatrixSpec) -> String {
         humantime::format_duration(Duration::from_secs(plan.estimated.as_secs()))
     );
     out
+}
+
+/// The burst or rate cells of a plan.
+fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
+    let heading = match &matrix.load {
+        LoadMode::Burst(b) => format!(
+            "Bursts (every request at once{}, max_tokens {}, {} cache):",
+            b.max_concurrency
+                .map(|c| format!(", at most {c} in flight"))
+                .unwrap_or_default(),
+            matrix.max_tokens,
+            if b.warm_cache { "warm" } else { "cold" }
+        ),
+        LoadMode::Rate(r) => format!(
+            "Open-loop rates ({} arrivals, seed {}, {}, max_tokens {}{}):",
+            r.arrival,
+            r.seed,
+            match r.length {
+                RateLength::Duration(d) => format!("sending for {} s", d.as_secs_f64()),
+                RateLength::Requests(n) => format!("{n} requests a cell"),
+            },
+            matrix.max_tokens,
+            r.max_in_flight
+                .map(|c| format!(", at most {c} in flight"))
+                .unwrap_or_default()
+        ),
+        LoadMode::Sustained => String::new(),
+    };
+    let _ = writeln!(out, "\n{heading}");
+    for cell in &plan.load {
+        let verdict = cell.excluded.as_ref().map_or("run".to_owned(), verdict);
+        let _ = writeln!(
+            out,
+            "  {:>6} × {:<14} {verdict}",
+            cell.context.to_string(),
+            cell.point.to_string()
+        );
+    }
+    let runs = plan.load.iter().filter(|c| c.excluded.is_none()).count();
+    let _ = write!(
+        out,
+        "\n{runs} {} cells to run; estimated duration {}",
+        matrix.load.name(),
+        humantime::format_duration(Duration::from_secs(plan.estimated.as_secs()))
+    );
+    out
+}
+
+/// A finished burst or rate cell's one-line summary.
+pub(crate) fn load_summary(c: &LoadOutcome) -> String {
+    let Some(r) = &c.result else {
+        return status_summary(&c.status);
+    };
+    let ms = |l: Option<speedmatrix_runner::Latency>,
+              pick: fn(&speedmatrix_runner::Latency) -> std::time::Duration| {
+        l.map_or_else(
+            || "—".to_owned(),
+            |l| format!("{:.0} ms", pick(&l).as_secs_f64() * 1e3),
+        )
+    };
+    let mut line = format!(
+        "{}/{} finished in {:.1} s, {:.1} tok/s, TTFT p50 {} p99 {}, e2e p50 {}",
+        r.completed,
+        r.sent,
+        r.span.as_secs_f64(),
+        r.output_tokens_per_s,
+        ms(r.ttft, |l| l.p50),
+        ms(r.ttft, |l| l.p99),
+        ms(r.e2e, |l| l.p50)
+    );
+    if let (Some(meant), Some(sent)) = (r.intended_rate_per_s, r.achieved_rate_per_s) {
+        let _ = write!(line, ", {sent:.2} of {meant:.2} req/s sent");
+    }
+    if r.unfinished > 0 {
+        let _ = write!(line, ", {} unfinished", r.unfinished);
+    }
+    if let Some(v) = &r.slo {
+        let _ = write!(
+            line,
+            ", SLO {} ({}/{} requests, {:.2} good/s)",
+            if v.met { "met" } else { "missed" },
+            v.good_requests,
+            v.requests,
+            v.goodput_per_s
+        );
+    }
+    if let StepStatus::Partial { failed, good, .. } = &c.status {
+        let _ = write!(line, " [Partial: {failed} failed, {good} good requests]");
+    }
+    line
 }
 
 /// Why a step does not run, as the plan and progress say it.

@@ -1,0 +1,175 @@
+//! A batch or an open-loop run of requests, each measured from the time it
+//! was *meant* to be sent.
+//!
+//! In an open-loop run the send times are drawn before the run; a client
+//! that falls behind sends late, and measuring from the actual send would
+//! hide the queueing it caused (coordinated omission). So TTFT and end-to-end
+//! latency here start at the intended time, and the lag between intended and
+//! actual send is reported beside them. A burst's requests are all meant for
+//! its start.
+
+use std::time::Duration;
+
+use speedmatrix_units::Tokens;
+
+use crate::request::tpot;
+use crate::slo::{RequestLatency, Slo, SloOutcome, judge};
+use crate::stats::DurationSample;
+use crate::tokens::Arrivals;
+use crate::{
+    MetricsError, Outcome, RequestTimeline, Summary, Timestamp, TokenCount, TokenSource,
+    TokensPerSecond, Window, window_metrics,
+};
+
+/// One request of a load cell and when it was meant to be sent.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadRequest<'a> {
+    /// What the client saw.
+    pub timeline: &'a RequestTimeline,
+    /// When the schedule meant it to be sent (at or before `timeline.sent_at`).
+    pub intended: Timestamp,
+}
+
+impl AsRef<RequestTimeline> for LoadRequest<'_> {
+    fn as_ref(&self) -> &RequestTimeline {
+        self.timeline
+    }
+}
+
+/// What a load cell measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadMetrics {
+    /// From the first intended send to the last request's end: the cell's time.
+    pub span: Duration,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests the server finished.
+    pub completed: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Requests still running when the cell ended (cancelled, latencies unknown).
+    pub unfinished: u64,
+    /// Output tokens of every request (the cancelled ones' tokens included).
+    pub output_tokens: Tokens,
+    /// Output tokens over the span.
+    pub output_rate: TokensPerSecond,
+    /// Intended send → first token, finished requests.
+    pub ttft: Option<Summary<Duration>>,
+    /// Intended send → end, finished requests.
+    pub end_to_end: Option<Summary<Duration>>,
+    /// Per request mean time per output token after the first.
+    pub tpot: Option<Summary<Duration>>,
+    /// Every token interval of the finished requests.
+    pub itl: Option<Summary<Duration>>,
+    /// Actual − intended send time, every sent request.
+    pub send_lag: Option<Summary<Duration>>,
+    /// How the output tokens were counted.
+    pub token_count: TokenCount,
+    /// The least exact token source among the requests.
+    pub token_source: Option<TokenSource>,
+    /// The objective's verdict, when one was given.
+    pub slo: Option<SloOutcome>,
+}
+
+/// Measures a load cell. Latencies count only finished requests; failed
+/// and unfinished ones are counted, and fail the objective's attainment.
+///
+/// # Errors
+/// [`MetricsError`] for a timeline out of order or a cell with no request.
+pub fn load_metrics(
+    requests: &[LoadRequest<'_>],
+    slo: Option<&Slo>,
+) -> Result<LoadMetrics, MetricsError> {
+    let start = requests
+        .iter()
+        .map(|r| r.intended)
+        .min()
+        .ok_or(MetricsError::EmptySample)?;
+    let end = requests
+        .iter()
+        .map(|r| r.timeline.ended_at)
+        .max()
+        .unwrap_or(start);
+    let span = end.saturating_since(start);
+    // The token counts (with estimates calibrated as a window does) over a
+    // window that holds every request.
+    let whole = Window::new(start, span.max(Duration::from_nanos(1)))?;
+    let w = window_metrics(requests, whole)?;
+    let (mut ttft, mut e2e, mut per_token_sample, mut itl, mut lag) = (
+        DurationSample::default(),
+        DurationSample::default(),
+        DurationSample::default(),
+        DurationSample::default(),
+        DurationSample::default(),
+    );
+    let mut latencies = Vec::new();
+    let mut intervals = Vec::new();
+    let (mut completed, mut failed, mut unfinished) = (0, 0, 0);
+    for r in requests {
+        let t = r.timeline;
+        lag.push(t.sent_at.saturating_since(r.intended), 1);
+        match t.outcome {
+            Outcome::Finished { .. } => completed += 1,
+            Outcome::Failed { .. } => {
+                failed += 1;
+                continue;
+            }
+            Outcome::Cancelled => {
+                unfinished += 1;
+                continue;
+            }
+        }
+        let arrivals = Arrivals::of(t)?;
+        let first = t.first_text().map(|c| c.at.saturating_since(r.intended));
+        let total = t.ended_at.saturating_since(r.intended);
+        let per_token = tpot(&arrivals, arrivals.total());
+        if let Some(d) = first {
+            ttft.push(d, 1);
+        }
+        e2e.push(total, 1);
+        if let Some(d) = per_token {
+            per_token_sample.push(d, 1);
+        }
+        arrivals.scaled_intervals(
+            1.0,
+            |_| true,
+            |d, n| {
+                itl.push(d, n);
+                if slo.is_some() {
+                    intervals.extend(std::iter::repeat_n(d, n as usize));
+                }
+            },
+        );
+        latencies.push(RequestLatency {
+            ttft: first,
+            tpot: per_token,
+            e2e: total,
+        });
+    }
+    let slo = match slo {
+        Some(s) => {
+            let mut o = judge(s, &latencies, &intervals)?;
+            // Requests that failed or never finished met no objective.
+            o.requests += failed + unfinished;
+            Some(o)
+        }
+        None => None,
+    };
+    Ok(LoadMetrics {
+        span,
+        sent: requests.len() as u64,
+        completed,
+        failed,
+        unfinished,
+        output_tokens: w.output_tokens,
+        output_rate: w.total_output_rate,
+        ttft: ttft.summary(),
+        end_to_end: e2e.summary(),
+        tpot: per_token_sample.summary(),
+        itl: itl.summary(),
+        send_lag: lag.summary(),
+        token_count: w.token_count,
+        token_source: w.token_source,
+        slo,
+    })
+}

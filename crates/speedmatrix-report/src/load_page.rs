@@ -1,0 +1,203 @@
+//! The load parts of the pages, shared by Markdown and HTML: the run's
+//! setup, one row per burst or rate cell, and what the figures mean.
+
+use crate::format;
+use crate::model::{LoadCell, LoadRun, Percentiles, Report};
+use crate::page;
+
+/// The section's title.
+pub(crate) fn title(load: &LoadRun) -> &'static str {
+    match load.mode.as_str() {
+        "rate" => "Open-loop request rates",
+        _ => "Bursts",
+    }
+}
+
+/// The load setup, for the facts list.
+pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
+    let mut facts = Vec::new();
+    match (load.mode.as_str(), &load.arrival) {
+        ("rate", Some(a)) => {
+            let process = match (a.process.as_str(), a.burstiness) {
+                ("gamma", Some(b)) => format!("gamma gaps, burstiness {b}"),
+                ("poisson", _) => "Poisson (exponential gaps)".to_owned(),
+                ("constant", _) => "constant gaps".to_owned(),
+                (other, _) => other.to_owned(),
+            };
+            facts.push((
+                "Arrivals",
+                format!("{process}, drawn before each cell from seed {}", a.seed),
+            ));
+            let length = match (a.duration_s, a.requests) {
+                (Some(d), _) => format!("sends for {d} s"),
+                (_, Some(n)) => format!("sends {n} requests"),
+                _ => "—".to_owned(),
+            };
+            facts.push(("Each cell", length));
+        }
+        _ => facts.push((
+            "Each cell",
+            "sends its requests at once and lasts until the last one ends".to_owned(),
+        )),
+    }
+    if let Some(n) = load.max_in_flight {
+        facts.push((
+            "In flight",
+            format!("at most {n}; a request past it waits, and its wait counts in its latency"),
+        ));
+    }
+    if let Some(slo) = &load.slo {
+        facts.push(("Objective", slo.clone()));
+    }
+    facts
+}
+
+/// The table's columns.
+pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
+    let mut c = vec![
+        "Context",
+        if load.mode == "rate" {
+            "Rate"
+        } else {
+            "Requests"
+        },
+        "Status",
+        "Finished / sent",
+        "Time",
+        "Output tok/s",
+        "TTFT p50 / p99",
+        "E2E p50 / p99",
+        "ITL p50 / p99",
+        "TPOT p50",
+        "Most in flight",
+    ];
+    if load.mode == "rate" {
+        c.extend(["Sent / meant req/s", "Send lag p99"]);
+    }
+    if load.slo.is_some() {
+        c.extend(["SLO", "Goodput"]);
+    }
+    c
+}
+
+fn pair(p: Option<&Percentiles>) -> String {
+    p.map_or_else(
+        || format::DASH.to_owned(),
+        |p| format!("{} / {}", format::ms_whole(p.p50), format::ms_whole(p.p99)),
+    )
+}
+
+/// One row per cell.
+pub(crate) fn rows(load: &LoadRun) -> Vec<Vec<String>> {
+    load.cells.iter().map(|c| row(load, c)).collect()
+}
+
+fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
+    let dash = || format::DASH.to_owned();
+    let point = match (cell.requests, cell.rate_per_s) {
+        (Some(n), _) => n.to_string(),
+        (_, Some(r)) => format!("{r}/s"),
+        _ => dash(),
+    };
+    let mut row = vec![
+        cell.context.to_string(),
+        point,
+        page::status_text(&cell.status),
+    ];
+    let columns = columns(load).len();
+    let Some(m) = &cell.measurements else {
+        row.resize(columns, dash());
+        return row;
+    };
+    row.extend([
+        {
+            let mut s = format!("{} / {}", m.completed, m.sent);
+            if m.unfinished > 0 {
+                s.push_str(&format!(" ({} unfinished)", m.unfinished));
+            }
+            s
+        },
+        format!("{:.1} s", m.duration_s),
+        format::tokens_per_s(m.output_tokens_per_s),
+        pair(m.ttft_ms.as_ref()),
+        pair(m.e2e_ms.as_ref()),
+        m.itl_ms.as_ref().map_or_else(dash, |p| {
+            format!(
+                "{} / {}",
+                format::ms_tenths(p.p50),
+                format::ms_tenths(p.p99)
+            )
+        }),
+        m.tpot_ms
+            .as_ref()
+            .map_or_else(dash, |p| format::ms_tenths(p.p50)),
+        m.max_in_flight.to_string(),
+    ]);
+    if load.mode == "rate" {
+        row.push(match (m.achieved_rate_per_s, m.intended_rate_per_s) {
+            (Some(a), Some(i)) => format!("{a:.2} / {i:.2}"),
+            _ => dash(),
+        });
+        row.push(
+            m.send_lag_ms
+                .as_ref()
+                .map_or_else(dash, |p| format::ms_tenths(p.p99)),
+        );
+    }
+    if load.slo.is_some() {
+        match &m.slo {
+            Some(s) => {
+                let missed: Vec<&str> = s
+                    .terms
+                    .iter()
+                    .filter(|t| !t.met)
+                    .map(|t| t.term.as_str())
+                    .collect();
+                row.push(if s.met {
+                    format!("met ({:.0} % of requests)", s.attainment_pct)
+                } else {
+                    format!(
+                        "missed: {} ({:.0} % of requests)",
+                        missed.join(", "),
+                        s.attainment_pct
+                    )
+                });
+                row.push(format!("{:.2} req/s", s.goodput_per_s));
+            }
+            None => row.extend([dash(), dash()]),
+        }
+    }
+    row
+}
+
+/// What the table's figures are.
+pub(crate) fn note(load: &LoadRun) -> String {
+    let mut s = String::from(
+        "Latencies are of the finished requests and start at each request's intended send \
+         time (a burst's start; an open-loop cell's drawn arrival time), so a client that sends \
+         late cannot hide queueing. Time runs from the first intended send to the last \
+         request's end; output tok/s is every request's output tokens over it. ITL is every \
+         token interval; TPOT each request's mean time per output token after the first.",
+    );
+    if load.mode == "rate" {
+        s.push_str(
+            " Sent req/s is the requests sent over the time to the last send, meant req/s the \
+             schedule's; send lag is actual minus intended send time. Requests still running \
+             when the cell's drain time ran out were cancelled and are counted as unfinished.",
+        );
+    }
+    if load.slo.is_some() {
+        s.push_str(
+            " SLO: met when every term's percentile over the cell is within its limit; the \
+             share is of requests that meet every term on their own figures (failed and \
+             unfinished ones do not), and goodput is those requests per second of the cell's \
+             time.",
+        );
+    }
+    s
+}
+
+/// The load run of a report, when it has one with cells.
+pub(crate) fn of(report: &Report) -> Option<&LoadRun> {
+    report.load.as_ref().filter(|l| !l.cells.is_empty())
+}

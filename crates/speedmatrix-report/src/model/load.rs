@@ -1,0 +1,149 @@
+//! Load cells beyond the sustained-decode window (schema version 4): bursts
+//! of N requests sent at once, and open-loop runs at a request rate, each
+//! latency measured from the request's intended send time.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use speedmatrix_units::Tokens;
+
+use super::{CellStatus, Percentiles, TokenCountSource};
+
+/// The load runs of a document, when it has them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadRun {
+    /// `burst` (N requests at once per cell) or `rate` (requests arriving at a rate).
+    pub mode: String,
+    /// How arrivals were drawn, for `rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<ArrivalSetup>,
+    /// A cap on requests in flight at once (`--max-concurrency`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+    /// The service-level objective the cells were judged by, as given
+    /// (`ttft_p99=2000ms,itl_p99=100ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<String>,
+    /// One cell per context × load, row by row.
+    pub cells: Vec<LoadCell>,
+}
+
+/// How an open-loop run's send times were drawn (before the run, from a seed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArrivalSetup {
+    /// `poisson`, `constant` or `gamma`.
+    pub process: String,
+    /// The gamma shape (1 is Poisson), for `gamma`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    /// The seed of the schedule.
+    pub seed: u64,
+    /// How long each rate cell sends for, seconds, when bounded by time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// How many requests each rate cell sends, when bounded by count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+}
+
+/// One context × load of a load run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadCell {
+    /// Prompt length of every request.
+    #[schemars(with = "u64")]
+    pub context: Tokens,
+    /// Requests in the burst (`burst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Intended requests per second (`rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
+    /// Whether it ran and how it went.
+    pub status: CellStatus,
+    /// The numbers, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurements: Option<LoadMeasurements>,
+}
+
+/// What a load cell measured. Latencies are of the finished requests, from
+/// each request's intended send time (a burst's start; an open-loop run's
+/// drawn time), so a client that sends late cannot hide queueing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadMeasurements {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests the server finished.
+    pub completed: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Requests still running when the cell ended, cancelled; no latency is known for them.
+    pub unfinished: u64,
+    /// From the first intended send to the last request's end, seconds.
+    pub duration_s: f64,
+    /// Requests per second the schedule meant (`rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intended_rate_per_s: Option<f64>,
+    /// Requests per second actually sent: sent ÷ (last send − first intended send).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub achieved_rate_per_s: Option<f64>,
+    /// Most requests in flight at once, as the client counted them.
+    pub max_in_flight: u64,
+    /// Output tokens of every request.
+    #[schemars(with = "u64")]
+    pub output_tokens: Tokens,
+    /// Output tokens ÷ `duration_s`.
+    pub output_tokens_per_s: f64,
+    /// Intended send → first token, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Percentiles>,
+    /// Intended send → end, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<Percentiles>,
+    /// Time between tokens over every interval, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_ms: Option<Percentiles>,
+    /// Per request mean time per output token after the first, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<Percentiles>,
+    /// Actual − intended send time, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_ms: Option<Percentiles>,
+    /// How the output tokens were counted (the least exact source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_count_source: Option<TokenCountSource>,
+    /// How the cell fared against the objective, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloResult>,
+}
+
+/// A cell against the run's objective.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SloResult {
+    /// Every term's percentile at or under its limit.
+    pub met: bool,
+    /// Requests that met every term on their own figures, percent of those sent.
+    pub attainment_pct: f64,
+    /// Those requests per second of the cell's duration (DistServe's goodput).
+    pub goodput_per_s: f64,
+    /// Each term over the cell.
+    pub terms: Vec<SloTermResult>,
+}
+
+/// One term over a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SloTermResult {
+    /// The term as written (`ttft_p99`).
+    pub term: String,
+    /// Its limit, milliseconds.
+    pub limit_ms: f64,
+    /// The cell's value, milliseconds; absent when the cell had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_ms: Option<f64>,
+    /// At or under the limit.
+    pub met: bool,
+}

@@ -1,0 +1,366 @@
+//! Burst and open-loop rate cells: requests sent on a schedule fixed before
+//! the cell (all at once, or at drawn arrival times), each measured from
+//! the time it was meant to be sent, then summarized by the metrics crate's
+//! [`load_metrics`].
+//!
+//! A sender task walks the schedule and sleeps until each intended time;
+//! each request then runs in its own task. With an in-flight cap a request
+//! waits for a free slot after its intended time, and that wait counts in
+//! its latency. After the last send the cell waits up to its drain time for
+//! the requests still running, then cancels them: they are counted as
+//! unfinished, their latencies unknown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use speedmatrix_metrics::{LoadMetrics, LoadRequest, Slo, Summary, Timestamp, load_metrics};
+use speedmatrix_units::{Concurrency, Tokens};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::estimate::tokenize_texts;
+use crate::observer::{Event, Phase};
+use crate::outcome::{
+    Failure, FailureKind, Latency, LoadOutcome, LoadPoint, LoadResult, Notice, SloTermVerdict,
+    SloVerdict, StepId, StepStatus,
+};
+use crate::request::{Recorded, RequestShape, record_one};
+use crate::server::Server;
+use crate::{Observer, RunError};
+
+/// Inputs of one load cell.
+pub(crate) struct LoadCellSpec<'a> {
+    pub(crate) step: StepId,
+    pub(crate) context: Tokens,
+    pub(crate) point: LoadPoint,
+    /// One prompt per request, in send order.
+    pub(crate) prompts: Vec<Arc<str>>,
+    /// Intended send times from the cell's start, one per prompt.
+    pub(crate) schedule: Vec<Duration>,
+    pub(crate) expected_prompt_tokens: Tokens,
+    pub(crate) shape: RequestShape,
+    pub(crate) max_in_flight: Option<Concurrency>,
+    pub(crate) drain: Duration,
+    pub(crate) warm_cache: bool,
+    pub(crate) slo: Option<&'a Slo>,
+    pub(crate) tokenizer: &'a speedmatrix_workload::Tokenizer,
+}
+
+/// Counts requests in flight and the most at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicU64,
+    most: AtomicU64,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs the cell: warm-up if asked, the schedule, the drain, the numbers.
+pub(crate) async fn run_load_cell(
+    server: &Server,
+    spec: LoadCellSpec<'_>,
+    observer: &dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<LoadOutcome, RunError> {
+    let phase = |phase| {
+        observer.event(Event::Phase {
+            step: spec.step,
+            phase,
+        })
+    };
+    let epoch = Instant::now();
+    if spec.warm_cache {
+        phase(Phase::WarmingCache);
+        if let Some(failure) = warm(server, &spec, epoch, cancel).await {
+            return Ok(outcome(&spec, failed_status(failure, 0), None, Vec::new()));
+        }
+    }
+    if cancel.is_cancelled() {
+        return Err(RunError::Cancelled);
+    }
+    phase(Phase::Measuring);
+    let stop = CancellationToken::new();
+    let in_flight = Arc::new(InFlight::default());
+    let slots = spec
+        .max_in_flight
+        .map(|n| Arc::new(Semaphore::new(n.get() as usize)));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut last_send_at = start;
+    for (prompt, &at) in spec.prompts.iter().zip(&spec.schedule) {
+        let intended = start + at;
+        tokio::select! {
+            () = tokio::time::sleep_until(intended.into()) => {}
+            () = cancel.cancelled() => break,
+        }
+        last_send_at = Instant::now();
+        let (client, shape, prompt) = (
+            server.client.clone(),
+            spec.shape.clone(),
+            Arc::clone(prompt),
+        );
+        let (stop, in_flight, slots) = (stop.clone(), Arc::clone(&in_flight), slots.clone());
+        tasks.spawn(async move {
+            // The wait for a slot is part of the request's latency.
+            let _slot = match &slots {
+                Some(s) => Some(Arc::clone(s).acquire_owned().await),
+                None => None,
+            };
+            in_flight.enter();
+            let r = record_one(&client, &shape, &prompt, epoch, &stop, None).await;
+            in_flight.leave();
+            (intended, r)
+        });
+    }
+    if cancel.is_cancelled() {
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        return Err(RunError::Cancelled);
+    }
+    phase(Phase::Draining);
+    let mut recorded: Vec<(Instant, Recorded)> = Vec::with_capacity(spec.prompts.len());
+    let drain_until = tokio::time::Instant::now() + spec.drain;
+    loop {
+        tokio::select! {
+            next = tasks.join_next() => match next {
+                Some(Ok(r)) => recorded.push(r),
+                Some(Err(_)) => {}
+                None => break,
+            },
+            () = tokio::time::sleep_until(drain_until) => {
+                // The rest are cut: they come back as cancelled.
+                stop.cancel();
+            }
+            () = cancel.cancelled() => {
+                stop.cancel();
+                while tasks.join_next().await.is_some() {}
+                return Err(RunError::Cancelled);
+            }
+        }
+    }
+    let intended_span = spec.schedule.last().copied().unwrap_or_default();
+    summarize(
+        &spec,
+        epoch,
+        start,
+        last_send_at,
+        intended_span,
+        recorded,
+        in_flight.most.load(Ordering::SeqCst),
+    )
+    .await
+}
+
+/// Sends every prompt once with `max_tokens` 1, eight at a time.
+async fn warm(
+    server: &Server,
+    spec: &LoadCellSpec<'_>,
+    epoch: Instant,
+    cancel: &CancellationToken,
+) -> Option<Failure> {
+    let shape = spec.shape.for_one_token();
+    let slots = Arc::new(Semaphore::new(8));
+    let mut set = tokio::task::JoinSet::new();
+    for prompt in &spec.prompts {
+        let (client, shape, prompt) = (server.client.clone(), shape.clone(), Arc::clone(prompt));
+        let (cancel, slots) = (cancel.clone(), Arc::clone(&slots));
+        set.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            record_one(&client, &shape, &prompt, epoch, &cancel, None).await
+        });
+    }
+    let mut failure = None;
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r
+            && failure.is_none()
+        {
+            failure = r.error;
+        }
+    }
+    failure
+}
+
+async fn summarize(
+    spec: &LoadCellSpec<'_>,
+    epoch: Instant,
+    start: Instant,
+    last_send_at: Instant,
+    intended_span: Duration,
+    recorded: Vec<(Instant, Recorded)>,
+    max_in_flight: u64,
+) -> Result<LoadOutcome, RunError> {
+    let mut notices = Vec::new();
+    let (intended, records): (Vec<Instant>, Vec<Recorded>) = recorded.into_iter().unzip();
+    let records = tokenize_texts(spec.tokenizer, records).await;
+    let failed = records.iter().filter(|r| r.error.is_some()).count() as u64;
+    let good = records.len() as u64 - failed;
+    let first_failure = records.iter().find_map(|r| r.error.clone());
+    let retried: u32 = records.iter().map(|r| r.retries).sum();
+    if retried > 0 {
+        notices.push(Notice::Retried {
+            step: spec.step,
+            times: retried,
+            per_request: crate::request::MAX_RETRIES,
+        });
+    }
+    let mismatches = records
+        .iter()
+        .filter(|r| {
+            r.prompt_tokens_reported
+                .is_some_and(|p| p != spec.expected_prompt_tokens)
+        })
+        .count() as u64;
+    if mismatches > 0 {
+        notices.push(Notice::PromptMismatch {
+            step: spec.step,
+            requests: mismatches,
+            sent: spec.expected_prompt_tokens,
+        });
+    }
+    let requests: Vec<LoadRequest<'_>> = records
+        .iter()
+        .zip(&intended)
+        .map(|(r, &at)| LoadRequest {
+            timeline: &r.timeline,
+            intended: Timestamp::from_instant(epoch, at),
+        })
+        .collect();
+    let m = match load_metrics(&requests, spec.slo) {
+        Ok(m) => m,
+        Err(e) => {
+            let status = StepStatus::Failed {
+                failure: Failure {
+                    kind: FailureKind::Metrics,
+                    message: e.to_string(),
+                },
+                failed: failed.max(1),
+                good,
+            };
+            return Ok(outcome(spec, status, None, notices));
+        }
+    };
+    if m.completed == 0 {
+        let failure = first_failure.unwrap_or(Failure {
+            kind: FailureKind::NoTokens,
+            message: "no request finished before the cell's drain time ran out".into(),
+        });
+        return Ok(outcome(spec, failed_status(failure, failed), None, notices));
+    }
+    let status = match first_failure {
+        Some(first) => StepStatus::Partial {
+            failed,
+            good,
+            kinds: failure_kinds(&records),
+            first,
+        },
+        None => StepStatus::Measured,
+    };
+    let sent_span = last_send_at.saturating_duration_since(start);
+    let rate_cell = matches!(spec.point, LoadPoint::Rate { .. });
+    let result = result_of(
+        &m,
+        rate_cell
+            .then(|| rate(spec.schedule.len(), intended_span))
+            .flatten(),
+        rate_cell
+            .then(|| rate(m.sent as usize, sent_span))
+            .flatten(),
+        max_in_flight,
+    );
+    Ok(outcome(spec, status, Some(result), notices))
+}
+
+/// `n` requests over `over`, per second.
+fn rate(n: usize, over: Duration) -> Option<f64> {
+    (!over.is_zero()).then(|| n as f64 / over.as_secs_f64())
+}
+
+fn failure_kinds(records: &[Recorded]) -> std::collections::BTreeMap<FailureKind, u64> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for f in records.iter().filter_map(|r| r.error.as_ref()) {
+        *kinds.entry(f.kind).or_insert(0) += 1;
+    }
+    kinds
+}
+
+fn failed_status(failure: Failure, failed: u64) -> StepStatus {
+    StepStatus::Failed {
+        failure,
+        failed: failed.max(1),
+        good: 0,
+    }
+}
+
+fn outcome(
+    spec: &LoadCellSpec<'_>,
+    status: StepStatus,
+    result: Option<LoadResult>,
+    notices: Vec<Notice>,
+) -> LoadOutcome {
+    LoadOutcome {
+        context: spec.context,
+        point: spec.point,
+        status,
+        result,
+        notices,
+    }
+}
+
+fn latency(s: Option<Summary<Duration>>) -> Option<Latency> {
+    s.map(|s| Latency {
+        p50: s.p50,
+        p90: s.p90,
+        p99: s.p99,
+    })
+}
+
+fn result_of(
+    m: &LoadMetrics,
+    intended_rate: Option<f64>,
+    achieved_rate: Option<f64>,
+    max_in_flight: u64,
+) -> LoadResult {
+    LoadResult {
+        sent: m.sent,
+        completed: m.completed,
+        failed: m.failed,
+        unfinished: m.unfinished,
+        span: m.span,
+        intended_rate_per_s: intended_rate,
+        achieved_rate_per_s: achieved_rate,
+        max_in_flight,
+        output_tokens: m.output_tokens,
+        output_tokens_per_s: m.output_rate.get(),
+        ttft: latency(m.ttft),
+        e2e: latency(m.end_to_end),
+        itl: latency(m.itl),
+        tpot: latency(m.tpot),
+        send_lag: latency(m.send_lag),
+        token_source: m.token_source,
+        slo: m.slo.as_ref().map(|o| SloVerdict {
+            met: o.met,
+            good_requests: o.good_requests,
+            requests: o.requests,
+            goodput_per_s: o.goodput(m.span).unwrap_or(0.0),
+            terms: o
+                .terms
+                .iter()
+                .map(|t| SloTermVerdict {
+                    term: format!("{}_p{}", t.term.metric.name(), t.term.percentile),
+                    limit: t.term.limit,
+                    value: t.value,
+                    met: t.met,
+                })
+                .collect(),
+        }),
+    }
+}

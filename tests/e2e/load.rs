@@ -1,0 +1,245 @@
+//! Burst and open-loop rate cells through the binary, against a simulator
+//! whose queue keeps its own record.
+
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+
+use speedmatrix_report::{CellStatus, LoadRun};
+
+use crate::support::{SimProcess, bin, read_report, run_url, stderr_after, temp_dir, test_profile};
+
+/// `GET /metrics` of the simulator at `url`, as text.
+fn metrics(url: &str) -> String {
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of the sample `name` (label sets summed).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn load_of(out: &Path) -> LoadRun {
+    read_report(out).load.expect("a load section")
+}
+
+#[test]
+fn a_burst_sends_every_request_at_once_and_resumes_from_its_journal() {
+    let dir = temp_dir("load-burst");
+    let (_, profile) = test_profile(&dir);
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let flags = [
+        "--mode",
+        "burst",
+        "--requests",
+        "1,4",
+        "--contexts",
+        "256",
+        "--max-tokens",
+        "32",
+        "--prefill-contexts",
+        "none",
+        "--telemetry",
+        "off",
+    ];
+    let output = run_url(&sim.url)
+        .args(flags)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let load = load_of(&out);
+    assert_eq!(load.mode, "burst");
+    assert_eq!(load.cells.len(), 2);
+    for (cell, n) in load.cells.iter().zip([1u64, 4]) {
+        assert_eq!(cell.requests, Some(n));
+        assert_eq!(cell.status, CellStatus::Valid);
+        let m = cell.measurements.as_ref().unwrap();
+        assert_eq!((m.sent, m.completed), (n, n));
+        // ignore_eos: every request gives exactly max_tokens.
+        assert_eq!(m.output_tokens.get(), 32 * n);
+        assert_eq!(m.max_in_flight, n, "all at once");
+        let (ttft, e2e) = (m.ttft_ms.unwrap(), m.e2e_ms.unwrap());
+        assert!(e2e.p50 > ttft.p99, "{ttft:?} {e2e:?}");
+        assert!(m.duration_s * 1e3 >= e2e.p99 - 1.0);
+        assert!(m.send_lag_ms.unwrap().p99 < 100.0);
+    }
+    let csv = std::fs::read_to_string(out.join("measurements.csv")).unwrap();
+    assert_eq!(
+        csv.lines().filter(|l| l.starts_with("burst,256,")).count(),
+        2
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Bursts"), "{md}");
+
+    // A resumed run finds both cells in the journal and measures nothing.
+    let again = run_url(&sim.url)
+        .args(flags)
+        .arg("--resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&again, 0);
+    let records = crate::support::journal_lines(&out);
+    let loads = records.iter().filter(|r| r["record"] == "load").count();
+    assert_eq!(loads, 2, "nothing was measured again");
+    assert_eq!(load_of(&out).cells, load.cells);
+}
+
+#[test]
+fn constant_arrivals_are_sent_on_time_and_counted() {
+    let dir = temp_dir("load-rate");
+    let (_, profile) = test_profile(&dir);
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .args([
+            "--mode",
+            "rate",
+            "--request-rate",
+            "4",
+            "--arrival",
+            "constant",
+        ])
+        .args([
+            "--contexts",
+            "256",
+            "--max-tokens",
+            "16",
+            "--duration",
+            "2s",
+        ])
+        .args(["--prefill-contexts", "none", "--telemetry", "off"])
+        .args(["--slo", "ttft_p99=1s,itl_p99=1s"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let load = load_of(&out);
+    let arrival = load.arrival.as_ref().unwrap();
+    assert_eq!(
+        (arrival.process.as_str(), arrival.duration_s),
+        ("constant", Some(2.0))
+    );
+    let m = load.cells[0].measurements.as_ref().unwrap();
+    // Every 250 ms up to 2 s: eight requests.
+    assert_eq!((m.sent, m.completed, m.unfinished), (8, 8, 0));
+    assert_eq!(m.intended_rate_per_s, Some(4.0));
+    let achieved = m.achieved_rate_per_s.unwrap();
+    assert!((achieved - 4.0).abs() < 0.2, "{achieved}");
+    let slo = m.slo.as_ref().unwrap();
+    assert!(slo.met, "an unloaded server meets a 1 s objective: {slo:?}");
+    assert_eq!(slo.attainment_pct, 100.0);
+    assert!((slo.goodput_per_s - 8.0 / m.duration_s).abs() < 1e-9);
+}
+
+#[test]
+fn latency_from_the_intended_time_grows_with_the_servers_own_queue() {
+    let dir = temp_dir("load-overload");
+    let (mut p, _) = test_profile(&dir);
+    // Two seats: about 7 requests a second of 32 tokens; they arrive at 16.
+    p.max_num_seqs = 2;
+    p.validate().unwrap();
+    let profile = dir.join("two-seats.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = SimProcess::start(&profile);
+    let before = metrics(&sim.url);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .args([
+            "--mode",
+            "rate",
+            "--request-rate",
+            "16",
+            "--arrival",
+            "constant",
+        ])
+        .args([
+            "--contexts",
+            "256",
+            "--max-tokens",
+            "32",
+            "--duration",
+            "2s",
+        ])
+        .args(["--prefill-contexts", "none", "--telemetry", "off"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let after = metrics(&sim.url);
+    let m = load_of(&out).cells[0].measurements.clone().unwrap();
+    let count = sample(&after, "vllm:request_queue_time_seconds_count")
+        - sample(&before, "vllm:request_queue_time_seconds_count");
+    let sum = sample(&after, "vllm:request_queue_time_seconds_sum")
+        - sample(&before, "vllm:request_queue_time_seconds_sum");
+    assert_eq!(count as u64, m.sent, "the run's requests are the queue's");
+    let queue_ms = sum / count * 1e3;
+    let ttft = m.ttft_ms.unwrap();
+    eprintln!("queue mean {queue_ms:.0} ms, TTFT from intended {ttft:?}");
+    // The queue grows steadily: its mean is near the median TTFT measured
+    // from the intended send time, which adds only the prefill and the lag.
+    assert!(queue_ms > 500.0, "the server queued: {queue_ms} ms");
+    assert!(ttft.p50 >= queue_ms * 0.8, "{} vs {queue_ms}", ttft.p50);
+    assert!(
+        ttft.p50 <= queue_ms * 1.25 + 100.0,
+        "{} vs {queue_ms}",
+        ttft.p50
+    );
+    assert!(ttft.p99 > 2.0 * ttft.p50.min(queue_ms) * 0.9);
+}
+
+#[test]
+fn load_flags_of_the_wrong_mode_are_usage_errors() {
+    for (args, says) in [
+        (vec!["--mode", "rate"], "--mode rate needs --request-rate"),
+        (vec!["--mode", "burst"], "--mode burst needs --requests"),
+        (vec!["--request-rate", "2"], "belong to --mode rate"),
+        (
+            vec!["--slo", "ttft_p99=1s"],
+            "--slo judges burst and rate cells",
+        ),
+        (
+            vec![
+                "--mode",
+                "rate",
+                "--request-rate",
+                "2",
+                "--arrival",
+                "gamma",
+            ],
+            "--arrival gamma needs --burstiness",
+        ),
+        (
+            vec!["--mode", "burst", "--requests", "4", "--slo", "ttft=1s"],
+            "names no percentile",
+        ),
+        (
+            vec!["--mode", "rate", "--request-rate", "0"],
+            "request rate",
+        ),
+    ] {
+        let output = bin()
+            .args(["run", "--quiet", "--dry-run"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = stderr_after(&output, 2);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
