@@ -243,3 +243,53 @@ fn load_flags_of_the_wrong_mode_are_usage_errors() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_knee_search_finds_the_simulators_seat_count() {
+    // Six seats: a burst of up to six starts at once (TTFT one or two prefill
+    // steps); a seventh waits for a whole request (32 steps of ~8 ms). With a
+    // 150 ms TTFT objective the analytic knee is six requests.
+    let dir = temp_dir("load-knee");
+    let (mut p, _) = test_profile(&dir);
+    p.max_num_seqs = 6;
+    p.validate().unwrap();
+    let profile = dir.join("six-seats.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .args(["--mode", "burst", "--requests", "1,64", "--search"])
+        .args(["--slo", "ttft_p99=150ms", "--search-tolerance", "0%"])
+        .args([
+            "--contexts",
+            "256",
+            "--max-tokens",
+            "32",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args(["--telemetry", "off", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let load = load_of(&out);
+    let search = &load.searches[0];
+    let path: Vec<(f64, bool)> = search.path.iter().map(|s| (s.load, s.met)).collect();
+    assert_eq!(search.knee, Some(6.0), "{path:?}");
+    assert_eq!(search.end.as_deref(), Some("converged"));
+    assert_eq!(
+        path,
+        [
+            (1.0, true),
+            (2.0, true),
+            (4.0, true),
+            (8.0, false),
+            (6.0, true),
+            (7.0, false)
+        ]
+    );
+    assert_eq!(load.cells.len(), path.len(), "each try is a cell");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("### Knee search"), "{md}");
+}

@@ -148,9 +148,18 @@ fn tables(out: &mut String, report: &Report) {
         table_body(out, &load_page::columns(run), &rows);
         let _ = writeln!(
             out,
-            "</div>\n<p class=\"caption\">{}</p>\n</section>",
+            "</div>\n<p class=\"caption\">{}</p>",
             esc(&load_page::note(run))
         );
+        let searches = load_page::searches(run);
+        if !searches.is_empty() {
+            out.push_str("<h3>Knee search</h3>\n<ul class=\"notes\">\n");
+            for line in searches {
+                let _ = writeln!(out, "<li>{}</li>", esc(&line));
+            }
+            out.push_str("</ul>\n");
+        }
+        out.push_str("</section>\n");
     }
     if page::has_decode(report) {
         let mut header = vec!["Context".to_owned()];

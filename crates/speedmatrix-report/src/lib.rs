@@ -111,5 +111,6 @@ pub use crate::model::{
     ThrottledSeconds, TokenCount, TokenCountSource, Tool, VerdictThresholds,
 };
 pub use crate::model::{
-    ArrivalSetup, LoadCell, LoadMeasurements, LoadRun, SloResult, SloTermResult,
+    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
+    SloTermResult,
 };

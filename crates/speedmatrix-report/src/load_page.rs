@@ -197,6 +197,39 @@ pub(crate) fn note(load: &LoadRun) -> String {
     s
 }
 
+/// Each context's knee search in words: the path and what it found.
+pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
+    let unit = |v: f64| {
+        if load.mode == "rate" {
+            format!("{v}/s")
+        } else {
+            format!("{v}")
+        }
+    };
+    load.searches
+        .iter()
+        .map(|k| {
+            let path: Vec<String> = k
+                .path
+                .iter()
+                .map(|s| format!("{} {}", unit(s.load), if s.met { "✓" } else { "✗" }))
+                .collect();
+            let found = match (k.knee, k.end.as_deref()) {
+                (Some(v), Some("max_met")) => {
+                    format!("met up to {}, the highest load allowed", unit(v))
+                }
+                (Some(v), Some("step_limit")) => {
+                    format!("highest met {} (the step budget ran out first)", unit(v))
+                }
+                (Some(v), _) => format!("knee {}", unit(v)),
+                (None, Some("nothing_met")) => "no load met the objective".to_owned(),
+                (None, _) => "nothing met yet".to_owned(),
+            };
+            format!("{}: {} → {found}", k.context, path.join(" → "))
+        })
+        .collect()
+}
+
 /// The load run of a report, when it has one with cells.
 pub(crate) fn of(report: &Report) -> Option<&LoadRun> {
     report.load.as_ref().filter(|l| !l.cells.is_empty())

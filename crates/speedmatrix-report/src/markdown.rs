@@ -45,6 +45,18 @@ fn load(out: &mut String, report: &Report) {
         .collect();
     table(out, &header, &load_page::rows(run));
     let _ = writeln!(out, "{}\n", inline(&load_page::note(run)));
+    let searches = load_page::searches(run);
+    if !searches.is_empty() {
+        out.push_str("### Knee search\n\n");
+        out.push_str(
+            "The highest load meeting the objective, per context: doubling (or halving) to \
+             bracket it, then bisection; each try is a cell above.\n\n",
+        );
+        for line in searches {
+            let _ = writeln!(out, "- {}", inline(&line));
+        }
+        out.push('\n');
+    }
 }
 
 fn telemetry(out: &mut String, report: &Report) {

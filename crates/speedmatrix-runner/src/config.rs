@@ -53,6 +53,19 @@ pub struct MatrixSpec {
     pub load: LoadMode,
     /// A service-level objective the load cells are judged by.
     pub slo: Option<speedmatrix_metrics::Slo>,
+    /// Search each context for the highest load that meets `slo`, instead of
+    /// measuring every given load (burst and rate modes).
+    pub search: Option<SearchSpec>,
+}
+
+/// How the knee search runs (see `search.rs`): from the lowest given load,
+/// up to the highest (or without bound when only one is given).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchSpec {
+    /// At most this many cells per context.
+    pub max_steps: usize,
+    /// Converged when the lowest failure is within this share of the highest pass.
+    pub relative_tolerance: f64,
 }
 
 /// What the cells of a run measure.
@@ -138,6 +151,7 @@ impl Preset {
                 max_tokens: Tokens::new(8192),
                 load: LoadMode::Sustained,
                 slo: None,
+                search: None,
             },
             Preset::Seed => MatrixSpec {
                 contexts: [0, 16, 32, 64, 128, 248].map(Tokens::kibi).to_vec(),
@@ -149,6 +163,7 @@ impl Preset {
                 max_tokens: Tokens::new(8192),
                 load: LoadMode::Sustained,
                 slo: None,
+                search: None,
             },
         }
     }

@@ -89,6 +89,7 @@ mod prefill;
 mod report;
 mod request;
 mod resume;
+mod search;
 mod server;
 mod steps;
 mod stop;
@@ -108,14 +109,14 @@ use tokio_util::sync::CancellationToken;
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, PromptSharing,
-    RateLength, RateSpec, RunConfig, RunLabels, Target, TelemetryConfig, VllmInputs,
+    RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
-    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Latency, LoadOutcome, LoadPoint,
-    LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict, SloVerdict, StepId, StepStatus,
-    StopReason, TokenCounting, TooLong, WindowResult,
+    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, KneePath, Latency, LoadOutcome,
+    LoadPoint, LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict, SloVerdict, StepId,
+    StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
 };
 pub use crate::plan::{
     CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT,
@@ -125,6 +126,7 @@ pub use crate::report::{capacity_rule, decode_cell, load_cell, measured_source, 
 pub use crate::resume::{
     JOURNAL_VERSION, JournalStep, KeyDifference, LoadKey, ResumeKey, journal_steps, read_journal,
 };
+pub use crate::search::{KneeSearch, SearchEnd};
 
 use crate::report::{build_report, now_rfc3339};
 use crate::request::RequestShape;
@@ -320,8 +322,10 @@ pub struct RunOutcome {
     pub prefill: Vec<PrefillOutcome>,
     /// Every decode cell, in the plan's order.
     pub decode: Vec<CellOutcome>,
-    /// Every burst or rate cell, in the plan's order.
+    /// Every burst or rate cell, in the order run (a search's in its order of tries).
     pub load: Vec<LoadOutcome>,
+    /// Each context's knee search, when the run searched.
+    pub knees: Vec<KneePath>,
     /// Every notice: the cells' in order, then the run's.
     pub notices: Vec<Notice>,
     /// True when every planned step ran (whatever its status).
@@ -460,6 +464,7 @@ async fn plan_and_run(
         prefill: measured.prefill,
         decode: measured.decode,
         load: measured.load,
+        knees: measured.knees,
         notices,
         complete: measured.stopped.is_none(),
         stopped: measured.stopped,

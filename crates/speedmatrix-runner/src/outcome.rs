@@ -340,6 +340,20 @@ impl LoadOutcome {
     }
 }
 
+/// One context's knee search: every load tried in order, whether it met the
+/// objective, and the highest that did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KneePath {
+    /// The context searched.
+    pub context: Tokens,
+    /// Each load tried and whether its cell met the objective.
+    pub path: Vec<(LoadPoint, bool)>,
+    /// The highest load that met it.
+    pub knee: Option<LoadPoint>,
+    /// Why the search ended; `None` when the run stopped first.
+    pub end: Option<crate::search::SearchEnd>,
+}
+
 /// The numbers of one burst or rate cell (see `docs/metrics.md`, "Load cells").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadResult {

@@ -252,7 +252,7 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
             });
         }
     }
-    let load = load_cells(&capacity, spec, &too_long);
+    let load = load_cells(&capacity, spec, max_model_len);
     let estimated = estimate(spec, &prefill, &cells) + estimate_load(spec, &load);
     Plan {
         capacity,
@@ -263,52 +263,79 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
     }
 }
 
-/// The burst or rate cells: too long for `max_model_len` as decode cells
-/// are; a burst over capacity when the requests in flight at once (the burst,
-/// or the cap) do not fit by the engine's rule. A rate cell is never over
-/// capacity: how many requests it keeps in flight is what it measures (the
-/// server queues the rest), unless an in-flight cap says.
+/// The burst or rate cells: every given load per context, or, with a knee
+/// search, where each context's search starts (the lowest given load).
 fn load_cells(
     capacity: &CapacityPlan,
     spec: &MatrixSpec,
-    too_long: &dyn Fn(Tokens, TooLong) -> Option<Exclusion>,
+    max_model_len: Option<Tokens>,
 ) -> Vec<PlannedLoad> {
-    let points: Vec<(LoadPoint, Option<Concurrency>)> = match &spec.load {
+    let mut points: Vec<LoadPoint> = match &spec.load {
         LoadMode::Sustained => return Vec::new(),
         LoadMode::Burst(b) => b
             .requests
             .iter()
             .filter_map(|&n| Concurrency::new(n))
-            .map(|n| {
-                let at_once = b.max_concurrency.map_or(n, |cap| n.min(cap));
-                (LoadPoint::Burst { requests: n }, Some(at_once))
-            })
+            .map(|requests| LoadPoint::Burst { requests })
             .collect(),
         LoadMode::Rate(r) => r
             .rates
             .iter()
-            .map(|&rate| (LoadPoint::Rate { rate }, r.max_in_flight))
+            .map(|&rate| LoadPoint::Rate { rate })
             .collect(),
     };
+    if spec.search.is_some() {
+        points.sort();
+        points.truncate(1);
+    }
     let mut cells = Vec::new();
     for &context in &spec.contexts {
-        for &(point, at_once) in &points {
-            let len = prompt_len(context)
-                .get()
-                .saturating_add(spec.max_tokens.get());
-            let excluded =
-                too_long(Tokens::new(len), TooLong::ContextPlusMaxOutput).or_else(|| {
-                    let pool = capacity.pool.as_ref()?;
-                    over_capacity(&pool.check(prompt_len(context), at_once?, spec.max_tokens))
-                });
+        for &point in &points {
             cells.push(PlannedLoad {
                 context,
                 point,
-                excluded,
+                excluded: load_exclusion(capacity, spec, max_model_len, context, point),
             });
         }
     }
     cells
+}
+
+/// Why a burst or rate cell does not run: too long for `max_model_len` as
+/// decode cells are; a burst over capacity when the requests in flight at
+/// once (the burst, or the cap) do not fit by the engine's rule. A rate cell
+/// is never over capacity: how many requests it keeps in flight is what it
+/// measures (the server queues the rest), unless an in-flight cap says.
+pub(crate) fn load_exclusion(
+    capacity: &CapacityPlan,
+    spec: &MatrixSpec,
+    max_model_len: Option<Tokens>,
+    context: Tokens,
+    point: LoadPoint,
+) -> Option<Exclusion> {
+    let len = Tokens::new(
+        prompt_len(context)
+            .get()
+            .saturating_add(spec.max_tokens.get()),
+    );
+    if let Some(limit) = max_model_len
+        && len > limit
+    {
+        return Some(Exclusion::TooLong {
+            what: TooLong::ContextPlusMaxOutput,
+            tokens: len,
+            max_model_len: limit,
+        });
+    }
+    let at_once = match (&spec.load, point) {
+        (LoadMode::Burst(b), LoadPoint::Burst { requests }) => {
+            Some(b.max_concurrency.map_or(requests, |cap| requests.min(cap)))
+        }
+        (LoadMode::Rate(r), _) => r.max_in_flight,
+        _ => None,
+    }?;
+    let pool = capacity.pool.as_ref()?;
+    over_capacity(&pool.check(prompt_len(context), at_once, spec.max_tokens))
 }
 
 /// Rough time of the load cells: each request's prefill at the assumed

@@ -14,9 +14,10 @@ use crate::{PrefillMode, RunConfig, Target};
 use speedmatrix_capacity::KvPool;
 use speedmatrix_metrics::{EstimateMethod, TokenSource};
 use speedmatrix_report::{
-    ArrivalSetup, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KvCapacity,
-    LoadCell, LoadMeasurements, LoadRun, Percentiles, PrefillRow, Report, RunSettings,
-    SCHEMA_VERSION, ServerCounter, SloResult, SloTermResult, TokenCount, TokenCountSource, Tool,
+    ArrivalSetup, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KneeResult,
+    KneeStep, KvCapacity, LoadCell, LoadMeasurements, LoadRun, Percentiles, PrefillRow, Report,
+    RunSettings, SCHEMA_VERSION, ServerCounter, SloResult, SloTermResult, TokenCount,
+    TokenCountSource, Tool,
 };
 use speedmatrix_workload::ArrivalProcess;
 
@@ -83,14 +84,18 @@ pub(crate) fn build_report(
         telemetry: None,
         capacity: capacity(&the_plan.capacity),
         prefill: prefill.iter().map(prefill_row).collect(),
-        load: load_run(m, load),
+        load: load_run(m, load, &measured.knees),
         decode: decode.iter().map(decode_cell).collect(),
         notes: notices.iter().map(Notice::describe).collect(),
     }
 }
 
 /// The document's load section, in burst and rate runs.
-fn load_run(m: &crate::MatrixSpec, cells: &[LoadOutcome]) -> Option<LoadRun> {
+fn load_run(
+    m: &crate::MatrixSpec,
+    cells: &[LoadOutcome],
+    knees: &[crate::outcome::KneePath],
+) -> Option<LoadRun> {
     let (arrival, max_in_flight) = match &m.load {
         LoadMode::Sustained => return None,
         LoadMode::Burst(b) => (None, b.max_concurrency),
@@ -125,7 +130,39 @@ fn load_run(m: &crate::MatrixSpec, cells: &[LoadOutcome]) -> Option<LoadRun> {
         max_in_flight: max_in_flight.map(|n| n.get()),
         slo: m.slo.as_ref().map(ToString::to_string),
         cells: cells.iter().map(load_cell).collect(),
+        searches: knees.iter().map(knee_result).collect(),
     })
+}
+
+fn load_value(p: LoadPoint) -> f64 {
+    match p {
+        LoadPoint::Burst { requests } => f64::from(requests.get()),
+        LoadPoint::Rate { rate } => rate.get(),
+    }
+}
+
+fn knee_result(k: &crate::outcome::KneePath) -> KneeResult {
+    KneeResult {
+        context: k.context,
+        path: k
+            .path
+            .iter()
+            .map(|&(p, met)| KneeStep {
+                load: load_value(p),
+                met,
+            })
+            .collect(),
+        knee: k.knee.map(load_value),
+        end: k.end.map(|e| {
+            match e {
+                crate::SearchEnd::Converged => "converged",
+                crate::SearchEnd::MaxMet => "max_met",
+                crate::SearchEnd::NothingMet => "nothing_met",
+                crate::SearchEnd::StepLimit => "step_limit",
+            }
+            .to_owned()
+        }),
+    }
 }
 
 /// A burst or rate outcome as the report document shows it.

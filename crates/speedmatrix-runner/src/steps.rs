@@ -5,20 +5,23 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use speedmatrix_units::Tokens;
+use speedmatrix_units::{Concurrency, Tokens};
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{LoadMode, RateLength, RateSpec};
+use crate::config::{LoadMode, RateLength, RateSpec, SearchSpec};
 use crate::journal::Journal;
 use crate::observer::{Event, NotRun, Phase};
 use crate::outcome::{
-    CellOutcome, Exclusion, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason, StepId,
-    StepStatus, StopReason,
+    CellOutcome, Exclusion, KneePath, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason,
+    StepId, StepStatus, StopReason,
 };
-use crate::plan::{Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, prompt_len};
+use crate::plan::{
+    Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, load_exclusion, prompt_len,
+};
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
+use crate::search::KneeSearch;
 use crate::server::Server;
 use crate::telemetry::RunTelemetry;
 use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, prefill};
@@ -28,6 +31,8 @@ pub(crate) struct Measured {
     pub(crate) prefill: Vec<PrefillOutcome>,
     pub(crate) decode: Vec<CellOutcome>,
     pub(crate) load: Vec<LoadOutcome>,
+    /// Each context's knee search, when the run searched.
+    pub(crate) knees: Vec<KneePath>,
     /// The run's own notices (the cells keep theirs).
     pub(crate) notices: Vec<Notice>,
     pub(crate) stopped: Option<StopReason>,
@@ -91,12 +96,22 @@ impl Session<'_> {
             decode.push(cell);
         }
         let mut load = Vec::new();
-        for (i, planned) in the_plan.load.iter().enumerate() {
-            let cell = match stopped {
-                Some(_) => skipped_load(planned, SkipReason::RunStopped),
-                None => self.load_cell(i, planned, &mut stopped).await?,
-            };
-            load.push(cell);
+        let mut knees = Vec::new();
+        if let Some(search) = self.config.matrix.search {
+            for planned in &the_plan.load {
+                let knee = self
+                    .search_knee(the_plan, planned, search, &mut load, &mut stopped)
+                    .await?;
+                knees.push(knee);
+            }
+        } else {
+            for (i, planned) in the_plan.load.iter().enumerate() {
+                let cell = match stopped {
+                    Some(_) => skipped_load(planned, SkipReason::RunStopped),
+                    None => self.load_cell(i, planned, &mut stopped).await?,
+                };
+                load.push(cell);
+            }
         }
         // Rows in the plan's order; a warm-up the run never reached is skipped.
         let prefill = the_plan
@@ -115,6 +130,7 @@ impl Session<'_> {
             prefill,
             decode,
             load,
+            knees,
             notices,
             stopped,
         })
@@ -317,6 +333,84 @@ impl Session<'_> {
             &JournalRecord::decode(result.cell.clone()),
         )?;
         Ok(result.cell)
+    }
+
+    /// Searches one context for the highest load that meets the objective,
+    /// from `start` (the plan's cell) up to the highest given load, each try
+    /// an ordinary journaled cell (so a resumed search replays its path).
+    async fn search_knee(
+        &mut self,
+        the_plan: &Plan,
+        start: &PlannedLoad,
+        spec: SearchSpec,
+        cells: &mut Vec<LoadOutcome>,
+        stopped: &mut Option<StopReason>,
+    ) -> Result<KneePath, RunError> {
+        let m = &self.config.matrix;
+        let units = |p: LoadPoint| match p {
+            LoadPoint::Burst { requests } => u64::from(requests.get()),
+            LoadPoint::Rate { rate } => rate.milli(),
+        };
+        let given: Vec<u64> = match &m.load {
+            LoadMode::Burst(b) => b.requests.iter().map(|&n| u64::from(n)).collect(),
+            LoadMode::Rate(r) => r.rates.iter().map(|r| r.milli()).collect(),
+            LoadMode::Sustained => Vec::new(),
+        };
+        let first = units(start.point);
+        let top = given.iter().copied().max().unwrap_or(first);
+        // One given load: search upward without a bound of the user's.
+        let max = if top > first {
+            top
+        } else {
+            first.saturating_mul(1 << 20)
+        };
+        let point_of = |u: u64| match start.point {
+            LoadPoint::Burst { .. } => Concurrency::new(u32::try_from(u).unwrap_or(u32::MAX))
+                .map(|requests| LoadPoint::Burst { requests }),
+            LoadPoint::Rate { .. } => {
+                speedmatrix_units::RequestRate::from_milli(u).map(|rate| LoadPoint::Rate { rate })
+            }
+        };
+        let mut search = KneeSearch::new(first, max, 1, spec.relative_tolerance, spec.max_steps);
+        let mut path = Vec::new();
+        while let Some(u) = search.next() {
+            let Some(point) = point_of(u) else { break };
+            if stopped.is_some() {
+                break;
+            }
+            let planned = PlannedLoad {
+                context: start.context,
+                point,
+                excluded: load_exclusion(
+                    &the_plan.capacity,
+                    m,
+                    self.server.max_model_len,
+                    start.context,
+                    point,
+                ),
+            };
+            let cell = self.load_cell(cells.len(), &planned, stopped).await?;
+            // A cell that could not run or measure did not meet the objective.
+            let met = cell.status.is_measured()
+                && cell
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.slo.as_ref())
+                    .is_some_and(|v| v.met);
+            let interrupted = matches!(cell.status, StepStatus::Skipped(_));
+            cells.push(cell);
+            if interrupted {
+                break;
+            }
+            search.record(u, met);
+            path.push((point, met));
+        }
+        Ok(KneePath {
+            context: start.context,
+            knee: search.knee().and_then(point_of),
+            end: search.end(),
+            path,
+        })
     }
 
     /// Runs one burst or rate cell.

@@ -46,6 +46,7 @@ fn config(target: Target) -> RunConfig {
             max_tokens: Tokens::new(512),
             load: Default::default(),
             slo: None,
+            search: None,
         },
         prompt_sharing: PromptSharing::Unique,
         seed: 3,

@@ -24,8 +24,41 @@ pub struct LoadRun {
     /// (`ttft_p99=2000ms,itl_p99=100ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<String>,
-    /// One cell per context × load, row by row.
+    /// One cell per context × load, row by row (a search's cells in the order tried).
     pub cells: Vec<LoadCell>,
+    /// Each context's knee search, when the run searched for the highest
+    /// load that meets the objective.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<KneeResult>,
+}
+
+/// One context's knee search (bracketing by doubling or halving, then
+/// bisection; docs/metrics.md, "Knee search").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KneeResult {
+    /// The context searched.
+    #[schemars(with = "u64")]
+    pub context: Tokens,
+    /// Each load tried, in order: burst size or requests per second.
+    pub path: Vec<KneeStep>,
+    /// The highest load that met the objective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee: Option<f64>,
+    /// `converged`, `max_met` (the highest load allowed met it), `nothing_met`
+    /// or `step_limit`; absent when the run stopped first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+}
+
+/// One try of a knee search.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KneeStep {
+    /// Burst size or requests per second.
+    pub load: f64,
+    /// Whether the cell met the objective.
+    pub met: bool,
 }
 
 /// How an open-loop run's send times were drawn (before the run, from a seed).

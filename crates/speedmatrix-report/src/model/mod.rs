@@ -16,7 +16,10 @@ pub use self::cells::{
     CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
     ServerCounter, TokenCount, TokenCountSource,
 };
-pub use self::load::{ArrivalSetup, LoadCell, LoadMeasurements, LoadRun, SloResult, SloTermResult};
+pub use self::load::{
+    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
+    SloTermResult,
+};
 pub use self::telemetry::{
     CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
     TelemetrySetup, ThrottledSeconds, VerdictThresholds,

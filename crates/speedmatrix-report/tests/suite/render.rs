@@ -592,6 +592,7 @@ fn with_load() -> speedmatrix_report::Report {
                 measurements: None,
             },
         ],
+        searches: Vec::new(),
     });
     report
 }

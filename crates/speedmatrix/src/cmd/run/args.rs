@@ -239,6 +239,24 @@ pub(crate) struct Args {
     /// requests per second (goodput).
     #[arg(long, value_name = "TERMS", help_heading = "Load modes")]
     pub(crate) slo: Option<speedmatrix_metrics::Slo>,
+    /// Find, per context, the highest load that meets --slo instead of measuring each given
+    /// load: from the lowest --requests or --request-rate up to the highest (without bound
+    /// when one is given), doubling to bracket the knee and bisecting to it, each try a
+    /// journaled cell. Needs --slo and --mode burst or rate.
+    #[arg(long, help_heading = "Load modes")]
+    pub(crate) search: bool,
+    /// At most this many cells per context's search.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 12,
+        help_heading = "Load modes"
+    )]
+    pub(crate) search_steps: usize,
+    /// The search stops when the lowest failing load is within this share of the highest
+    /// passing one, e.g. 5%.
+    #[arg(long, value_name = "PCT", default_value = "5%", value_parser = parse_percent, help_heading = "Load modes")]
+    pub(crate) search_tolerance: f64,
 
     /// Skip TLS certificate verification (recorded in the report).
     #[arg(long)]
@@ -279,6 +297,20 @@ stopped early (Ctrl-C, server gone) and the partial report was written, or every
 2 bad input (nothing is written).
 
 Requests answered 429 or 503 are retried up to 3 times after the server's Retry-After.";
+
+/// `5%` or `5` as the share 0.05.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage such as 5%"))?;
+    if !(0.0..100.0).contains(&v) {
+        return Err(format!("`{s}` must be at least 0 % and below 100 %"));
+    }
+    Ok(v / 100.0)
+}
 
 /// A prefill context, or `none`.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 use speedmatrix_report::{ClientSetup, LocalServer};
 use speedmatrix_runner::{
     BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, RateLength, RateSpec,
-    RunLabels,
+    RunLabels, SearchSpec,
 };
 use speedmatrix_workload::ArrivalProcess;
 
@@ -47,6 +47,20 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
     }
     m.load = load_mode(args, m.duration)?;
     m.slo = args.slo.clone();
+    if args.search {
+        if args.slo.is_none() || args.mode == ModeArg::Sustained {
+            return Err(UsageError(
+                "--search needs an objective (--slo) and --mode burst or --mode rate".into(),
+            ));
+        }
+        if args.search_steps == 0 {
+            return Err(UsageError("--search-steps must be at least 1".into()));
+        }
+        m.search = Some(SearchSpec {
+            max_steps: args.search_steps,
+            relative_tolerance: args.search_tolerance,
+        });
+    }
     Ok(m)
 }
 

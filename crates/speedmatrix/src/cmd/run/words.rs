@@ -212,6 +212,15 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
         LoadMode::Sustained => String::new(),
     };
     let _ = writeln!(out, "\n{heading}");
+    if let Some(s) = &matrix.search {
+        let _ = writeln!(
+            out,
+            "  searching each context for the highest load that meets the objective, from the \
+             load below, at most {} cells, to within {:.0} %:",
+            s.max_steps,
+            s.relative_tolerance * 100.0
+        );
+    }
     for cell in &plan.load {
         let verdict = cell.excluded.as_ref().map_or("run".to_owned(), verdict);
         let _ = writeln!(
