@@ -293,3 +293,75 @@ fn the_knee_search_finds_the_simulators_seat_count() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("### Knee search"), "{md}");
 }
+
+#[test]
+fn an_injected_prompt_stalls_the_streams_as_long_as_the_cost_model_prefills_it() {
+    // A slow prefill (50 µs a token) so that the stall is long next to a step.
+    let dir = temp_dir("load-inject");
+    let (mut p, _) = test_profile(&dir);
+    p.cost.prefill_per_token_us = 50.0;
+    p.max_model_len = 8_192;
+    p.validate().unwrap();
+    let profile = dir.join("slow-prefill.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .args([
+            "--contexts",
+            "256",
+            "--concurrency",
+            "4",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args([
+            "--duration",
+            "2s",
+            "--max-tokens",
+            "1024",
+            "--inject",
+            "4096",
+        ])
+        .args(["--inject-settle", "1s", "--telemetry", "off", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let report = read_report(&out);
+    let m = report.decode[0].measurements.as_ref().unwrap();
+    let i = m.interference.as_ref().expect("the probe's figures");
+    assert_eq!(i.failure, None);
+    // The engine schedules the four decoding streams first; the prompt gets
+    // the rest of each step's token budget, one chunk a step, and each chunk
+    // lengthens its step by its prefill cost: that is the stall.
+    let budget = u64::from(p.max_num_batched_tokens) - 4;
+    let (mut done, mut expected) = (0u64, std::time::Duration::ZERO);
+    while done < 4096 {
+        let n = budget.min(4096 - done);
+        expected += p.cost.prefill_chunk(n, done);
+        done += n;
+    }
+    let expected_ms = expected.as_secs_f64() * 1e3;
+    eprintln!(
+        "stall {} ms, cost model {expected_ms:.0} ms: {i:?}",
+        i.stall_ms
+    );
+    assert!(
+        (i.stall_ms - expected_ms).abs() <= 0.1 * expected_ms,
+        "stall {} ms vs the cost model's {expected_ms} ms",
+        i.stall_ms
+    );
+    let (alone, loaded) = (i.ttft_alone_ms.unwrap(), i.ttft_under_load_ms.unwrap());
+    assert!(
+        loaded > alone,
+        "the streams' decode steps share its prefill steps"
+    );
+    assert!(i.tokens_per_s_during < 0.5 * i.tokens_per_s_before);
+    assert!(
+        i.tokens_per_s_after > 0.8 * i.tokens_per_s_before,
+        "they recover"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Prefill under load"), "{md}");
+}

@@ -4,7 +4,7 @@ use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 56] = [
+pub const CSV_COLUMNS: [&str; 61] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -48,6 +48,11 @@ pub const CSV_COLUMNS: [&str; 56] = [
     "spec_mean_accepted_length",
     "preemptions",
     "verdicts",
+    "injected_prompt_tokens",
+    "injected_ttft_alone_ms",
+    "injected_ttft_under_load_ms",
+    "injection_stall_ms",
+    "injection_tokens_lost",
     "request_rate_per_s",
     "requests_sent",
     "unfinished_requests",
@@ -212,8 +217,20 @@ fn decode_fields(cell: &DecodeCell) -> Vec<String> {
     ]
     .into_iter()
     .chain(telemetry_fields(m.and_then(|m| m.telemetry.as_ref())))
+    .chain(interference_fields(m.and_then(|m| m.interference.as_ref())))
     .chain(std::iter::repeat_n(String::new(), LOAD_ONLY_COLUMNS))
     .collect()
+}
+
+/// The interference probe's columns.
+fn interference_fields(i: Option<&crate::model::Interference>) -> [String; 5] {
+    [
+        int(i.map(|i| i.prompt_tokens.get())),
+        num(i.and_then(|i| i.ttft_alone_ms)),
+        num(i.and_then(|i| i.ttft_under_load_ms)),
+        num(i.filter(|i| i.failure.is_none()).map(|i| i.stall_ms)),
+        num(i.filter(|i| i.failure.is_none()).map(|i| i.tokens_lost)),
+    ]
 }
 
 /// The trailing columns only burst and rate rows fill.

@@ -182,6 +182,20 @@ fn tables(out: &mut String, report: &Report) {
         let header: Vec<&str> = header.iter().map(String::as_str).collect();
         table(out, "Sustained decode matrix", &header, &rows);
     }
+    let rows = load_page::interference_rows(report);
+    if !rows.is_empty() {
+        let rows: Vec<Vec<Cell>> = rows
+            .into_iter()
+            .map(|r| r.into_iter().map(Cell::text).collect())
+            .collect();
+        out.push_str("<section>\n<h2>Prefill under load</h2>\n");
+        table_body(out, &load_page::INTERFERENCE_COLUMNS, &rows);
+        let _ = writeln!(
+            out,
+            "<p class=\"caption\">{}</p>\n</section>",
+            esc(load_page::INTERFERENCE_NOTE)
+        );
+    }
     let rows: Vec<Vec<Cell>> = page::measurement_rows(report)
         .into_iter()
         .map(|r| r.into_iter().map(Cell::text).collect())

@@ -41,6 +41,7 @@
 //!     server_counter: None,
 //!     client: None,
 //!     telemetry: None,
+//!     interference: None,
 //! };
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
@@ -105,10 +106,11 @@ pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
     Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup,
-    DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse, KvCapacity,
-    LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION, Percentiles, PrefillMode,
-    PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter, ServerStats, TelemetrySetup,
-    ThrottledSeconds, TokenCount, TokenCountSource, Tool, VerdictThresholds,
+    DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
+    Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
+    Percentiles, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
+    ServerStats, TelemetrySetup, ThrottledSeconds, TokenCount, TokenCountSource, Tool,
+    VerdictThresholds,
 };
 pub use crate::model::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,

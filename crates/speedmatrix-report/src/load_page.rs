@@ -234,3 +234,62 @@ pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
 pub(crate) fn of(report: &Report) -> Option<&LoadRun> {
     report.load.as_ref().filter(|l| !l.cells.is_empty())
 }
+
+/// The interference table's columns.
+pub(crate) const INTERFERENCE_COLUMNS: [&str; 9] = [
+    "Context",
+    "Concurrency",
+    "Injected prompt",
+    "TTFT alone",
+    "TTFT under load",
+    "Streams tok/s before / during / after",
+    "Streams ITL during p50 / p99",
+    "Stall",
+    "Tokens lost",
+];
+
+/// One row per cell with an interference probe.
+pub(crate) fn interference_rows(report: &Report) -> Vec<Vec<String>> {
+    let dash = || format::DASH.to_owned();
+    report
+        .decode
+        .iter()
+        .filter_map(|c| Some((c, c.measurements.as_ref()?.interference.as_ref()?)))
+        .map(|(c, i)| {
+            let ms = |v: Option<f64>| v.map_or_else(dash, format::ms_whole);
+            vec![
+                c.context.to_string(),
+                c.concurrency.to_string(),
+                i.prompt_tokens.to_string(),
+                ms(i.ttft_alone_ms),
+                ms(i.ttft_under_load_ms),
+                format!(
+                    "{} / {} / {}",
+                    format::tokens_per_s(i.tokens_per_s_before),
+                    format::tokens_per_s(i.tokens_per_s_during),
+                    format::tokens_per_s(i.tokens_per_s_after)
+                ),
+                i.itl_during_ms.as_ref().map_or_else(dash, |p| {
+                    format!(
+                        "{} / {}",
+                        format::ms_tenths(p.p50),
+                        format::ms_tenths(p.p99)
+                    )
+                }),
+                match &i.failure {
+                    Some(f) => format!("probe failed: {f}"),
+                    None => format::ms_whole(i.stall_ms),
+                },
+                format!("{:.0}", i.tokens_lost),
+            ]
+        })
+        .collect()
+}
+
+/// What the interference table's figures are.
+pub(crate) const INTERFERENCE_NOTE: &str = "After each cell's window, one cold prompt of the \
+    injected length (max_tokens 1, nothing cached) is sent into the running streams; the same \
+    length was sent alone before the streams started. During is its send to its first token, \
+    after the settle time following it. Tokens lost are what the streams would have produced at \
+    the window's rate during it less what they produced; the stall is those tokens as time at \
+    that rate: how long decoding stood still while the prompt was prefilled.";

@@ -24,6 +24,7 @@ pub fn to_markdown(report: &Report) -> String {
     prefill(&mut out, report);
     decode_matrix(&mut out, report);
     load(&mut out, report);
+    interference(&mut out, report);
     all_measurements(&mut out, report);
     telemetry(&mut out, report);
     notes(&mut out, report);
@@ -57,6 +58,20 @@ fn load(out: &mut String, report: &Report) {
         }
         out.push('\n');
     }
+}
+
+fn interference(out: &mut String, report: &Report) {
+    let rows = load_page::interference_rows(report);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("## Prefill under load\n\n");
+    table(
+        out,
+        &load_page::INTERFERENCE_COLUMNS.map(str::to_owned),
+        &rows,
+    );
+    let _ = writeln!(out, "{}\n", inline(load_page::INTERFERENCE_NOTE));
 }
 
 fn telemetry(out: &mut String, report: &Report) {

@@ -56,6 +56,20 @@ pub struct MatrixSpec {
     /// Search each context for the highest load that meets `slo`, instead of
     /// measuring every given load (burst and rate modes).
     pub search: Option<SearchSpec>,
+    /// After each sustained-decode window, one cold long prompt sent into
+    /// the running streams: its TTFT alone and under load, and the streams'
+    /// stall (sustained mode).
+    pub inject: Option<InjectSpec>,
+}
+
+/// The prefill–decode interference probe of each sustained-decode cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InjectSpec {
+    /// Prompt length of the injected request (it asks for one token).
+    pub tokens: Tokens,
+    /// How long the streams are watched after the injected request's first
+    /// token, for their recovery.
+    pub settle: Duration,
 }
 
 /// How the knee search runs (see `search.rs`): from the lowest given load,
@@ -152,6 +166,7 @@ impl Preset {
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,
+                inject: None,
             },
             Preset::Seed => MatrixSpec {
                 contexts: [0, 16, 32, 64, 128, 248].map(Tokens::kibi).to_vec(),
@@ -164,6 +179,7 @@ impl Preset {
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,
+                inject: None,
             },
         }
     }

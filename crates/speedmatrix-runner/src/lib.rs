@@ -108,15 +108,16 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
-    Api, BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, PromptSharing,
-    RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, Target, TelemetryConfig, VllmInputs,
+    Api, BurstSpec, CapacityHints, InjectSpec, LoadMode, MatrixSpec, PrefillMode, Preset,
+    PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, Target, TelemetryConfig,
+    VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
-    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, KneePath, Latency, LoadOutcome,
-    LoadPoint, LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict, SloVerdict, StepId,
-    StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
+    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Interference, KneePath, Latency,
+    LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict,
+    SloVerdict, StepId, StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
 };
 pub use crate::plan::{
     CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT,
@@ -159,6 +160,13 @@ pub enum ConfigProblem {
         /// One step and why it is excluded.
         example: Option<(StepId, Exclusion)>,
     },
+    /// The interference probe's prompt does not fit the server's `max_model_len`.
+    InjectTooLong {
+        /// The probe's prompt plus its one output token.
+        tokens: Tokens,
+        /// The server's limit.
+        max_model_len: Tokens,
+    },
     /// The chat template's token overhead could not be measured.
     ChatOverheadUnknown {
         /// What the server said, when it failed; `None` when it reported no usage.
@@ -194,6 +202,13 @@ impl std::fmt::Display for ConfigProblem {
                     None => Ok(()),
                 }
             }
+            ConfigProblem::InjectTooLong {
+                tokens,
+                max_model_len,
+            } => write!(
+                f,
+                "the injected prompt and its token ({tokens}) exceed the server's max_model_len of {max_model_len}"
+            ),
             ConfigProblem::ChatOverheadUnknown { error: Some(e) } => {
                 write!(f, "could not measure the chat template's token overhead: {e}")
             }
@@ -510,6 +525,15 @@ pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
 }
 
 fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
+    if let (Some(inject), Some(limit)) = (config.matrix.inject, server.max_model_len) {
+        let tokens = Tokens::new(inject.tokens.get().saturating_add(1));
+        if tokens > limit {
+            return Err(RunError::InvalidConfig(ConfigProblem::InjectTooLong {
+                tokens,
+                max_model_len: limit,
+            }));
+        }
+    }
     let measured = measured_capacity(server);
     let limits = ServerLimits {
         max_num_seqs: None,

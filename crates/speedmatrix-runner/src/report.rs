@@ -381,6 +381,24 @@ fn measurements(w: &WindowResult) -> DecodeMeasurements {
             client_bound: l.is_client_bound(),
         }),
         telemetry: w.telemetry.clone(),
+        interference: w
+            .interference
+            .as_ref()
+            .map(|i| speedmatrix_report::Interference {
+                prompt_tokens: i.prompt_tokens,
+                ttft_alone_ms: i.ttft_alone.map(ms),
+                ttft_under_load_ms: i.ttft_under_load.map(ms),
+                tokens_per_s_before: i.rate_before,
+                tokens_per_s_during: i.rate_during,
+                tokens_per_s_after: i.rate_after,
+                itl_during_ms: i.itl_during.map(percentiles),
+                tokens_lost: i.tokens_lost,
+                stall_ms: ms(i.stall),
+                failure: i
+                    .failure
+                    .as_ref()
+                    .map(|f| format!("{}: {}", f.kind.as_str(), f.message)),
+            }),
     }
 }
 

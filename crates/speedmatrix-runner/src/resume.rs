@@ -180,6 +180,9 @@ pub struct ResumeKey {
     /// sustained window (absent in journals of sustained runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadKey>,
+    /// The interference probe's prompt length and settle time, when asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject: Option<String>,
 }
 
 /// What a burst or rate run measures, for [`ResumeKey`].
@@ -290,6 +293,9 @@ impl ResumeKey {
             max_tokens: m.max_tokens,
             min_tokens: config.send_min_tokens,
             load: LoadKey::of(m),
+            inject: m
+                .inject
+                .map(|i| format!("{} tokens, settle {:?}", i.tokens.get(), i.settle)),
         }
     }
 
@@ -462,6 +468,7 @@ mod tests {
             max_tokens: Tokens::new(256),
             min_tokens: false,
             load: None,
+            inject: None,
         }
     }
 

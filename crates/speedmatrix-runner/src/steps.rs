@@ -291,6 +291,22 @@ impl Session<'_> {
             tokenizer: &self.config.tokenizer,
             metrics_interval: self.config.telemetry.metrics_interval,
             block_tokens: self.block_tokens,
+            inject: match self.config.matrix.inject {
+                Some(inject) => {
+                    let cell_id = self.nonce.wrapping_add(2_000_000 + i as u64);
+                    let cold = |k: u64| {
+                        self.prompt(inject.tokens, CacheKey::unique(cell_id, k, 0))
+                            .map(|p| Arc::<str>::from(p.text))
+                    };
+                    Some(decode::CellInject {
+                        tokens: inject.tokens,
+                        alone: cold(0)?,
+                        loaded: cold(1)?,
+                        settle: inject.settle,
+                    })
+                }
+                None => None,
+            },
         };
         let result = match decode::run_cell(
             self.server,

@@ -187,6 +187,38 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
+/// The prefill–decode interference probe of a cell (docs/metrics.md,
+/// "Prefill under load").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Interference {
+    /// The injected prompt's length.
+    #[schemars(with = "u64")]
+    pub prompt_tokens: Tokens,
+    /// Its TTFT sent alone, before the streams, nothing cached, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_alone_ms: Option<f64>,
+    /// Its TTFT sent into the running streams, nothing cached, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_under_load_ms: Option<f64>,
+    /// The streams' total tok/s in the window before it.
+    pub tokens_per_s_before: f64,
+    /// Their total tok/s from its send to its first token.
+    pub tokens_per_s_during: f64,
+    /// Their total tok/s in the settle time after its first token.
+    pub tokens_per_s_after: f64,
+    /// Their time between tokens while it was prefilled, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_during_ms: Option<Percentiles>,
+    /// Output tokens the streams did not produce while it was prefilled.
+    pub tokens_lost: f64,
+    /// Those tokens as time at the before rate, milliseconds.
+    pub stall_ms: f64,
+    /// Why the probe has no figures, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
 /// Where output-token counts came from, from most to least exact.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
@@ -357,6 +389,10 @@ pub struct DecodeMeasurements {
     /// before schema version 4 and when the run gathered no telemetry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<super::CellTelemetry>,
+    /// One cold long prompt sent into the running streams after the window
+    /// (`--inject`): its TTFT alone and under load, the streams' stall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<Interference>,
 }
 
 /// The benchmark client's CPU use over a window, read from its process CPU clock.

@@ -13,8 +13,8 @@ mod load;
 mod telemetry;
 
 pub use self::cells::{
-    CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, MAX_PLAIN_UNCERTAINTY_PCT, Percentiles,
-    ServerCounter, TokenCount, TokenCountSource,
+    CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, Interference, MAX_PLAIN_UNCERTAINTY_PCT,
+    Percentiles, ServerCounter, TokenCount, TokenCountSource,
 };
 pub use self::load::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,

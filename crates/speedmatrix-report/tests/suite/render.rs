@@ -657,3 +657,40 @@ fn inconsistent_load_cells_are_refused() {
     );
     assert!(e.contains("is not the 15360 output tokens"), "{e}");
 }
+
+#[test]
+fn an_interference_probe_renders_as_prefill_under_load() {
+    let mut report = common::small();
+    let m = report.decode[0].measurements.as_mut().unwrap();
+    m.interference = Some(speedmatrix_report::Interference {
+        prompt_tokens: Tokens::kibi(32),
+        ttft_alone_ms: Some(2_100.0),
+        ttft_under_load_ms: Some(2_480.0),
+        tokens_per_s_before: 150.0,
+        tokens_per_s_during: 40.0,
+        tokens_per_s_after: 149.0,
+        itl_during_ms: None,
+        tokens_lost: 280.0,
+        stall_ms: 1_866.7,
+        failure: None,
+    });
+    let md = to_markdown(&report);
+    let rows = common::table(&md, "| Context | Concurrency | Injected prompt");
+    assert_eq!(rows.len(), 2, "one probed cell");
+    assert_eq!(rows[1][2], "32K");
+    assert_eq!(rows[1][4], "2,480 ms");
+    assert_eq!(rows[1][5], "150.0 / 40.0 / 149.0");
+    assert_eq!(
+        (rows[1][7].as_str(), rows[1][8].as_str()),
+        ("1,867 ms", "280")
+    );
+    let text = to_csv(&report);
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let col = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+    let first = &records[report.prefill.len()];
+    assert_eq!(&first[col("injected_prompt_tokens")], "32768");
+    assert_eq!(&first[col("injection_stall_ms")], "1866.7");
+    assert!(to_html(&report).contains("<h2>Prefill under load</h2>"));
+    report.validate().unwrap();
+}

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client_load::{ClientLoad, CpuReading, runtime_threads};
 use crate::observer::{Event, Phase};
 use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
-use crate::request::{Recorded, RequestShape};
+use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{CounterReading, Drain, EdgeReading, Server, read_counters};
 use crate::stop::StopSignal;
 use crate::telemetry::{CellWindow, RunTelemetry};
@@ -43,6 +43,26 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) metrics_interval: Duration,
     /// The server's KV block size, when it reports one.
     pub(crate) block_tokens: Option<u64>,
+    /// The interference probe: a cold long prompt after the window.
+    pub(crate) inject: Option<CellInject>,
+}
+
+/// The interference probe's two cold prompts (one sent alone, one into the
+/// streams) and how long the streams are watched after it.
+pub(crate) struct CellInject {
+    pub(crate) tokens: Tokens,
+    pub(crate) alone: Arc<str>,
+    pub(crate) loaded: Arc<str>,
+    pub(crate) settle: Duration,
+}
+
+/// What the probe recorded.
+pub(super) struct InjectRecord {
+    pub(super) tokens: Tokens,
+    pub(super) alone: Recorded,
+    pub(super) loaded: Recorded,
+    /// The end of the settle time after the loaded request.
+    pub(super) settle_end: Instant,
 }
 
 /// What a decode cell produced, besides its outcome.
@@ -93,6 +113,15 @@ pub(crate) async fn run_cell(
         out.first_warmup = first_warmup;
         return Ok(out);
     }
+
+    // The probe's prompt alone, before any stream: its TTFT on an idle server.
+    let alone = match &spec.inject {
+        Some(inject) => {
+            let shape = spec.shape.for_one_token();
+            Some(record_one(&server.client, &shape, &inject.alone, epoch, cancel, None).await)
+        }
+        None => None,
+    };
 
     phase(Phase::StartingStreams);
     // The cell's own requests look their prompts up as they start: the
@@ -163,6 +192,25 @@ pub(crate) async fn run_cell(
             );
         }
     }
+    // The probe: a cold long prompt into the running streams, then the settle time.
+    let inject = match (&spec.inject, alone) {
+        (Some(inject), Some(alone)) if window_opened && !cancel.is_cancelled() => {
+            let shape = spec.shape.for_one_token();
+            let loaded =
+                record_one(&server.client, &shape, &inject.loaded, epoch, cancel, None).await;
+            tokio::select! {
+                () = tokio::time::sleep(inject.settle) => {}
+                () = cancel.cancelled() => {}
+            }
+            Some(InjectRecord {
+                tokens: inject.tokens,
+                alone,
+                loaded,
+                settle_end: Instant::now(),
+            })
+        }
+        _ => None,
+    };
     stop.stop();
     let mut recorded: Vec<SlotRecord> = Vec::new();
     for t in tasks {
@@ -192,6 +240,7 @@ pub(crate) async fn run_cell(
         epoch,
         window_opened,
         queueing,
+        inject,
     };
     let mut outcome = cell
         .summarize(server, observer, cancel, window, recorded, &gauges, notices)

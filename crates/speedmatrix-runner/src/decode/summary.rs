@@ -12,12 +12,13 @@ use speedmatrix_metrics::{
 use tokio_util::sync::CancellationToken;
 
 use super::streams::SlotRecord;
-use super::{DecodeCellSpec, DecodeOutcome, failed};
+use super::{DecodeCellSpec, DecodeOutcome, InjectRecord, failed};
 use crate::Observer;
 use crate::estimate::{calibration_requests, tokenize_texts};
 use crate::observer::{Event, Phase};
 use crate::outcome::{
-    CellOutcome, Failure, FailureKind, Latency, Notice, StepStatus, TokenCounting, WindowResult,
+    CellOutcome, Failure, FailureKind, Interference, Latency, Notice, StepStatus, TokenCounting,
+    WindowResult,
 };
 use crate::request::Recorded;
 use crate::server::{Gauges, Server};
@@ -28,6 +29,7 @@ pub(super) struct Cell<'s, 'a> {
     pub(super) epoch: Instant,
     pub(super) window_opened: bool,
     pub(super) queueing: bool,
+    pub(super) inject: Option<InjectRecord>,
 }
 
 impl Cell<'_, '_> {
@@ -195,6 +197,10 @@ impl Cell<'_, '_> {
             client: None,
             telemetry: None,
             output_rate_series: m.output_rate_series.iter().map(|r| r.get()).collect(),
+            interference: self
+                .inject
+                .as_ref()
+                .map(|probe| interference(probe, recorded, m, self.epoch)),
         };
         DecodeOutcome {
             cell: CellOutcome {
@@ -207,6 +213,67 @@ impl Cell<'_, '_> {
             first_warmup: None,
             unexpected_content_type: None,
         }
+    }
+}
+
+/// The probe's figures from the streams' token curves: the window's rate
+/// before it, and the rates over its prefill and the settle time after.
+fn interference(
+    probe: &InjectRecord,
+    recorded: &[Recorded],
+    m: &WindowMetrics,
+    epoch: Instant,
+) -> Interference {
+    let ttft = |r: &Recorded| {
+        r.error
+            .is_none()
+            .then(|| speedmatrix_metrics::request_metrics(&r.timeline).ok()?.ttft)?
+    };
+    let failure = probe
+        .loaded
+        .error
+        .clone()
+        .or_else(|| probe.alone.error.clone());
+    let prompt_tokens = probe.tokens;
+    let rate_before = m.total_output_rate.get();
+    let sent = probe.loaded.timeline.sent_at;
+    let first = ttft(&probe.loaded).and_then(|d| sent.checked_add(d));
+    let streams: Vec<&Recorded> = recorded.iter().collect();
+    let over = |from: Timestamp, to: Timestamp| {
+        let w = Window::new(from, to.saturating_since(from)).ok()?;
+        window_metrics(&streams, w).ok()
+    };
+    let settle_end = Timestamp::from_instant(epoch, probe.settle_end);
+    let during = first.and_then(|f| over(sent, f));
+    let after = first.and_then(|f| over(f, settle_end));
+    let during_s = first.map_or(0.0, |f| f.saturating_since(sent).as_secs_f64());
+    let produced = during
+        .as_ref()
+        .map_or(0.0, |d| d.total_output_rate.get() * during_s);
+    let tokens_lost = (rate_before * during_s - produced).max(0.0);
+    let stall = if rate_before > 0.0 {
+        Duration::from_secs_f64(tokens_lost / rate_before)
+    } else {
+        Duration::ZERO
+    };
+    Interference {
+        prompt_tokens,
+        ttft_alone: ttft(&probe.alone),
+        ttft_under_load: ttft(&probe.loaded),
+        rate_before,
+        rate_during: during.as_ref().map_or(0.0, |d| d.total_output_rate.get()),
+        rate_after: after.as_ref().map_or(0.0, |a| a.total_output_rate.get()),
+        itl_during: during
+            .as_ref()
+            .and_then(|d| d.time_between_tokens)
+            .map(|s| Latency {
+                p50: s.p50,
+                p90: s.p90,
+                p99: s.p99,
+            }),
+        tokens_lost,
+        stall,
+        failure,
     }
 }
 

@@ -245,6 +245,15 @@ pub(crate) struct Args {
     /// journaled cell. Needs --slo and --mode burst or rate.
     #[arg(long, help_heading = "Load modes")]
     pub(crate) search: bool,
+    /// Sustained mode: after each cell's window, send one cold prompt of this many tokens
+    /// (max_tokens 1) into the running streams, e.g. 32k: its TTFT alone and under load, and
+    /// the streams' tok/s before, during and after it, their stall and the tokens they lost
+    /// (the seed tool's mixed-prefill phase).
+    #[arg(long, value_name = "TOKENS", help_heading = "Load modes")]
+    pub(crate) inject: Option<Tokens>,
+    /// How long the streams are watched after the injected prompt's first token.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s", help_heading = "Load modes")]
+    pub(crate) inject_settle: Duration,
     /// At most this many cells per context's search.
     #[arg(
         long,

@@ -3,8 +3,8 @@
 
 use speedmatrix_report::{ClientSetup, LocalServer};
 use speedmatrix_runner::{
-    BurstSpec, CapacityHints, LoadMode, MatrixSpec, PrefillMode, Preset, RateLength, RateSpec,
-    RunLabels, SearchSpec,
+    BurstSpec, CapacityHints, InjectSpec, LoadMode, MatrixSpec, PrefillMode, Preset, RateLength,
+    RateSpec, RunLabels, SearchSpec,
 };
 use speedmatrix_workload::ArrivalProcess;
 
@@ -47,6 +47,24 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
     }
     m.load = load_mode(args, m.duration)?;
     m.slo = args.slo.clone();
+    if let Some(tokens) = args.inject {
+        if args.mode != ModeArg::Sustained {
+            return Err(UsageError(
+                "--inject probes sustained-decode cells: drop --mode or use --mode sustained"
+                    .into(),
+            ));
+        }
+        if tokens.get() == 0 || args.inject_settle.is_zero() {
+            return Err(UsageError(
+                "--inject needs a positive prompt length and --inject-settle a positive time"
+                    .into(),
+            ));
+        }
+        m.inject = Some(InjectSpec {
+            tokens,
+            settle: args.inject_settle,
+        });
+    }
     if args.search {
         if args.slo.is_none() || args.mode == ModeArg::Sustained {
             return Err(UsageError(

@@ -66,6 +66,7 @@ pub(crate) fn config_problem(p: &ConfigProblem) -> String {
         ConfigProblem::NothingCanRun { .. } => format!(
             "{p}; lower --contexts, --prefill-contexts or --max-tokens"
         ),
+        ConfigProblem::InjectTooLong { .. } => format!("{p}; lower --inject"),
         ConfigProblem::ChatOverheadUnknown { error: Some(_) } => p.to_string(),
         ConfigProblem::ChatOverheadUnknown { error: None } => format!("{p}; use --api completions"),
         _ => p.to_string(),
