@@ -365,3 +365,51 @@ fn an_injected_prompt_stalls_the_streams_as_long_as_the_cost_model_prefills_it()
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Prefill under load"), "{md}");
 }
+
+#[test]
+fn a_shared_prefix_gives_the_hit_rate_it_intends_on_the_servers_counters() {
+    let dir = temp_dir("load-prefix");
+    let (_, profile) = test_profile(&dir);
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    // 200 shared tokens of 512: 12 whole 16-token blocks hit, 192 of 512.
+    let output = run_url(&sim.url)
+        .args([
+            "--mode",
+            "burst",
+            "--requests",
+            "4",
+            "--shared-prefix",
+            "200",
+        ])
+        .args([
+            "--contexts",
+            "512",
+            "--max-tokens",
+            "16",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args(["--telemetry", "off", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let m = load_of(&out).cells[0].measurements.clone().unwrap();
+    assert_eq!(m.shared_prefix_tokens.map(|t| t.get()), Some(200));
+    assert_eq!(m.prefix_cache_intended_pct, Some(192.0 / 512.0 * 100.0));
+    assert_eq!(
+        m.prefix_cache_measured_pct, m.prefix_cache_intended_pct,
+        "the simulator caches as vLLM does"
+    );
+    assert!(
+        bin()
+            .args(["run", "--quiet", "--dry-run", "--shared-prefix", "50%"])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            == Some(2),
+        "sustained cells use --prompt-sharing"
+    );
+}

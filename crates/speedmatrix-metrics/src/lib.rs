@@ -87,7 +87,9 @@ pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};
 pub use crate::tokens::{EstimateMethod, TokenSource};
-pub use crate::verdict::{CellSignals, VerdictKind, VerdictRules, intended_hit_rate, verdicts};
+pub use crate::verdict::{
+    CellSignals, VerdictKind, VerdictRules, intended_hit_rate, intended_prefix_hit_rate, verdicts,
+};
 pub use crate::window::{
     GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, series_bins,
     window_metrics,

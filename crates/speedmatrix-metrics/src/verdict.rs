@@ -127,11 +127,29 @@ pub fn verdicts(signals: &CellSignals, rules: &VerdictRules) -> Vec<VerdictKind>
 /// cache of `block_tokens`-token blocks: every full block hits, the partial
 /// last block (and the token that must be computed) does not.
 pub fn intended_hit_rate(prompt_tokens: u64, block_tokens: u64) -> Option<f64> {
+    intended_prefix_hit_rate(prompt_tokens, prompt_tokens, block_tokens)
+}
+
+/// The hit rate a prompt of `prompt_tokens` whose first `shared_tokens` are
+/// already cached should get: the full blocks of the shared part, never the
+/// prompt's last token (vLLM computes at least one).
+///
+/// ```
+/// use speedmatrix_metrics::intended_prefix_hit_rate;
+/// assert_eq!(intended_prefix_hit_rate(512, 256, 16), Some(0.5));
+/// assert_eq!(intended_prefix_hit_rate(512, 200, 16), Some(192.0 / 512.0));
+/// assert_eq!(intended_prefix_hit_rate(512, 512, 16), Some(496.0 / 512.0));
+/// ```
+pub fn intended_prefix_hit_rate(
+    prompt_tokens: u64,
+    shared_tokens: u64,
+    block_tokens: u64,
+) -> Option<f64> {
     if prompt_tokens == 0 || block_tokens == 0 {
         return None;
     }
-    // vLLM never serves the whole prompt from cache: the last token is computed.
-    let cacheable = prompt_tokens.saturating_sub(1) / block_tokens * block_tokens;
+    let cacheable =
+        shared_tokens.min(prompt_tokens.saturating_sub(1)) / block_tokens * block_tokens;
     Some(cacheable as f64 / prompt_tokens as f64)
 }
 

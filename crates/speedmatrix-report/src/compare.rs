@@ -65,6 +65,10 @@ pub enum Phase {
     Prefill,
     /// A sustained-decode cell (throughput is total output tok/s).
     Decode,
+    /// A burst cell (throughput is output tok/s over the burst; TTFT from its start).
+    Burst,
+    /// An open-loop rate cell (TTFT from each request's intended send time).
+    Rate,
 }
 
 /// One number in A and in B.
@@ -109,8 +113,10 @@ pub struct CellComparison {
     pub phase: Phase,
     /// Context length.
     pub context: Tokens,
-    /// Simultaneous requests (1 for prefill).
+    /// Simultaneous requests (1 for prefill; a burst's size; 1 for a rate cell).
     pub concurrency: Concurrency,
+    /// A rate cell's intended requests per second.
+    pub rate_per_s: Option<f64>,
     /// Throughput (prompt tok/s for prefill, total tok/s for decode) when both measured it.
     pub tokens_per_s: Option<Pair>,
     /// TTFT in milliseconds (median for decode) when both measured it.
@@ -198,9 +204,14 @@ fn row_cells(cell: &CellComparison) -> Vec<String> {
         match cell.phase {
             Phase::Prefill => "Prefill".to_owned(),
             Phase::Decode => "Sustained decode".to_owned(),
+            Phase::Burst => "Burst".to_owned(),
+            Phase::Rate => "Open-loop rate".to_owned(),
         },
         cell.context.to_string(),
-        cell.concurrency.to_string(),
+        match cell.rate_per_s {
+            Some(r) => format!("{r}/s"),
+            None => cell.concurrency.to_string(),
+        },
         side(cell.tokens_per_s, format::tokens_per_s, true),
         side(cell.tokens_per_s, format::tokens_per_s, false),
         ratio(cell.tokens_per_s),
@@ -251,10 +262,56 @@ pub fn compare(a: &Report, b: &Report, threshold: Threshold) -> Comparison {
         };
         cells.push(judge(Phase::Decode, ctx, n, side(a), side(b), threshold));
     }
+    compare_load(a, b, threshold, &mut cells);
     Comparison {
         threshold,
         cells,
         differences: differences(a, b),
+    }
+}
+
+/// The burst or rate cells of two runs, matched by context and load (a
+/// burst's size, a rate), compared on output tok/s and median TTFT.
+fn compare_load(a: &Report, b: &Report, threshold: Threshold, cells: &mut Vec<CellComparison>) {
+    let load = |r: &Report| r.load.as_ref().map(|l| l.cells.clone()).unwrap_or_default();
+    let (la, lb) = (load(a), load(b));
+    // Rates as thousandths, so that they can key a match exactly.
+    let key = |c: &crate::model::LoadCell| {
+        (
+            c.context,
+            c.requests,
+            c.rate_per_s.map(|r| (r * 1e3).round() as u64),
+        )
+    };
+    let mut keys: Vec<_> = la.iter().map(key).collect();
+    for k in lb.iter().map(key) {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for k in keys {
+        let side = |cells: &[crate::model::LoadCell]| {
+            cells.iter().find(|c| key(c) == k).map(|c| {
+                let m = c.measurements.as_ref();
+                Side::new(
+                    &c.status,
+                    m.map(|m| m.output_tokens_per_s),
+                    m.and_then(|m| m.ttft_ms.map(|p| p.p50)),
+                )
+            })
+        };
+        let (context, requests, milli) = k;
+        let phase = if milli.is_some() {
+            Phase::Rate
+        } else {
+            Phase::Burst
+        };
+        let n = requests
+            .and_then(|n| Concurrency::new(u32::try_from(n).unwrap_or(u32::MAX)))
+            .unwrap_or(Concurrency::ONE);
+        let mut row = judge(phase, context, n, side(&la), side(&lb), threshold);
+        row.rate_per_s = milli.map(|m| m as f64 / 1e3);
+        cells.push(row);
     }
 }
 
@@ -287,6 +344,7 @@ fn judge(
         phase,
         context,
         concurrency,
+        rate_per_s: None,
         tokens_per_s: None,
         ttft_ms: None,
         verdict: Verdict::Within,

@@ -77,7 +77,18 @@ pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
     if load.slo.is_some() {
         c.extend(["SLO", "Goodput"]);
     }
+    if shares_prefix(load) {
+        c.push("Prefix-cache hits intended / measured");
+    }
     c
+}
+
+fn shares_prefix(load: &LoadRun) -> bool {
+    load.cells.iter().any(|c| {
+        c.measurements
+            .as_ref()
+            .is_some_and(|m| m.shared_prefix_tokens.is_some())
+    })
 }
 
 fn pair(p: Option<&Percentiles>) -> String {
@@ -167,6 +178,17 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
             None => row.extend([dash(), dash()]),
         }
     }
+    if shares_prefix(load) {
+        let pct = |v: Option<f64>| v.map_or_else(dash, |v| format!("{v:.1} %"));
+        row.push(match m.shared_prefix_tokens {
+            Some(t) => format!(
+                "{} / {} ({t} shared)",
+                pct(m.prefix_cache_intended_pct),
+                pct(m.prefix_cache_measured_pct)
+            ),
+            None => dash(),
+        });
+    }
     row
 }
 
@@ -184,6 +206,14 @@ pub(crate) fn note(load: &LoadRun) -> String {
             " Sent req/s is the requests sent over the time to the last send, meant req/s the \
              schedule's; send lag is actual minus intended send time. Requests still running \
              when the cell's drain time ran out were cancelled and are counted as unfinished.",
+        );
+    }
+    if shares_prefix(load) {
+        s.push_str(
+            " Every request's prompt began with the cell's shared prefix, cached by one request \
+             sent before the cell: the intended hit rate is the prefix's full KV blocks over \
+             the prompt (never its last token), the measured one the server's prefix-cache \
+             hits over lookups across the cell (counter differences).",
         );
     }
     if load.slo.is_some() {

@@ -56,10 +56,34 @@ pub struct MatrixSpec {
     /// Search each context for the highest load that meets `slo`, instead of
     /// measuring every given load (burst and rate modes).
     pub search: Option<SearchSpec>,
+    /// In burst and rate cells, every request's prompt begins with this
+    /// shared prefix (warmed once before the cell); the rest is its own.
+    pub shared_prefix: Option<SharedPrefix>,
     /// After each sustained-decode window, one cold long prompt sent into
     /// the running streams: its TTFT alone and under load, and the streams'
     /// stall (sustained mode).
     pub inject: Option<InjectSpec>,
+}
+
+/// How much of each prompt a load cell's requests share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SharedPrefix {
+    /// This share of the prompt, 0–1.
+    Share(f64),
+    /// This many tokens (at most the prompt).
+    Tokens(Tokens),
+}
+
+impl SharedPrefix {
+    /// The shared tokens of a prompt of `prompt` tokens.
+    pub fn tokens_of(self, prompt: Tokens) -> Tokens {
+        match self {
+            SharedPrefix::Share(s) => {
+                Tokens::new((prompt.get() as f64 * s.clamp(0.0, 1.0)).round() as u64)
+            }
+            SharedPrefix::Tokens(t) => t.min(prompt),
+        }
+    }
 }
 
 /// The prefill–decode interference probe of each sustained-decode cell.
@@ -166,6 +190,7 @@ impl Preset {
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,
+                shared_prefix: None,
                 inject: None,
             },
             Preset::Seed => MatrixSpec {
@@ -179,6 +204,7 @@ impl Preset {
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,
+                shared_prefix: None,
                 inject: None,
             },
         }

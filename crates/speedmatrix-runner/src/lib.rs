@@ -109,15 +109,16 @@ use tokio_util::sync::CancellationToken;
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, BurstSpec, CapacityHints, InjectSpec, LoadMode, MatrixSpec, PrefillMode, Preset,
-    PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, Target, TelemetryConfig,
-    VllmInputs,
+    PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, SharedPrefix, Target,
+    TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
     CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Interference, KneePath, Latency,
-    LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, SkipReason, SloTermVerdict,
-    SloVerdict, StepId, StepStatus, StopReason, TokenCounting, TooLong, WindowResult,
+    LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, PrefixCacheCheck, SkipReason,
+    SloTermVerdict, SloVerdict, StepId, StepStatus, StopReason, TokenCounting, TooLong,
+    WindowResult,
 };
 pub use crate::plan::{
     CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT,

@@ -22,12 +22,13 @@ use tokio_util::sync::CancellationToken;
 use crate::estimate::tokenize_texts;
 use crate::observer::{Event, Phase};
 use crate::outcome::{
-    Failure, FailureKind, Latency, LoadOutcome, LoadPoint, LoadResult, Notice, SloTermVerdict,
-    SloVerdict, StepId, StepStatus,
+    Failure, FailureKind, Latency, LoadOutcome, LoadPoint, LoadResult, Notice, PrefixCacheCheck,
+    SloTermVerdict, SloVerdict, StepId, StepStatus,
 };
 use crate::request::{Recorded, RequestShape, record_one};
-use crate::server::Server;
+use crate::server::{Server, read_counters};
 use crate::{Observer, RunError};
+use speedmatrix_engines::CounterDeltas;
 
 /// Inputs of one load cell.
 pub(crate) struct LoadCellSpec<'a> {
@@ -45,6 +46,16 @@ pub(crate) struct LoadCellSpec<'a> {
     pub(crate) warm_cache: bool,
     pub(crate) slo: Option<&'a Slo>,
     pub(crate) tokenizer: &'a speedmatrix_workload::Tokenizer,
+    /// With a shared prefix: a prompt that starts with it, sent once before
+    /// the cell, the prefix's length, and the hit rate it should give.
+    pub(crate) prefix: Option<PrefixWarm>,
+}
+
+/// The shared prefix of a cell and the request that caches it.
+pub(crate) struct PrefixWarm {
+    pub(crate) prompt: Arc<str>,
+    pub(crate) shared_tokens: Tokens,
+    pub(crate) intended_hit_rate: Option<f64>,
 }
 
 /// Counts requests in flight and the most at once.
@@ -84,9 +95,22 @@ pub(crate) async fn run_load_cell(
             return Ok(outcome(&spec, failed_status(failure, 0), None, Vec::new()));
         }
     }
+    if let Some(prefix) = &spec.prefix {
+        phase(Phase::WarmingCache);
+        let shape = spec.shape.for_one_token();
+        let r = record_one(&server.client, &shape, &prefix.prompt, epoch, cancel, None).await;
+        if let Some(failure) = r.error {
+            return Ok(outcome(&spec, failed_status(failure, 0), None, Vec::new()));
+        }
+    }
     if cancel.is_cancelled() {
         return Err(RunError::Cancelled);
     }
+    // The prefix cache is judged on the cell's own requests: read before them.
+    let counters_before = match (&spec.prefix, server.has_metrics()) {
+        (Some(_), true) => read_counters(server.client.clone()).await,
+        _ => None,
+    };
     phase(Phase::Measuring);
     let stop = CancellationToken::new();
     let in_flight = Arc::new(InFlight::default());
@@ -147,17 +171,37 @@ pub(crate) async fn run_load_cell(
             }
         }
     }
-    let intended_span = spec.schedule.last().copied().unwrap_or_default();
-    summarize(
-        &spec,
+    let counters_after = match counters_before {
+        Some(_) => read_counters(server.client.clone()).await,
+        None => None,
+    };
+    let prefix_cache = spec.prefix.as_ref().map(|p| PrefixCacheCheck {
+        shared_tokens: p.shared_tokens,
+        intended_hit_rate: p.intended_hit_rate,
+        measured_hit_rate: counters_before.zip(counters_after).and_then(|(a, b)| {
+            CounterDeltas::between(&a.counters, &b.counters).prefix_cache_hit_rate()
+        }),
+    });
+    let run = CellRun {
         epoch,
         start,
         last_send_at,
-        intended_span,
-        recorded,
-        in_flight.most.load(Ordering::SeqCst),
-    )
-    .await
+        intended_span: spec.schedule.last().copied().unwrap_or_default(),
+        max_in_flight: in_flight.most.load(Ordering::SeqCst),
+        prefix_cache,
+    };
+    summarize(&spec, &run, recorded).await
+}
+
+/// What the cell's sending and draining told, beside its requests.
+struct CellRun {
+    epoch: Instant,
+    start: Instant,
+    last_send_at: Instant,
+    /// The last intended send time, from the start.
+    intended_span: Duration,
+    max_in_flight: u64,
+    prefix_cache: Option<PrefixCacheCheck>,
 }
 
 /// Sends every prompt once with `max_tokens` 1, eight at a time.
@@ -191,13 +235,10 @@ async fn warm(
 
 async fn summarize(
     spec: &LoadCellSpec<'_>,
-    epoch: Instant,
-    start: Instant,
-    last_send_at: Instant,
-    intended_span: Duration,
+    run: &CellRun,
     recorded: Vec<(Instant, Recorded)>,
-    max_in_flight: u64,
 ) -> Result<LoadOutcome, RunError> {
+    let epoch = run.epoch;
     let mut notices = Vec::new();
     let (intended, records): (Vec<Instant>, Vec<Recorded>) = recorded.into_iter().unzip();
     let records = tokenize_texts(spec.tokenizer, records).await;
@@ -264,18 +305,19 @@ async fn summarize(
         },
         None => StepStatus::Measured,
     };
-    let sent_span = last_send_at.saturating_duration_since(start);
+    let sent_span = run.last_send_at.saturating_duration_since(run.start);
     let rate_cell = matches!(spec.point, LoadPoint::Rate { .. });
-    let result = result_of(
+    let mut result = result_of(
         &m,
         rate_cell
-            .then(|| rate(spec.schedule.len(), intended_span))
+            .then(|| rate(spec.schedule.len(), run.intended_span))
             .flatten(),
         rate_cell
             .then(|| rate(m.sent as usize, sent_span))
             .flatten(),
-        max_in_flight,
+        run.max_in_flight,
     );
+    result.prefix_cache = run.prefix_cache;
     Ok(outcome(spec, status, Some(result), notices))
 }
 
@@ -362,5 +404,6 @@ fn result_of(
                 })
                 .collect(),
         }),
+        prefix_cache: None,
     }
 }

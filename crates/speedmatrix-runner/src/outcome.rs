@@ -392,6 +392,21 @@ pub struct LoadResult {
     pub token_source: Option<TokenSource>,
     /// The objective's verdict, when one was given.
     pub slo: Option<SloVerdict>,
+    /// With a shared prefix: the hit rate it should give and the server's.
+    #[serde(default)]
+    pub prefix_cache: Option<PrefixCacheCheck>,
+}
+
+/// A shared-prefix cell's prefix cache: intended against measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PrefixCacheCheck {
+    /// The prompt tokens every request shares.
+    pub shared_tokens: Tokens,
+    /// The hit rate the prefix should give (its full KV blocks, never the
+    /// prompt's last token), when the block size is known.
+    pub intended_hit_rate: Option<f64>,
+    /// Prefix-cache hits ÷ lookups over the cell, from the server's counters.
+    pub measured_hit_rate: Option<f64>,
 }
 
 /// A load cell against the objective.

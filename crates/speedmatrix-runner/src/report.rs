@@ -193,6 +193,15 @@ pub fn load_cell(c: &LoadOutcome) -> LoadCell {
             tpot_ms: r.tpot.map(percentiles),
             send_lag_ms: r.send_lag.map(percentiles),
             token_count_source: r.token_source.map(source),
+            shared_prefix_tokens: r.prefix_cache.map(|p| p.shared_tokens),
+            prefix_cache_intended_pct: r
+                .prefix_cache
+                .and_then(|p| p.intended_hit_rate)
+                .map(|h| h * 100.0),
+            prefix_cache_measured_pct: r
+                .prefix_cache
+                .and_then(|p| p.measured_hit_rate)
+                .map(|h| h * 100.0),
             slo: r.slo.as_ref().map(|v| SloResult {
                 met: v.met,
                 attainment_pct: if v.requests > 0 {

@@ -200,6 +200,9 @@ pub struct LoadKey {
     pub schedule: Option<String>,
     /// The objective, as written.
     pub slo: Option<String>,
+    /// The shared prefix, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<String>,
 }
 
 impl LoadKey {
@@ -219,6 +222,7 @@ impl LoadKey {
                 warm_cache: b.warm_cache,
                 schedule: None,
                 slo,
+                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
             }),
             LoadMode::Rate(r) => Some(LoadKey {
                 mode: "rate".into(),
@@ -234,6 +238,7 @@ impl LoadKey {
                     r.arrival, r.seed, r.length, r.drain
                 )),
                 slo,
+                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
             }),
         }
     }

@@ -482,19 +482,41 @@ impl Session<'_> {
         });
         let len = prompt_len(planned.context);
         let cell_id = self.nonce.wrapping_add(1_000_000 + i as u64);
-        let prompts = match self.config.prompt_sharing {
-            PromptSharing::Unique => (0..schedule.len() as u64)
+        let shared = m.shared_prefix.map(|s| s.tokens_of(len));
+        let prefix = match shared {
+            Some(shared) => Some(crate::load::PrefixWarm {
+                // A prompt of the cell's own prefix and a suffix no request has.
+                prompt: self
+                    .prompt(len, CacheKey::shared_prefix(cell_id, shared, u64::MAX, 0))?
+                    .text
+                    .into(),
+                shared_tokens: shared,
+                intended_hit_rate: self.block_tokens.and_then(|b| {
+                    speedmatrix_metrics::intended_prefix_hit_rate(len.get(), shared.get(), b)
+                }),
+            }),
+            None => None,
+        };
+        let prompts = match (self.config.prompt_sharing, shared) {
+            (_, Some(shared)) => (0..schedule.len() as u64)
+                .map(|k| {
+                    self.prompt(len, CacheKey::shared_prefix(cell_id, shared, k, 0))
+                        .map(|p| Arc::<str>::from(p.text))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            (PromptSharing::Unique, None) => (0..schedule.len() as u64)
                 .map(|k| {
                     self.prompt(len, CacheKey::unique(cell_id, k, 0))
                         .map(|p| Arc::<str>::from(p.text))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            PromptSharing::Shared => {
+            (PromptSharing::Shared, None) => {
                 let p: Arc<str> = self.prompt(len, CacheKey::shared(cell_id))?.text.into();
                 vec![p; schedule.len()]
             }
         };
         let spec = crate::load::LoadCellSpec {
+            prefix,
             step,
             context: planned.context,
             point: planned.point,

@@ -47,6 +47,7 @@ fn config(target: Target) -> RunConfig {
             load: Default::default(),
             slo: None,
             search: None,
+            shared_prefix: None,
             inject: None,
         },
         prompt_sharing: PromptSharing::Unique,

@@ -150,6 +150,17 @@ pub struct LoadMeasurements {
     /// How the cell fared against the objective, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<SloResult>,
+    /// The prompt tokens every request shared (`--shared-prefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<u64>")]
+    pub shared_prefix_tokens: Option<Tokens>,
+    /// The prefix-cache hit rate the shared prefix should give (its full KV
+    /// blocks, never a prompt's last token), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_intended_pct: Option<f64>,
+    /// The server's hit rate over the cell (its counters' differences), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_measured_pct: Option<f64>,
 }
 
 /// A cell against the run's objective.

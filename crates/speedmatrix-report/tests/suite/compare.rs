@@ -174,3 +174,76 @@ fn thresholds_parse_as_percentages() {
         assert!(err.contains("percentage such as 5%"), "{bad}: {err}");
     }
 }
+
+/// A burst run of two cells at 1K (4 and 16 requests).
+fn burst_run() -> Report {
+    use speedmatrix_report::{LoadCell, LoadMeasurements, LoadRun, Percentiles};
+    let mut r = common::small();
+    r.decode.clear();
+    r.run.concurrencies.clear();
+    r.run.contexts = vec![Tokens::kibi(1)];
+    let cell = |n: u64, tps: f64, ttft: f64| LoadCell {
+        context: Tokens::kibi(1),
+        requests: Some(n),
+        rate_per_s: None,
+        status: CellStatus::Valid,
+        measurements: Some(LoadMeasurements {
+            sent: n,
+            completed: n,
+            failed: 0,
+            unfinished: 0,
+            duration_s: 10.0,
+            intended_rate_per_s: None,
+            achieved_rate_per_s: None,
+            max_in_flight: n,
+            output_tokens: Tokens::new((tps * 10.0) as u64),
+            output_tokens_per_s: tps,
+            ttft_ms: Some(Percentiles {
+                p50: ttft,
+                p90: ttft,
+                p99: ttft,
+            }),
+            e2e_ms: None,
+            itl_ms: None,
+            tpot_ms: None,
+            send_lag_ms: None,
+            token_count_source: None,
+            slo: None,
+            shared_prefix_tokens: None,
+            prefix_cache_intended_pct: None,
+            prefix_cache_measured_pct: None,
+        }),
+    };
+    r.load = Some(LoadRun {
+        mode: "burst".into(),
+        arrival: None,
+        max_in_flight: None,
+        slo: None,
+        cells: vec![cell(4, 400.0, 100.0), cell(16, 1_200.0, 300.0)],
+        searches: Vec::new(),
+    });
+    r.validate().unwrap();
+    r
+}
+
+#[test]
+fn bursts_compare_by_size_on_output_rate_and_ttft() {
+    let a = burst_run();
+    let mut b = burst_run();
+    let cells = &mut b.load.as_mut().unwrap().cells;
+    cells[1].measurements.as_mut().unwrap().ttft_ms = Some(speedmatrix_report::Percentiles {
+        p50: 450.0,
+        p90: 450.0,
+        p99: 450.0,
+    });
+    let c = compare(&a, &b, Threshold::DEFAULT);
+    let bursts: Vec<_> = c.cells.iter().filter(|r| r.phase == Phase::Burst).collect();
+    assert_eq!(bursts.len(), 2);
+    assert_eq!(bursts[0].verdict, Verdict::Within);
+    assert!(matches!(&bursts[1].verdict, Verdict::Regressed { why } if why.contains("TTFT")));
+    assert!(
+        c.to_markdown().contains("| Burst | 1K | 16 |"),
+        "{}",
+        c.to_markdown()
+    );
+}

@@ -561,6 +561,9 @@ fn with_load() -> speedmatrix_report::Report {
                     tpot_ms: Some(p(10.1, 12.0)),
                     send_lag_ms: Some(p(0.4, 3.2)),
                     token_count_source: Some(speedmatrix_report::TokenCountSource::UsagePerChunk),
+                    shared_prefix_tokens: None,
+                    prefix_cache_intended_pct: None,
+                    prefix_cache_measured_pct: None,
                     slo: Some(SloResult {
                         met: false,
                         attainment_pct: 95.0,

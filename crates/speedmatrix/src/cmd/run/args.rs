@@ -245,6 +245,12 @@ pub(crate) struct Args {
     /// journaled cell. Needs --slo and --mode burst or rate.
     #[arg(long, help_heading = "Load modes")]
     pub(crate) search: bool,
+    /// Burst and rate modes: every request's prompt begins with a prefix shared by the cell's
+    /// requests, a share of the prompt (50%) or a number of tokens (2k), cached by one request
+    /// sent before the cell; each cell reports the hit rate that should give beside the
+    /// server's own (its counters over the cell).
+    #[arg(long, value_name = "PCT|TOKENS", value_parser = parse_shared_prefix, help_heading = "Load modes")]
+    pub(crate) shared_prefix: Option<speedmatrix_runner::SharedPrefix>,
     /// Sustained mode: after each cell's window, send one cold prompt of this many tokens
     /// (max_tokens 1) into the running streams, e.g. 32k: its TTFT alone and under load, and
     /// the streams' tok/s before, during and after it, their stall and the tokens they lost
@@ -306,6 +312,17 @@ stopped early (Ctrl-C, server gone) and the partial report was written, or every
 2 bad input (nothing is written).
 
 Requests answered 429 or 503 are retried up to 3 times after the server's Retry-After.";
+
+/// `50%` as a share of the prompt, else a number of tokens (`2k`).
+fn parse_shared_prefix(s: &str) -> Result<speedmatrix_runner::SharedPrefix, String> {
+    if s.trim().ends_with('%') {
+        let share = parse_percent(s)?;
+        return Ok(speedmatrix_runner::SharedPrefix::Share(share));
+    }
+    s.parse::<Tokens>()
+        .map(speedmatrix_runner::SharedPrefix::Tokens)
+        .map_err(|e| format!("{e}; or a share of the prompt such as 50%"))
+}
 
 /// `5%` or `5` as the share 0.05.
 fn parse_percent(s: &str) -> Result<f64, String> {

@@ -47,6 +47,20 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
     }
     m.load = load_mode(args, m.duration)?;
     m.slo = args.slo.clone();
+    if let Some(prefix) = args.shared_prefix {
+        if args.mode == ModeArg::Sustained {
+            return Err(UsageError(
+                "--shared-prefix shapes burst and rate prompts: add --mode burst or --mode rate (sustained cells use --prompt-sharing)".into(),
+            ));
+        }
+        if args.prompt_sharing == speedmatrix_units::PromptSharing::Shared {
+            return Err(UsageError(
+                "--shared-prefix and --prompt-sharing shared contradict each other: pick one"
+                    .into(),
+            ));
+        }
+        m.shared_prefix = Some(prefix);
+    }
     if let Some(tokens) = args.inject {
         if args.mode != ModeArg::Sustained {
             return Err(UsageError(
