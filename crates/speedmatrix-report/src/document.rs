@@ -210,10 +210,10 @@ impl Report {
         let Some(load) = &self.load else {
             return;
         };
-        if !matches!(load.mode.as_str(), "burst" | "rate") {
+        if !matches!(load.mode.as_str(), "burst" | "rate" | "conversation") {
             problems.push(
                 "load.mode",
-                format!("`{}` is neither burst nor rate", load.mode),
+                format!("`{}` is not burst, rate or conversation", load.mode),
             );
         }
         if !self.run.concurrencies.is_empty() {
@@ -231,7 +231,9 @@ impl Report {
                 );
             }
             let point_ok = match load.mode.as_str() {
-                "burst" => cell.requests.is_some_and(|n| n > 0) && cell.rate_per_s.is_none(),
+                "burst" | "conversation" => {
+                    cell.requests.is_some_and(|n| n > 0) && cell.rate_per_s.is_none()
+                }
                 _ => {
                     cell.requests.is_none()
                         && cell.rate_per_s.is_some_and(|r| r.is_finite() && r > 0.0)

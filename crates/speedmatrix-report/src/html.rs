@@ -151,6 +151,15 @@ fn tables(out: &mut String, report: &Report) {
             "</div>\n<p class=\"caption\">{}</p>",
             esc(&load_page::note(run))
         );
+        if let Some((header, rows)) = load_page::turn_table(run) {
+            out.push_str("<h3>TTFT by turn</h3>\n");
+            let header: Vec<&str> = header.iter().map(String::as_str).collect();
+            let rows: Vec<Vec<Cell>> = rows
+                .into_iter()
+                .map(|r| r.into_iter().map(Cell::text).collect())
+                .collect();
+            table_body(out, &header, &rows);
+        }
         let searches = load_page::searches(run);
         if !searches.is_empty() {
             out.push_str("<h3>Knee search</h3>\n<ul class=\"notes\">\n");

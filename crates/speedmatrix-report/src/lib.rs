@@ -114,5 +114,5 @@ pub use crate::model::{
 };
 pub use crate::model::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
-    SloTermResult,
+    SloTermResult, TurnStats,
 };

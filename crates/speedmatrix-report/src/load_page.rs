@@ -9,6 +9,7 @@ use crate::page;
 pub(crate) fn title(load: &LoadRun) -> &'static str {
     match load.mode.as_str() {
         "rate" => "Open-loop request rates",
+        "conversation" => "Multi-turn conversations",
         _ => "Bursts",
     }
 }
@@ -35,6 +36,12 @@ pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
             };
             facts.push(("Each cell", length));
         }
+        ("conversation", _) => facts.push((
+            "Each cell",
+            "runs its conversations at once, each turn's prompt the last one's, its answer and a \
+             new question; a conversation's turns follow each other"
+                .to_owned(),
+        )),
         _ => facts.push((
             "Each cell",
             "sends its requests at once and lasts until the last one ends".to_owned(),
@@ -56,10 +63,10 @@ pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
 pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
     let mut c = vec![
         "Context",
-        if load.mode == "rate" {
-            "Rate"
-        } else {
-            "Requests"
+        match load.mode.as_str() {
+            "rate" => "Rate",
+            "conversation" => "Conversations",
+            _ => "Requests",
         },
         "Status",
         "Finished / sent",
@@ -85,9 +92,9 @@ pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
 
 fn shares_prefix(load: &LoadRun) -> bool {
     load.cells.iter().any(|c| {
-        c.measurements
-            .as_ref()
-            .is_some_and(|m| m.shared_prefix_tokens.is_some())
+        c.measurements.as_ref().is_some_and(|m| {
+            m.prefix_cache_intended_pct.is_some() || m.prefix_cache_measured_pct.is_some()
+        })
     })
 }
 
@@ -180,13 +187,14 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
     }
     if shares_prefix(load) {
         let pct = |v: Option<f64>| v.map_or_else(dash, |v| format!("{v:.1} %"));
+        let both = format!(
+            "{} / {}",
+            pct(m.prefix_cache_intended_pct),
+            pct(m.prefix_cache_measured_pct)
+        );
         row.push(match m.shared_prefix_tokens {
-            Some(t) => format!(
-                "{} / {} ({t} shared)",
-                pct(m.prefix_cache_intended_pct),
-                pct(m.prefix_cache_measured_pct)
-            ),
-            None => dash(),
+            Some(t) => format!("{both} ({t} shared)"),
+            None => both,
         });
     }
     row
@@ -208,7 +216,14 @@ pub(crate) fn note(load: &LoadRun) -> String {
              when the cell's drain time ran out were cancelled and are counted as unfinished.",
         );
     }
-    if shares_prefix(load) {
+    if load.mode == "conversation" {
+        s.push_str(
+            " Each request is measured from its own send (a conversation waits for its last \
+             answer). The intended prefix-cache hit rate counts, for every turn after the first, \
+             the previous turn's prompt and answer (the server's counts) in whole KV blocks over \
+             all prompt tokens; the measured one is the server's counters over the cell.",
+        );
+    } else if shares_prefix(load) {
         s.push_str(
             " Every request's prompt began with the cell's shared prefix, cached by one request \
              sent before the cell: the intended hit rate is the prefix's full KV blocks over \
@@ -258,6 +273,45 @@ pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
             format!("{}: {} → {found}", k.context, path.join(" → "))
         })
         .collect()
+}
+
+/// Conversation cells' TTFT by turn: the columns (one per turn) and rows.
+pub(crate) fn turn_table(load: &LoadRun) -> Option<(Vec<String>, Vec<Vec<String>>)> {
+    let most = load
+        .cells
+        .iter()
+        .filter_map(|c| c.measurements.as_ref())
+        .map(|m| m.turns.len())
+        .max()
+        .filter(|n| *n > 0)?;
+    let mut header = vec!["Context".to_owned(), "Conversations".to_owned()];
+    header.extend((1..=most).map(|t| format!("Turn {t} TTFT p50 / p99")));
+    let rows = load
+        .cells
+        .iter()
+        .filter_map(|c| Some((c, c.measurements.as_ref()?)))
+        .map(|(c, m)| {
+            let mut row = vec![
+                c.context.to_string(),
+                c.requests
+                    .map_or_else(|| format::DASH.to_owned(), |n| n.to_string()),
+            ];
+            row.extend((0..most).map(|i| {
+                m.turns.get(i).map_or_else(
+                    || format::DASH.to_owned(),
+                    |t| {
+                        let mut s = pair(t.ttft_ms.as_ref());
+                        if let Some(p) = t.prompt_tokens_mean {
+                            s.push_str(&format!(" ({} prompt)", format::grouped(p, 0)));
+                        }
+                        s
+                    },
+                )
+            }));
+            row
+        })
+        .collect();
+    Some((header, rows))
 }
 
 /// The load run of a report, when it has one with cells.

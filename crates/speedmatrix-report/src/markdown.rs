@@ -46,6 +46,10 @@ fn load(out: &mut String, report: &Report) {
         .collect();
     table(out, &header, &load_page::rows(run));
     let _ = writeln!(out, "{}\n", inline(&load_page::note(run)));
+    if let Some((header, rows)) = load_page::turn_table(run) {
+        out.push_str("### TTFT by turn\n\n");
+        table(out, &header, &rows);
+    }
     let searches = load_page::searches(run);
     if !searches.is_empty() {
         out.push_str("### Knee search\n\n");

@@ -116,6 +116,18 @@ pub enum LoadMode {
     Burst(BurstSpec),
     /// Requests arriving at a rate, at send times drawn before the cell.
     Rate(RateSpec),
+    /// N multi-turn conversations at once (over `concurrencies`): each turn's
+    /// prompt is the last one's, its answer and a new question.
+    Conversation(ConversationSpec),
+}
+
+/// Multi-turn conversations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConversationSpec {
+    /// Turns per conversation.
+    pub turns: u32,
+    /// Tokens of each new question after the first turn.
+    pub question: Tokens,
 }
 
 /// Bursts: one cell per context × request count.
@@ -167,6 +179,7 @@ impl LoadMode {
             LoadMode::Sustained => "sustained",
             LoadMode::Burst(_) => "burst",
             LoadMode::Rate(_) => "rate",
+            LoadMode::Conversation(_) => "conversation",
         }
     }
 }

@@ -78,6 +78,7 @@
 
 mod client_load;
 mod config;
+mod conversation;
 mod decode;
 mod estimate;
 mod journal;
@@ -108,9 +109,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
-    Api, BurstSpec, CapacityHints, InjectSpec, LoadMode, MatrixSpec, PrefillMode, Preset,
-    PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, SharedPrefix, Target,
-    TelemetryConfig, VllmInputs,
+    Api, BurstSpec, CapacityHints, ConversationSpec, InjectSpec, LoadMode, MatrixSpec, PrefillMode,
+    Preset, PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, SharedPrefix,
+    Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
@@ -363,6 +364,7 @@ pub fn validate(config: &RunConfig) -> Result<(), RunError> {
         LoadMode::Sustained => false,
         LoadMode::Burst(b) => b.requests.iter().all(|&n| n == 0),
         LoadMode::Rate(r) => r.rates.is_empty(),
+        LoadMode::Conversation(c) => m.concurrencies.is_empty() || c.turns == 0,
     };
     let zero_length = match &m.load {
         LoadMode::Rate(r) => {
@@ -451,6 +453,7 @@ async fn plan_and_run(
             secret: secret_of(config),
             extra: Arc::new(request_fields(server, config)),
             one_event_per_token: server.info.engine().one_event_per_token(),
+            keep_text: false,
         },
         nonce: run_nonce(),
         unexpected_content_type: None,
@@ -640,6 +643,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 secret: secret_of(config),
                 extra: Arc::new(request_fields(server, config)),
                 one_event_per_token: false,
+                keep_text: false,
             };
             let r = request::record_one(
                 &server.client,

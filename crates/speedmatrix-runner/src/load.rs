@@ -326,7 +326,7 @@ fn rate(n: usize, over: Duration) -> Option<f64> {
     (!over.is_zero()).then(|| n as f64 / over.as_secs_f64())
 }
 
-fn failure_kinds(records: &[Recorded]) -> std::collections::BTreeMap<FailureKind, u64> {
+pub(crate) fn failure_kinds(records: &[Recorded]) -> std::collections::BTreeMap<FailureKind, u64> {
     let mut kinds = std::collections::BTreeMap::new();
     for f in records.iter().filter_map(|r| r.error.as_ref()) {
         *kinds.entry(f.kind).or_insert(0) += 1;
@@ -365,7 +365,7 @@ fn latency(s: Option<Summary<Duration>>) -> Option<Latency> {
     })
 }
 
-fn result_of(
+pub(crate) fn result_of(
     m: &LoadMetrics,
     intended_rate: Option<f64>,
     achieved_rate: Option<f64>,
@@ -405,5 +405,6 @@ fn result_of(
                 .collect(),
         }),
         prefix_cache: None,
+        turns: Vec::new(),
     }
 }

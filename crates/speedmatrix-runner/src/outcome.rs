@@ -50,6 +50,11 @@ pub enum LoadPoint {
         /// Intended requests per second.
         rate: RequestRate,
     },
+    /// This many multi-turn conversations at once.
+    Conversations {
+        /// Conversations running together.
+        count: Concurrency,
+    },
 }
 
 impl fmt::Display for LoadPoint {
@@ -57,6 +62,7 @@ impl fmt::Display for LoadPoint {
         match self {
             LoadPoint::Burst { requests } => write!(f, "burst of {requests}"),
             LoadPoint::Rate { rate } => write!(f, "{rate}"),
+            LoadPoint::Conversations { count } => write!(f, "{count} conversations"),
         }
     }
 }
@@ -395,6 +401,22 @@ pub struct LoadResult {
     /// With a shared prefix: the hit rate it should give and the server's.
     #[serde(default)]
     pub prefix_cache: Option<PrefixCacheCheck>,
+    /// In a conversation cell, each turn's figures.
+    #[serde(default)]
+    pub turns: Vec<TurnResult>,
+}
+
+/// One turn of a conversation cell, over its conversations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnResult {
+    /// 1 for the first turn.
+    pub turn: u32,
+    /// Requests of this turn that finished.
+    pub completed: u64,
+    /// Their TTFT.
+    pub ttft: Option<Latency>,
+    /// Their mean prompt tokens as the server counted them.
+    pub prompt_tokens_mean: Option<f64>,
 }
 
 /// A shared-prefix cell's prefix cache: intended against measured.

@@ -283,6 +283,11 @@ fn load_cells(
             .iter()
             .map(|&rate| LoadPoint::Rate { rate })
             .collect(),
+        LoadMode::Conversation(_) => spec
+            .concurrencies
+            .iter()
+            .map(|&count| LoadPoint::Conversations { count })
+            .collect(),
     };
     if spec.search.is_some() {
         points.sort();
@@ -313,11 +318,14 @@ pub(crate) fn load_exclusion(
     context: Tokens,
     point: LoadPoint,
 ) -> Option<Exclusion> {
-    let len = Tokens::new(
-        prompt_len(context)
-            .get()
-            .saturating_add(spec.max_tokens.get()),
-    );
+    // A conversation's last turn carries every earlier answer and question.
+    let earlier = match &spec.load {
+        LoadMode::Conversation(c) => u64::from(c.turns.saturating_sub(1))
+            .saturating_mul(spec.max_tokens.get().saturating_add(c.question.get())),
+        _ => 0,
+    };
+    let prompt = Tokens::new(prompt_len(context).get().saturating_add(earlier));
+    let len = Tokens::new(prompt.get().saturating_add(spec.max_tokens.get()));
     if let Some(limit) = max_model_len
         && len > limit
     {
@@ -332,10 +340,11 @@ pub(crate) fn load_exclusion(
             Some(b.max_concurrency.map_or(requests, |cap| requests.min(cap)))
         }
         (LoadMode::Rate(r), _) => r.max_in_flight,
+        (LoadMode::Conversation(_), LoadPoint::Conversations { count }) => Some(count),
         _ => None,
     }?;
     let pool = capacity.pool.as_ref()?;
-    over_capacity(&pool.check(prompt_len(context), at_once, spec.max_tokens))
+    over_capacity(&pool.check(prompt, at_once, spec.max_tokens))
 }
 
 /// Rough time of the load cells: each request's prefill at the assumed
@@ -354,6 +363,10 @@ fn estimate_load(spec: &MatrixSpec, cells: &[PlannedLoad]) -> Duration {
                     RateLength::Duration(d) => d.as_secs_f64(),
                     RateLength::Requests(n) => n as f64 / rate.get(),
                 },
+                // Turns run one after another.
+                (LoadMode::Conversation(conv), _) => {
+                    f64::from(conv.turns.saturating_sub(1)) * one(c.context)
+                }
                 _ => 0.0,
             };
             sending + one(c.context) + CELL_OVERHEAD.as_secs_f64()

@@ -99,6 +99,7 @@ fn load_run(
     let (arrival, max_in_flight) = match &m.load {
         LoadMode::Sustained => return None,
         LoadMode::Burst(b) => (None, b.max_concurrency),
+        LoadMode::Conversation(_) => (None, None),
         LoadMode::Rate(r) => (
             Some(ArrivalSetup {
                 process: match r.arrival {
@@ -138,6 +139,7 @@ fn load_value(p: LoadPoint) -> f64 {
     match p {
         LoadPoint::Burst { requests } => f64::from(requests.get()),
         LoadPoint::Rate { rate } => rate.get(),
+        LoadPoint::Conversations { count } => f64::from(count.get()),
     }
 }
 
@@ -170,6 +172,7 @@ pub fn load_cell(c: &LoadOutcome) -> LoadCell {
     let (requests, rate_per_s) = match c.point {
         LoadPoint::Burst { requests } => (Some(u64::from(requests.get())), None),
         LoadPoint::Rate { rate } => (None, Some(rate.get())),
+        LoadPoint::Conversations { count } => (Some(u64::from(count.get())), None),
     };
     LoadCell {
         context: c.context,
@@ -193,7 +196,20 @@ pub fn load_cell(c: &LoadOutcome) -> LoadCell {
             tpot_ms: r.tpot.map(percentiles),
             send_lag_ms: r.send_lag.map(percentiles),
             token_count_source: r.token_source.map(source),
-            shared_prefix_tokens: r.prefix_cache.map(|p| p.shared_tokens),
+            shared_prefix_tokens: r
+                .prefix_cache
+                .map(|p| p.shared_tokens)
+                .filter(|t| t.get() > 0),
+            turns: r
+                .turns
+                .iter()
+                .map(|t| speedmatrix_report::TurnStats {
+                    turn: t.turn,
+                    completed: t.completed,
+                    ttft_ms: t.ttft.map(percentiles),
+                    prompt_tokens_mean: t.prompt_tokens_mean,
+                })
+                .collect(),
             prefix_cache_intended_pct: r
                 .prefix_cache
                 .and_then(|p| p.intended_hit_rate)

@@ -32,6 +32,9 @@ pub(crate) struct RequestShape {
     /// The engine sends one event per generated token (TGI), so counting
     /// events counts tokens.
     pub(crate) one_event_per_token: bool,
+    /// Keep every request's streamed text even when the server counts its
+    /// tokens (a conversation's next turn quotes the answer).
+    pub(crate) keep_text: bool,
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -204,6 +207,7 @@ pub(crate) async fn record_one<'s>(
         at(timings.headers_at),
         shape.one_event_per_token,
     );
+    recorder.always_keep_text = shape.keep_text;
     let mut cancelled = stop.stopped();
     let outcome = loop {
         // Events already received are taken without looking at the stop
@@ -280,6 +284,8 @@ pub(crate) struct Recorder {
     /// The text is kept until the first chunk with text shows the server's
     /// own count; a later chunk without one then means the text is lost.
     keep_text: bool,
+    /// Keep the text whatever the server counts.
+    pub(crate) always_keep_text: bool,
     text_lost: bool,
     /// Index of the last chunk with text, and the last usage with its index.
     last_text: Option<usize>,
@@ -301,6 +307,7 @@ impl Recorder {
             events_with_choices: 0,
             text: OutputText::default(),
             keep_text: true,
+            always_keep_text: false,
             text_lost: false,
             last_text: None,
             last_usage: None,
@@ -326,7 +333,7 @@ impl Recorder {
             self.last_text = Some(index);
             let counted = chunk.usage.is_some_and(|u| u.completion_tokens.get() > 0)
                 || chunk.engine_count.is_some_and(|n| n.get() > 0);
-            if first && counted {
+            if first && counted && !self.always_keep_text {
                 // The server counts on its chunks: no estimate needs the text.
                 self.keep_text = false;
             } else if !self.keep_text && !counted {

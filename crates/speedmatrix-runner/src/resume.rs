@@ -240,6 +240,23 @@ impl LoadKey {
                 slo,
                 shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
             }),
+            LoadMode::Conversation(c) => Some(LoadKey {
+                mode: "conversation".into(),
+                points: spec
+                    .concurrencies
+                    .iter()
+                    .map(|&count| LoadPoint::Conversations { count })
+                    .collect(),
+                max_in_flight: None,
+                warm_cache: false,
+                schedule: Some(format!(
+                    "{} turns, questions of {} tokens",
+                    c.turns,
+                    c.question.get()
+                )),
+                slo,
+                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
+            }),
         }
     }
 }

@@ -9,7 +9,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{LoadMode, RateLength, RateSpec, SearchSpec};
+use crate::config::{ConversationSpec, LoadMode, RateLength, RateSpec, SearchSpec};
 use crate::journal::Journal;
 use crate::observer::{Event, NotRun, Phase};
 use crate::outcome::{
@@ -366,10 +366,14 @@ impl Session<'_> {
         let units = |p: LoadPoint| match p {
             LoadPoint::Burst { requests } => u64::from(requests.get()),
             LoadPoint::Rate { rate } => rate.milli(),
+            LoadPoint::Conversations { count } => u64::from(count.get()),
         };
         let given: Vec<u64> = match &m.load {
             LoadMode::Burst(b) => b.requests.iter().map(|&n| u64::from(n)).collect(),
             LoadMode::Rate(r) => r.rates.iter().map(|r| r.milli()).collect(),
+            LoadMode::Conversation(_) => {
+                m.concurrencies.iter().map(|n| u64::from(n.get())).collect()
+            }
             LoadMode::Sustained => Vec::new(),
         };
         let first = units(start.point);
@@ -385,6 +389,10 @@ impl Session<'_> {
                 .map(|requests| LoadPoint::Burst { requests }),
             LoadPoint::Rate { .. } => {
                 speedmatrix_units::RequestRate::from_milli(u).map(|rate| LoadPoint::Rate { rate })
+            }
+            LoadPoint::Conversations { .. } => {
+                Concurrency::new(u32::try_from(u).unwrap_or(u32::MAX))
+                    .map(|count| LoadPoint::Conversations { count })
             }
         };
         let mut search = KneeSearch::new(first, max, 1, spec.relative_tolerance, spec.max_steps);
@@ -457,6 +465,13 @@ impl Session<'_> {
             return Ok(cell);
         }
         let m = &self.config.matrix;
+        if let (LoadMode::Conversation(conv), LoadPoint::Conversations { count }) =
+            (&m.load, planned.point)
+        {
+            return self
+                .conversation_cell(i, planned, *conv, count, stopped)
+                .await;
+        }
         let (schedule, max_in_flight, drain, warm_cache) = match (&m.load, planned.point) {
             (LoadMode::Burst(b), LoadPoint::Burst { requests }) => (
                 vec![Duration::ZERO; requests.get() as usize],
@@ -542,6 +557,81 @@ impl Session<'_> {
         for n in &cell.notices {
             self.observer.event(Event::Notice(n));
         }
+        if let StepStatus::Failed { failure, .. } = &cell.status
+            && !self.server.is_alive().await
+        {
+            *stopped = Some(StopReason::ServerGone(failure.message.clone()));
+            return Ok(skipped_load(planned, SkipReason::ServerStopped));
+        }
+        self.observer.event(Event::LoadFinished(&cell));
+        record(&mut self.journal, &JournalRecord::load(cell.clone()))?;
+        Ok(cell)
+    }
+
+    /// Runs one conversation cell: `count` conversations of `conv.turns` turns.
+    async fn conversation_cell(
+        &mut self,
+        i: usize,
+        planned: &PlannedLoad,
+        conv: ConversationSpec,
+        count: Concurrency,
+        stopped: &mut Option<StopReason>,
+    ) -> Result<LoadOutcome, RunError> {
+        let step = StepId::Load {
+            context: planned.context,
+            point: planned.point,
+        };
+        self.observer.event(Event::StepStarted {
+            step,
+            expected: Duration::from_secs(u64::from(conv.turns) * 2),
+        });
+        self.observer.event(Event::Phase {
+            step,
+            phase: Phase::BuildingPrompts,
+        });
+        let len = prompt_len(planned.context);
+        let cell_id = self.nonce.wrapping_add(3_000_000 + i as u64);
+        let text = |n: Tokens, k: u64, turn: u64| {
+            self.prompt(n, CacheKey::unique(cell_id, k, turn))
+                .map(|p| Arc::<str>::from(p.text))
+        };
+        let conversations = u64::from(count.get());
+        let openings = (0..conversations)
+            .map(|k| text(len, k, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let questions = (0..conversations)
+            .map(|k| {
+                (1..u64::from(conv.turns))
+                    .map(|turn| text(conv.question, k, turn))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let spec = crate::conversation::ConversationCellSpec {
+            step,
+            context: planned.context,
+            point: planned.point,
+            openings,
+            questions,
+            shape: self.shape.clone(),
+            tokenizer: &self.config.tokenizer,
+            slo: self.config.matrix.slo.as_ref(),
+            block_tokens: self.block_tokens,
+        };
+        let cell = match crate::conversation::run_conversation_cell(
+            self.server,
+            spec,
+            self.observer,
+            self.cancel,
+        )
+        .await
+        {
+            Ok(cell) => cell,
+            Err(RunError::Cancelled) => {
+                *stopped = Some(StopReason::Cancelled);
+                return Ok(skipped_load(planned, SkipReason::Interrupted));
+            }
+            Err(e) => return Err(e),
+        };
         if let StepStatus::Failed { failure, .. } = &cell.status
             && !self.server.is_alive().await
         {

@@ -12,7 +12,8 @@ use super::{CellStatus, Percentiles, TokenCountSource};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadRun {
-    /// `burst` (N requests at once per cell) or `rate` (requests arriving at a rate).
+    /// `burst` (N requests at once per cell), `rate` (requests arriving at a
+    /// rate) or `conversation` (N multi-turn conversations at once).
     pub mode: String,
     /// How arrivals were drawn, for `rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +162,25 @@ pub struct LoadMeasurements {
     /// The server's hit rate over the cell (its counters' differences), percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache_measured_pct: Option<f64>,
+    /// In a conversation cell, each turn's figures over the conversations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnStats>,
+}
+
+/// One turn of the conversations of a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnStats {
+    /// 1 for the first turn.
+    pub turn: u32,
+    /// Requests of this turn that finished.
+    pub completed: u64,
+    /// Their TTFT, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Percentiles>,
+    /// Their mean prompt tokens as the server counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_mean: Option<f64>,
 }
 
 /// A cell against the run's objective.

@@ -18,7 +18,7 @@ pub use self::cells::{
 };
 pub use self::load::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
-    SloTermResult,
+    SloTermResult, TurnStats,
 };
 pub use self::telemetry::{
     CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,

@@ -212,6 +212,7 @@ fn burst_run() -> Report {
             shared_prefix_tokens: None,
             prefix_cache_intended_pct: None,
             prefix_cache_measured_pct: None,
+            turns: Vec::new(),
         }),
     };
     r.load = Some(LoadRun {

@@ -564,6 +564,7 @@ fn with_load() -> speedmatrix_report::Report {
                     shared_prefix_tokens: None,
                     prefix_cache_intended_pct: None,
                     prefix_cache_measured_pct: None,
+                    turns: Vec::new(),
                     slo: Some(SloResult {
                         met: false,
                         attainment_pct: 95.0,

@@ -36,6 +36,9 @@ pub(crate) enum ModeArg {
     Burst,
     /// Requests arriving at --request-rate, at send times drawn before the cell (open loop).
     Rate,
+    /// --concurrency multi-turn conversations at once (--turns): each turn's prompt is the last
+    /// one's, its answer and a new question, so the prefix cache holds all but the new text.
+    Conversation,
 }
 
 /// How open-loop arrivals are spaced.
@@ -251,6 +254,22 @@ pub(crate) struct Args {
     /// server's own (its counters over the cell).
     #[arg(long, value_name = "PCT|TOKENS", value_parser = parse_shared_prefix, help_heading = "Load modes")]
     pub(crate) shared_prefix: Option<speedmatrix_runner::SharedPrefix>,
+    /// Turns of each conversation (--mode conversation).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        help_heading = "Load modes"
+    )]
+    pub(crate) turns: u32,
+    /// Tokens of each new question after a conversation's first turn (--mode conversation).
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        default_value = "128",
+        help_heading = "Load modes"
+    )]
+    pub(crate) question_tokens: Tokens,
     /// Sustained mode: after each cell's window, send one cold prompt of this many tokens
     /// (max_tokens 1) into the running streams, e.g. 32k: its TTFT alone and under load, and
     /// the streams' tok/s before, during and after it, their stall and the tokens they lost

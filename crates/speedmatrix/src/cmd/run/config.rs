@@ -3,8 +3,8 @@
 
 use speedmatrix_report::{ClientSetup, LocalServer};
 use speedmatrix_runner::{
-    BurstSpec, CapacityHints, InjectSpec, LoadMode, MatrixSpec, PrefillMode, Preset, RateLength,
-    RateSpec, RunLabels, SearchSpec,
+    BurstSpec, CapacityHints, ConversationSpec, InjectSpec, LoadMode, MatrixSpec, PrefillMode,
+    Preset, RateLength, RateSpec, RunLabels, SearchSpec,
 };
 use speedmatrix_workload::ArrivalProcess;
 
@@ -48,7 +48,7 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
     m.load = load_mode(args, m.duration)?;
     m.slo = args.slo.clone();
     if let Some(prefix) = args.shared_prefix {
-        if args.mode == ModeArg::Sustained {
+        if matches!(args.mode, ModeArg::Sustained | ModeArg::Conversation) {
             return Err(UsageError(
                 "--shared-prefix shapes burst and rate prompts: add --mode burst or --mode rate (sustained cells use --prompt-sharing)".into(),
             ));
@@ -99,9 +99,10 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
 /// The load mode from `--mode` and its flags, refusing flags of another mode.
 fn load_mode(args: &Args, duration: std::time::Duration) -> Result<LoadMode, UsageError> {
     let bad = |why: &str| Err(UsageError(why.to_owned()));
+    let sustained_axes = matches!(args.mode, ModeArg::Sustained | ModeArg::Conversation);
     let cap = match args.concurrency.as_deref() {
-        Some([one]) if args.mode != ModeArg::Sustained => Some(*one),
-        Some(_) if args.mode != ModeArg::Sustained => {
+        Some([one]) if !sustained_axes => Some(*one),
+        Some(_) if !sustained_axes => {
             return bad(
                 "in burst and rate modes --concurrency is one number: the cap on requests in flight",
             );
@@ -113,7 +114,7 @@ fn load_mode(args: &Args, duration: std::time::Duration) -> Result<LoadMode, Usa
     {
         return bad("--request-rate, --burstiness and --arrival-seed belong to --mode rate");
     }
-    if args.mode == ModeArg::Sustained && (args.requests.is_some() || args.warm_cache) {
+    if sustained_axes && (args.requests.is_some() || args.warm_cache) {
         return bad("--requests and --warm-cache belong to --mode burst or rate");
     }
     if args.mode == ModeArg::Sustained && args.slo.is_some() {
@@ -121,6 +122,20 @@ fn load_mode(args: &Args, duration: std::time::Duration) -> Result<LoadMode, Usa
     }
     match args.mode {
         ModeArg::Sustained => Ok(LoadMode::Sustained),
+        ModeArg::Conversation => {
+            if args.turns == 0 {
+                return bad("--turns must be at least 1");
+            }
+            if args.api == speedmatrix_units::Api::Chat {
+                return bad(
+                    "--mode conversation sends each turn as one completions prompt: use --api completions",
+                );
+            }
+            Ok(LoadMode::Conversation(ConversationSpec {
+                turns: args.turns,
+                question: args.question_tokens,
+            }))
+        }
         ModeArg::Burst => {
             let Some(requests) = &args.requests else {
                 return bad("--mode burst needs --requests, e.g. --requests 1,8,64");

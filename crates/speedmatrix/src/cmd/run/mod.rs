@@ -35,7 +35,9 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
     }
     let m = matrix(args, embedded)?;
     let widest = match &m.load {
-        LoadMode::Sustained => m.concurrencies.iter().map(|c| c.get()).max(),
+        LoadMode::Sustained | LoadMode::Conversation(_) => {
+            m.concurrencies.iter().map(|c| c.get()).max()
+        }
         LoadMode::Burst(b) => b
             .max_concurrency
             .map(|c| c.get())

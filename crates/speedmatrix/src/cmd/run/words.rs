@@ -210,6 +210,10 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
                 .map(|c| format!(", at most {c} in flight"))
                 .unwrap_or_default()
         ),
+        LoadMode::Conversation(c) => format!(
+            "Multi-turn conversations ({} turns, new questions of {} tokens, max_tokens {}):",
+            c.turns, c.question, matrix.max_tokens
+        ),
         LoadMode::Sustained => String::new(),
     };
     let _ = writeln!(out, "\n{heading}");
