@@ -34,6 +34,43 @@ fn load_of(out: &Path) -> LoadRun {
     read_report(out).load.expect("a load section")
 }
 
+/// The journal's load records.
+fn load_records(out: &Path) -> usize {
+    crate::support::journal_lines(out)
+        .iter()
+        .filter(|r| r["record"] == "load")
+        .count()
+}
+
+/// Cuts the journal after its first `keep` load records, as a run killed
+/// there would have left it.
+fn keep_loads(out: &Path, keep: usize) {
+    let path = out.join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut seen = 0;
+    let kept: Vec<&str> = text
+        .lines()
+        .take_while(|l| {
+            if l.contains("\"record\":\"load\"") {
+                seen += 1;
+            }
+            seen <= keep
+        })
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+}
+
+/// Resumes the run in `out` with the same flags; exit 0.
+fn resume(url: &str, flags: &[&str], out: &Path) {
+    let again = run_url(url)
+        .args(flags)
+        .arg("--resume")
+        .arg(out)
+        .output()
+        .unwrap();
+    stderr_after(&again, 0);
+}
+
 #[test]
 fn a_burst_sends_every_request_at_once_and_resumes_from_its_journal() {
     let dir = temp_dir("load-burst");
@@ -105,25 +142,28 @@ fn constant_arrivals_are_sent_on_time_and_counted() {
     let (_, profile) = test_profile(&dir);
     let sim = SimProcess::start(&profile);
     let out = dir.join("out");
+    let flags = [
+        "--mode",
+        "rate",
+        "--request-rate",
+        "4",
+        "--arrival",
+        "constant",
+        "--contexts",
+        "256",
+        "--max-tokens",
+        "16",
+        "--duration",
+        "2s",
+        "--prefill-contexts",
+        "none",
+        "--telemetry",
+        "off",
+        "--slo",
+        "ttft_p99=1s,itl_p99=1s",
+    ];
     let output = run_url(&sim.url)
-        .args([
-            "--mode",
-            "rate",
-            "--request-rate",
-            "4",
-            "--arrival",
-            "constant",
-        ])
-        .args([
-            "--contexts",
-            "256",
-            "--max-tokens",
-            "16",
-            "--duration",
-            "2s",
-        ])
-        .args(["--prefill-contexts", "none", "--telemetry", "off"])
-        .args(["--slo", "ttft_p99=1s,itl_p99=1s"])
+        .args(flags)
         .arg("--out")
         .arg(&out)
         .output()
@@ -145,6 +185,22 @@ fn constant_arrivals_are_sent_on_time_and_counted() {
     assert!(slo.met, "an unloaded server meets a 1 s objective: {slo:?}");
     assert_eq!(slo.attainment_pct, 100.0);
     assert!((slo.goodput_per_s - 8.0 / m.duration_s).abs() < 1e-9);
+
+    // A resume finds the rate cell (its arrival settings in the journal's
+    // key) and measures nothing again.
+    resume(&sim.url, &flags, &out);
+    assert_eq!(load_records(&out), 1);
+    assert_eq!(load_of(&out).cells, load.cells);
+    // Another arrival process is another run: the journal refuses it.
+    let mut other = flags;
+    other[5] = "poisson";
+    let refused = run_url(&sim.url)
+        .args(other)
+        .arg("--resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ne!(refused.status.code(), Some(0));
 }
 
 #[test]
@@ -233,6 +289,26 @@ fn load_flags_of_the_wrong_mode_are_usage_errors() {
             vec!["--mode", "rate", "--request-rate", "0"],
             "request rate",
         ),
+        (
+            vec!["--search-floor", "100"],
+            "--search-floor is a goal of --search",
+        ),
+        (
+            vec!["--mode", "burst", "--requests", "4", "--search"],
+            "--search needs an objective (--slo) or a floor",
+        ),
+        (
+            vec![
+                "--mode",
+                "burst",
+                "--requests",
+                "4",
+                "--search",
+                "--search-floor",
+                "0",
+            ],
+            "give a positive number of output tokens per second",
+        ),
     ] {
         let output = bin()
             .args(["run", "--quiet", "--dry-run"])
@@ -292,6 +368,100 @@ fn the_knee_search_finds_the_simulators_seat_count() {
     assert_eq!(load.cells.len(), path.len(), "each try is a cell");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("### Knee search"), "{md}");
+
+    // Killed after three tries, the search resumes: it replays them from the
+    // journal, measures only the other three, and ends where it did.
+    keep_loads(&out, 3);
+    let flags = [
+        "--mode",
+        "burst",
+        "--requests",
+        "1,64",
+        "--search",
+        "--slo",
+        "ttft_p99=150ms",
+        "--search-tolerance",
+        "0%",
+        "--contexts",
+        "256",
+        "--max-tokens",
+        "32",
+        "--prefill-contexts",
+        "none",
+        "--telemetry",
+        "off",
+    ];
+    resume(&sim.url, &flags, &out);
+    assert_eq!(load_records(&out), 6, "three replayed, three measured");
+    let resumed = load_of(&out);
+    let walked = |l: &LoadRun| {
+        let k = &l.searches[0];
+        let path: Vec<(f64, bool)> = k.path.iter().map(|s| (s.load, s.met)).collect();
+        (path, k.knee, k.end.clone())
+    };
+    assert_eq!(walked(&resumed), walked(&load));
+    assert_eq!(resumed.cells[..3], load.cells[..3], "replayed as measured");
+}
+
+#[test]
+fn the_floor_search_finds_the_lowest_burst_that_reaches_the_floor() {
+    // A step costs 8 ms plus 1 ms per sequence, so a burst of N decodes at
+    // N / (8 + N) tokens per ms in all and 1 / (8 + N) per request: totals
+    // 111, 200, 273, 333 tok/s for N = 1…4. A 300 tok/s floor is first
+    // reached at four requests, whose requests run at ~83 tok/s each.
+    let dir = temp_dir("load-floor");
+    let (mut p, _) = test_profile(&dir);
+    p.cost.decode_per_seq_us = 1_000.0;
+    p.validate().unwrap();
+    let profile = dir.join("slow-seats.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = run_url(&sim.url)
+        .args(["--mode", "burst", "--requests", "1,64", "--search"])
+        .args(["--search-floor", "300", "--search-tolerance", "0%"])
+        .args([
+            "--contexts",
+            "256",
+            "--max-tokens",
+            "32",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args(["--telemetry", "off", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let load = load_of(&out);
+    let search = &load.searches[0];
+    let path: Vec<(f64, bool)> = search.path.iter().map(|s| (s.load, s.met)).collect();
+    assert_eq!(search.goal.as_deref(), Some("per_request_at_floor"));
+    assert_eq!(search.floor_tokens_per_s, Some(300.0));
+    assert_eq!(
+        path,
+        [(1.0, false), (2.0, false), (4.0, true), (3.0, false)],
+        "{:?}",
+        search.path
+    );
+    assert_eq!(search.knee, Some(4.0));
+    assert_eq!(search.end.as_deref(), Some("converged"));
+    let best = search.path.iter().find(|s| s.load == 4.0).unwrap();
+    let per_request = best.per_request_tokens_per_s.unwrap();
+    assert!(
+        (per_request - 1000.0 / 12.0).abs() < 1000.0 / 12.0 * 0.05,
+        "{per_request}"
+    );
+    let totals: Vec<f64> = [1.0, 2.0, 3.0, 4.0]
+        .iter()
+        .map(|l| {
+            let s = search.path.iter().find(|s| s.load == *l).unwrap();
+            s.total_tokens_per_s.unwrap()
+        })
+        .collect();
+    assert!(totals.windows(2).all(|w| w[0] < w[1]), "{totals:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("fastest requests at ≥ 300 tok/s: 4"), "{md}");
 }
 
 #[test]
@@ -362,8 +532,37 @@ fn an_injected_prompt_stalls_the_streams_as_long_as_the_cost_model_prefills_it()
         i.tokens_per_s_after > 0.8 * i.tokens_per_s_before,
         "they recover"
     );
+    // The timeline: before the send the streams run at their window's
+    // rate; some part between send and first token falls below half of it.
+    let before: Vec<f64> = i
+        .timeline
+        .iter()
+        .filter(|p| p.t_ms < -100.0)
+        .map(|p| p.tokens_per_s)
+        .collect();
+    assert!(!before.is_empty(), "{:?}", i.timeline);
+    let mean_before = before.iter().sum::<f64>() / before.len() as f64;
+    assert!(
+        (mean_before - i.tokens_per_s_before).abs() < 0.25 * i.tokens_per_s_before,
+        "{mean_before} vs {}",
+        i.tokens_per_s_before
+    );
+    assert!(
+        i.timeline
+            .iter()
+            .filter(|p| p.t_ms >= 0.0 && p.t_ms < loaded)
+            .any(|p| p.tokens_per_s < 0.5 * i.tokens_per_s_before),
+        "{:?}",
+        i.timeline
+    );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Prefill under load"), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("Streams&#39; tok/s around the injected prompt")
+            || html.contains("Streams' tok/s around the injected prompt"),
+        "the timeline chart"
+    );
 }
 
 #[test]
@@ -474,4 +673,29 @@ fn conversations_grow_their_prompts_turn_by_turn_and_hit_the_cache() {
         measured <= intended + 1e-9 && measured >= intended - 3.0,
         "{measured} vs {intended}"
     );
+    // A resume finds the conversation cell and measures nothing again.
+    resume(
+        &sim.url,
+        &[
+            "--mode",
+            "conversation",
+            "--turns",
+            "3",
+            "--question-tokens",
+            "64",
+            "--contexts",
+            "512",
+            "--concurrency",
+            "2",
+            "--max-tokens",
+            "32",
+            "--prefill-contexts",
+            "none",
+            "--telemetry",
+            "off",
+        ],
+        &out,
+    );
+    assert_eq!(load_records(&out), 1);
+    assert_eq!(load_of(&out).cells, load.cells);
 }

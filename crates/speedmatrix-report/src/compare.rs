@@ -69,6 +69,8 @@ pub enum Phase {
     Burst,
     /// An open-loop rate cell (TTFT from each request's intended send time).
     Rate,
+    /// A cell of multi-turn conversations (TTFT over every turn).
+    Conversation,
 }
 
 /// One number in A and in B.
@@ -206,6 +208,7 @@ fn row_cells(cell: &CellComparison) -> Vec<String> {
             Phase::Decode => "Sustained decode".to_owned(),
             Phase::Burst => "Burst".to_owned(),
             Phase::Rate => "Open-loop rate".to_owned(),
+            Phase::Conversation => "Conversations".to_owned(),
         },
         cell.context.to_string(),
         match cell.rate_per_s {
@@ -301,10 +304,13 @@ fn compare_load(a: &Report, b: &Report, threshold: Threshold, cells: &mut Vec<Ce
             })
         };
         let (context, requests, milli) = k;
-        let phase = if milli.is_some() {
-            Phase::Rate
-        } else {
-            Phase::Burst
+        let conversation = [a, b]
+            .iter()
+            .any(|r| r.load.as_ref().is_some_and(|l| l.mode == "conversation"));
+        let phase = match (milli, conversation) {
+            (Some(_), _) => Phase::Rate,
+            (None, true) => Phase::Conversation,
+            (None, false) => Phase::Burst,
         };
         let n = requests
             .and_then(|n| Concurrency::new(u32::try_from(n).unwrap_or(u32::MAX)))

@@ -10,6 +10,7 @@ use crate::{load_page, page, telemetry_page};
 
 mod series;
 mod svg;
+mod timeline;
 
 /// Renders the report as one HTML page with no external assets: a decode heatmap
 /// (context × concurrency, total tok/s), prefill tok/s and TTFT against context,
@@ -87,11 +88,12 @@ fn charts(out: &mut String, report: &Report) {
         let _ = write!(
             out,
             "<section>\n<h2>{}</h2>\n<p class=\"caption\">Latency from each request's intended \
-             send time, by load: one line per context length.</p>\n<div class=\"pair\">\n\
-             <figure>{}</figure>\n<figure>{}</figure>\n</div>\n</section>\n",
+             send time, by load: the median as a line per context length, the 90th to 99th \
+             percentile as a band around it, and each search's answer as a dashed mark.</p>\n\
+             <figure>{}</figure>\n<figure>{}</figure>\n</section>\n",
             esc(load_page::title(run)),
-            svg::load_latency(run, "TTFT p99 (ms)", |m| m.ttft_ms.map(|p| p.p99)),
-            svg::load_latency(run, "End to end p50 (ms)", |m| m.e2e_ms.map(|p| p.p50))
+            svg::load_band(run, "TTFT (ms)", |m| m.ttft_ms),
+            svg::load_band(run, "End to end (ms)", |m| m.e2e_ms)
         );
     }
     if page::has_decode(report) {
@@ -198,6 +200,13 @@ fn tables(out: &mut String, report: &Report) {
             .map(|r| r.into_iter().map(Cell::text).collect())
             .collect();
         out.push_str("<section>\n<h2>Prefill under load</h2>\n");
+        for (context, svg) in timeline::charts(report) {
+            let _ = writeln!(
+                out,
+                "<figure><figcaption>{context} context: the streams' total tok/s around the \
+                 injected prompt, as a share of their rate before it</figcaption>{svg}</figure>"
+            );
+        }
         table_body(out, &load_page::INTERFERENCE_COLUMNS, &rows);
         let _ = writeln!(
             out,

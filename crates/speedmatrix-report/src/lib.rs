@@ -109,8 +109,8 @@ pub use crate::model::{
     DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
     Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
     Percentiles, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
-    ServerStats, TelemetrySetup, ThrottledSeconds, TokenCount, TokenCountSource, Tool,
-    VerdictThresholds,
+    ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount, TokenCountSource,
+    Tool, VerdictThresholds,
 };
 pub use crate::model::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,

@@ -242,7 +242,7 @@ pub(crate) fn note(load: &LoadRun) -> String {
     s
 }
 
-/// Each context's knee search in words: the path and what it found.
+/// Each context's search in words: the path and what it found.
 pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
     let unit = |v: f64| {
         if load.mode == "rate" {
@@ -254,21 +254,50 @@ pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
     load.searches
         .iter()
         .map(|k| {
+            let floor = k.floor_tokens_per_s;
             let path: Vec<String> = k
                 .path
                 .iter()
-                .map(|s| format!("{} {}", unit(s.load), if s.met { "✓" } else { "✗" }))
+                .map(|s| {
+                    let mark = if s.met { "✓" } else { "✗" };
+                    match (floor, s.total_tokens_per_s, s.per_request_tokens_per_s) {
+                        (Some(_), Some(t), p) => format!(
+                            "{} {mark} ({} tok/s, {} per request)",
+                            unit(s.load),
+                            format::grouped(t, 0),
+                            p.map_or("–".to_owned(), |p| format::grouped(p, 1))
+                        ),
+                        _ => format!("{} {mark}", unit(s.load)),
+                    }
+                })
                 .collect();
-            let found = match (k.knee, k.end.as_deref()) {
-                (Some(v), Some("max_met")) => {
+            let found = match (floor, k.knee, k.end.as_deref()) {
+                (Some(f), Some(v), _) => {
+                    let best = k.path.iter().find(|s| s.load == v && s.met);
+                    format!(
+                        "fastest requests at ≥ {} tok/s: {} ({} tok/s per request)",
+                        format::grouped(f, 0),
+                        unit(v),
+                        best.and_then(|s| s.per_request_tokens_per_s)
+                            .map_or("–".to_owned(), |p| format::grouped(p, 1))
+                    )
+                }
+                (Some(f), None, Some("floor_not_reached")) => {
+                    format!("no load allowed reached {} tok/s", format::grouped(f, 0))
+                }
+                (Some(f), None, _) => format!(
+                    "no load reached {} tok/s within the objective",
+                    format::grouped(f, 0)
+                ),
+                (None, Some(v), Some("max_met")) => {
                     format!("met up to {}, the highest load allowed", unit(v))
                 }
-                (Some(v), Some("step_limit")) => {
+                (None, Some(v), Some("step_limit")) => {
                     format!("highest met {} (the step budget ran out first)", unit(v))
                 }
-                (Some(v), _) => format!("knee {}", unit(v)),
-                (None, Some("nothing_met")) => "no load met the objective".to_owned(),
-                (None, _) => "nothing met yet".to_owned(),
+                (None, Some(v), _) => format!("knee {}", unit(v)),
+                (None, None, Some("nothing_met")) => "no load met the objective".to_owned(),
+                (None, None, _) => "nothing met yet".to_owned(),
             };
             format!("{}: {} → {found}", k.context, path.join(" → "))
         })

@@ -54,8 +54,9 @@ fn load(out: &mut String, report: &Report) {
     if !searches.is_empty() {
         out.push_str("### Knee search\n\n");
         out.push_str(
-            "The highest load meeting the objective, per context: doubling (or halving) to \
-             bracket it, then bisection; each try is a cell above.\n\n",
+            "Per context, the highest load meeting the objective, or with a floor of output \
+             tok/s the load whose requests are fastest (1 / TPOT p50) while reaching it: \
+             doubling (or halving) to bracket it, then bisection; each try is a cell above.\n\n",
         );
         for line in searches {
             let _ = writeln!(out, "- {}", inline(&line));

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use speedmatrix_metrics::TokensPerSecond;
 use speedmatrix_units::{Concurrency, Tokens};
 
 pub use speedmatrix_units::{Api, PromptSharing};
@@ -104,6 +105,24 @@ pub struct SearchSpec {
     pub max_steps: usize,
     /// Converged when the lowest failure is within this share of the highest pass.
     pub relative_tolerance: f64,
+    /// What the search looks for.
+    pub goal: SearchGoal,
+}
+
+/// What a search looks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum SearchGoal {
+    /// The highest load whose cell meets the objective (`--slo`).
+    #[default]
+    MostLoadMeetingSlo,
+    /// The fastest requests (median decode speed, 1 / TPOT p50) among loads
+    /// whose output tok/s reach `floor` (and meet `--slo`, when given). The
+    /// search brackets and bisects the lowest load that reaches the floor:
+    /// with more load, totals grow and each request slows.
+    PerRequestAtFloor {
+        /// Output tok/s the cell must reach over its span.
+        floor: TokensPerSecond,
+    },
 }
 
 /// What the cells of a run measure.

@@ -110,15 +110,15 @@ use tokio_util::sync::CancellationToken;
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
     Api, BurstSpec, CapacityHints, ConversationSpec, InjectSpec, LoadMode, MatrixSpec, PrefillMode,
-    Preset, PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchSpec, SharedPrefix,
-    Target, TelemetryConfig, VllmInputs,
+    Preset, PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchGoal, SearchSpec,
+    SharedPrefix, Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Phase, Silent};
 pub use crate::outcome::{
-    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Interference, KneePath, Latency,
-    LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, PrefixCacheCheck, SkipReason,
-    SloTermVerdict, SloVerdict, StepId, StepStatus, StopReason, TokenCounting, TooLong,
+    CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Interference, KneePath, KneeTry,
+    Latency, LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, PrefixCacheCheck,
+    SkipReason, SloTermVerdict, SloVerdict, StepId, StepStatus, StopReason, TokenCounting, TooLong,
     WindowResult,
 };
 pub use crate::plan::{

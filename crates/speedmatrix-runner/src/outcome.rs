@@ -352,12 +352,29 @@ impl LoadOutcome {
 pub struct KneePath {
     /// The context searched.
     pub context: Tokens,
-    /// Each load tried and whether its cell met the objective.
-    pub path: Vec<(LoadPoint, bool)>,
-    /// The highest load that met it.
+    /// What the search looked for.
+    pub goal: crate::config::SearchGoal,
+    /// Each load tried, in order.
+    pub path: Vec<KneeTry>,
+    /// The answer: the highest load that met the objective, or the load
+    /// with the fastest requests at the floor.
     pub knee: Option<LoadPoint>,
     /// Why the search ended; `None` when the run stopped first.
     pub end: Option<crate::search::SearchEnd>,
+}
+
+/// One try of a search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KneeTry {
+    /// The load tried.
+    pub point: LoadPoint,
+    /// Whether its cell met the objective (and reached the floor, when one
+    /// was asked).
+    pub met: bool,
+    /// Its output tok/s over the span, when measured.
+    pub total_tokens_per_s: Option<f64>,
+    /// Its median request's decode speed (1 / TPOT p50), tok/s.
+    pub per_request_tokens_per_s: Option<f64>,
 }
 
 /// The numbers of one burst or rate cell (see `docs/metrics.md`, "Load cells").
@@ -574,6 +591,11 @@ pub struct Interference {
     /// Those tokens as time at the before rate: how long decoding stood still.
     #[serde(with = "duration_ns")]
     pub stall: Duration,
+    /// The streams' total tok/s in equal parts from a second before its send
+    /// to the end of the settle time: `(start of the part relative to the
+    /// send in ms, tok/s)`, for the timeline chart.
+    #[serde(default)]
+    pub timeline: Vec<(f64, f64)>,
     /// Why the probe has no figures, when it failed.
     pub failure: Option<Failure>,
 }

@@ -144,23 +144,41 @@ fn load_value(p: LoadPoint) -> f64 {
 }
 
 fn knee_result(k: &crate::outcome::KneePath) -> KneeResult {
+    let floor = match k.goal {
+        crate::SearchGoal::MostLoadMeetingSlo => None,
+        crate::SearchGoal::PerRequestAtFloor { floor } => Some(floor.get()),
+    };
     KneeResult {
         context: k.context,
+        goal: Some(
+            if floor.is_some() {
+                "per_request_at_floor"
+            } else {
+                "most_load_meeting_slo"
+            }
+            .to_owned(),
+        ),
+        floor_tokens_per_s: floor,
         path: k
             .path
             .iter()
-            .map(|&(p, met)| KneeStep {
-                load: load_value(p),
-                met,
+            .map(|t| KneeStep {
+                load: load_value(t.point),
+                met: t.met,
+                total_tokens_per_s: t.total_tokens_per_s,
+                per_request_tokens_per_s: t.per_request_tokens_per_s,
             })
             .collect(),
         knee: k.knee.map(load_value),
         end: k.end.map(|e| {
-            match e {
-                crate::SearchEnd::Converged => "converged",
-                crate::SearchEnd::MaxMet => "max_met",
-                crate::SearchEnd::NothingMet => "nothing_met",
-                crate::SearchEnd::StepLimit => "step_limit",
+            match (e, floor.is_some()) {
+                (crate::SearchEnd::Converged, _) => "converged",
+                (crate::SearchEnd::MaxMet, false) => "max_met",
+                (crate::SearchEnd::MaxMet, true) => "floor_not_reached",
+                // A floor reached at the lowest load: that load is the answer.
+                (crate::SearchEnd::NothingMet, true) => "converged",
+                (crate::SearchEnd::NothingMet, false) => "nothing_met",
+                (crate::SearchEnd::StepLimit, _) => "step_limit",
             }
             .to_owned()
         }),
@@ -419,6 +437,14 @@ fn measurements(w: &WindowResult) -> DecodeMeasurements {
                 itl_during_ms: i.itl_during.map(percentiles),
                 tokens_lost: i.tokens_lost,
                 stall_ms: ms(i.stall),
+                timeline: i
+                    .timeline
+                    .iter()
+                    .map(|&(t_ms, tokens_per_s)| speedmatrix_report::TimelinePoint {
+                        t_ms,
+                        tokens_per_s,
+                    })
+                    .collect(),
                 failure: i
                     .failure
                     .as_ref()

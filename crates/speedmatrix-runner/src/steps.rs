@@ -9,12 +9,12 @@ use speedmatrix_units::{Concurrency, Tokens};
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConversationSpec, LoadMode, RateLength, RateSpec, SearchSpec};
+use crate::config::{ConversationSpec, LoadMode, RateLength, RateSpec, SearchGoal, SearchSpec};
 use crate::journal::Journal;
 use crate::observer::{Event, NotRun, Phase};
 use crate::outcome::{
-    CellOutcome, Exclusion, KneePath, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason,
-    StepId, StepStatus, StopReason,
+    CellOutcome, Exclusion, KneePath, KneeTry, LoadOutcome, LoadPoint, Notice, PrefillOutcome,
+    SkipReason, StepId, StepStatus, StopReason,
 };
 use crate::plan::{
     Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, load_exclusion, prompt_len,
@@ -414,24 +414,31 @@ impl Session<'_> {
                 ),
             };
             let cell = self.load_cell(cells.len(), &planned, stopped).await?;
-            // A cell that could not run or measure did not meet the objective.
-            let met = cell.status.is_measured()
-                && cell
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.slo.as_ref())
-                    .is_some_and(|v| v.met);
+            let tried = judge(point, &cell, spec.goal);
             let interrupted = matches!(cell.status, StepStatus::Skipped(_));
             cells.push(cell);
             if interrupted {
                 break;
             }
-            search.record(u, met);
-            path.push((point, met));
+            // The bracket's "pass" is below the boundary it looks for: meeting
+            // the objective, or (for a floor) not reaching it yet.
+            let below = match spec.goal {
+                SearchGoal::MostLoadMeetingSlo => tried.met,
+                SearchGoal::PerRequestAtFloor { floor } => {
+                    tried.total_tokens_per_s.is_some_and(|t| t < floor.get())
+                }
+            };
+            search.record(u, below);
+            path.push(tried);
         }
+        let knee = match spec.goal {
+            SearchGoal::MostLoadMeetingSlo => search.knee().and_then(point_of),
+            SearchGoal::PerRequestAtFloor { .. } => fastest_at_floor(&path),
+        };
         Ok(KneePath {
             context: start.context,
-            knee: search.knee().and_then(point_of),
+            goal: spec.goal,
+            knee,
             end: search.end(),
             path,
         })
@@ -755,4 +762,42 @@ fn cell_without_numbers(planned: &PlannedCell, status: StepStatus) -> CellOutcom
         window: None,
         notices: Vec::new(),
     }
+}
+
+/// One search try's verdict and figures. A cell that could not run or
+/// measure meets nothing.
+fn judge(point: LoadPoint, cell: &LoadOutcome, goal: SearchGoal) -> KneeTry {
+    let result = cell.result.as_ref().filter(|_| cell.status.is_measured());
+    let total = result.map(|r| r.output_tokens_per_s);
+    let per_request = result
+        .and_then(|r| r.tpot)
+        .map(|t| t.p50.as_secs_f64())
+        .filter(|s| *s > 0.0)
+        .map(|s| 1.0 / s);
+    // Without --slo a floor search has no objective beyond the floor.
+    let slo_met = result.is_some_and(|r| r.slo.as_ref().is_none_or(|v| v.met));
+    let met = match goal {
+        SearchGoal::MostLoadMeetingSlo => {
+            result.is_some_and(|r| r.slo.as_ref().is_some_and(|v| v.met))
+        }
+        SearchGoal::PerRequestAtFloor { floor } => {
+            slo_met && total.is_some_and(|t| t >= floor.get())
+        }
+    };
+    KneeTry {
+        point,
+        met,
+        total_tokens_per_s: total,
+        per_request_tokens_per_s: per_request,
+    }
+}
+
+/// The try with the fastest requests among those that met the floor (and
+/// the objective); ties go to the lower load.
+fn fastest_at_floor(path: &[KneeTry]) -> Option<LoadPoint> {
+    path.iter()
+        .filter(|t| t.met)
+        .filter_map(|t| Some((t, t.per_request_tokens_per_s?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.point.cmp(&a.0.point)))
+        .map(|(t, _)| t.point)
 }

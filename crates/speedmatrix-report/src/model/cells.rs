@@ -214,9 +214,24 @@ pub struct Interference {
     pub tokens_lost: f64,
     /// Those tokens as time at the before rate, milliseconds.
     pub stall_ms: f64,
+    /// The streams' total tok/s in equal parts from a second before its
+    /// send to the end of the settle time, for the timeline chart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelinePoint>,
     /// Why the probe has no figures, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+}
+
+/// One part of the interference timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimelinePoint {
+    /// Start of the part relative to the injected send, milliseconds
+    /// (negative before it).
+    pub t_ms: f64,
+    /// The streams' total output tok/s over the part.
+    pub tokens_per_s: f64,
 }
 
 /// Where output-token counts came from, from most to least exact.

@@ -41,12 +41,22 @@ pub struct KneeResult {
     /// The context searched.
     #[schemars(with = "u64")]
     pub context: Tokens,
+    /// What it looked for: `most_load_meeting_slo` (the knee), or
+    /// `per_request_at_floor` (the fastest requests among loads whose output
+    /// tok/s reach `floor_tokens_per_s`); absent in older documents (a knee).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// The floor of output tok/s, for `per_request_at_floor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_tokens_per_s: Option<f64>,
     /// Each load tried, in order: burst size or requests per second.
     pub path: Vec<KneeStep>,
-    /// The highest load that met the objective.
+    /// The answer: the highest load that met the objective, or the load
+    /// whose requests were fastest at the floor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee: Option<f64>,
-    /// `converged`, `max_met` (the highest load allowed met it), `nothing_met`
+    /// `converged`, `max_met` (the highest load allowed met it), `nothing_met`,
+    /// `floor_not_reached` (not even the highest load reached the floor)
     /// or `step_limit`; absent when the run stopped first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<String>,
@@ -58,8 +68,14 @@ pub struct KneeResult {
 pub struct KneeStep {
     /// Burst size or requests per second.
     pub load: f64,
-    /// Whether the cell met the objective.
+    /// Whether the cell met the objective (and reached the floor, if any).
     pub met: bool,
+    /// Its output tok/s over the span, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens_per_s: Option<f64>,
+    /// Its median request's decode speed (1 / TPOT p50), tok/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_request_tokens_per_s: Option<f64>,
 }
 
 /// How an open-loop run's send times were drawn (before the run, from a seed).

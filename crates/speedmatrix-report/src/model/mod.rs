@@ -14,7 +14,7 @@ mod telemetry;
 
 pub use self::cells::{
     CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, Interference, MAX_PLAIN_UNCERTAINTY_PCT,
-    Percentiles, ServerCounter, TokenCount, TokenCountSource,
+    Percentiles, ServerCounter, TimelinePoint, TokenCount, TokenCountSource,
 };
 pub use self::load::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,

@@ -248,3 +248,28 @@ fn bursts_compare_by_size_on_output_rate_and_ttft() {
         c.to_markdown()
     );
 }
+
+#[test]
+fn conversation_cells_compare_as_conversations() {
+    let conversations = || {
+        let mut r = burst_run();
+        r.load.as_mut().unwrap().mode = "conversation".into();
+        r
+    };
+    let a = conversations();
+    let mut b = conversations();
+    b.load.as_mut().unwrap().cells[0]
+        .measurements
+        .as_mut()
+        .unwrap()
+        .output_tokens_per_s = 300.0;
+    let c = compare(&a, &b, Threshold::DEFAULT);
+    let rows: Vec<_> = c
+        .cells
+        .iter()
+        .filter(|r| r.phase == Phase::Conversation)
+        .collect();
+    assert_eq!(rows.len(), 2, "no burst rows: {:?}", c.cells);
+    assert!(matches!(&rows[0].verdict, Verdict::Regressed { .. }));
+    assert!(c.to_markdown().contains("| Conversations | 1K | 4 |"));
+}

@@ -637,7 +637,11 @@ fn a_rate_run_renders_its_cells_in_markdown_csv_and_html() {
 
     let html = to_html(&report);
     assert!(html.contains("<h2>Open-loop request rates measurements</h2>"));
-    assert!(html.contains("aria-label=\"TTFT p99 (ms) by Intended requests per second\""));
+    assert!(html.contains("aria-label=\"TTFT (ms) by Intended requests per second\""));
+    assert!(
+        html.contains("p99 3,100</title>"),
+        "the p90–p99 band: {html}"
+    );
     let json = report.to_json().unwrap();
     assert_eq!(
         speedmatrix_report::Report::from_json(&json).unwrap(),
@@ -676,6 +680,14 @@ fn an_interference_probe_renders_as_prefill_under_load() {
         itl_during_ms: None,
         tokens_lost: 280.0,
         stall_ms: 1_866.7,
+        timeline: [
+            (-1_000.0, 150.0),
+            (0.0, 40.0),
+            (1_000.0, 40.0),
+            (2_000.0, 149.0),
+        ]
+        .map(|(t_ms, tokens_per_s)| speedmatrix_report::TimelinePoint { t_ms, tokens_per_s })
+        .to_vec(),
         failure: None,
     });
     let md = to_markdown(&report);
@@ -695,6 +707,13 @@ fn an_interference_probe_renders_as_prefill_under_load() {
     let first = &records[report.prefill.len()];
     assert_eq!(&first[col("injected_prompt_tokens")], "32768");
     assert_eq!(&first[col("injection_stall_ms")], "1866.7");
-    assert!(to_html(&report).contains("<h2>Prefill under load</h2>"));
+    let html = to_html(&report);
+    assert!(html.contains("<h2>Prefill under load</h2>"));
+    // The timeline: one step line and the first token's mark.
+    assert!(
+        html.contains("around the injected prompt, 0 context"),
+        "{html}"
+    );
+    assert!(html.contains("first token after 2,480.0 ms"));
     report.validate().unwrap();
 }

@@ -273,8 +273,39 @@ fn interference(
             }),
         tokens_lost,
         stall,
+        timeline: timeline(&streams, sent, settle_end),
         failure,
     }
+}
+
+/// Lead of the interference timeline before the injected send.
+const TIMELINE_LEAD: Duration = Duration::from_secs(1);
+/// Parts of the interference timeline.
+const TIMELINE_PARTS: u32 = 60;
+/// Narrowest part: a part shorter than a few token gaps is noise.
+const TIMELINE_MIN_PART: Duration = Duration::from_millis(20);
+
+/// The streams' total tok/s in equal parts around the injected send.
+fn timeline(streams: &[&Recorded], sent: Timestamp, end: Timestamp) -> Vec<(f64, f64)> {
+    let from = Timestamp::from_offset(sent.offset().saturating_sub(TIMELINE_LEAD));
+    let span = end.saturating_since(from);
+    let part = (span / TIMELINE_PARTS).max(TIMELINE_MIN_PART);
+    let mut out = Vec::new();
+    let mut at = from;
+    // Whole parts only: the streams are cancelled at the end, so a part
+    // reaching past it would show a drop that is ours.
+    while let Some(next) = at.checked_add(part).filter(|n| *n <= end) {
+        let Some(m) = Window::new(at, part)
+            .ok()
+            .and_then(|w| window_metrics(streams, w).ok())
+        else {
+            break;
+        };
+        let offset_ms = (at.offset().as_secs_f64() - sent.offset().as_secs_f64()) * 1e3;
+        out.push((offset_ms, m.total_output_rate.get()));
+        at = next;
+    }
+    out
 }
 
 fn metrics_of(recorded: &[Recorded], window: Window) -> Result<WindowMetrics, MetricsError> {

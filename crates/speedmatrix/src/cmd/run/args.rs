@@ -243,11 +243,18 @@ pub(crate) struct Args {
     #[arg(long, value_name = "TERMS", help_heading = "Load modes")]
     pub(crate) slo: Option<speedmatrix_metrics::Slo>,
     /// Find, per context, the highest load that meets --slo instead of measuring each given
-    /// load: from the lowest --requests or --request-rate up to the highest (without bound
-    /// when one is given), doubling to bracket the knee and bisecting to it, each try a
-    /// journaled cell. Needs --slo and --mode burst or rate.
+    /// load: from the lowest --requests, --request-rate or --concurrency up to the highest
+    /// (without bound when one is given), doubling to bracket the knee and bisecting to it,
+    /// each try a journaled cell. Needs --slo (or --search-floor) and a load mode (burst,
+    /// rate, conversation).
     #[arg(long, help_heading = "Load modes")]
     pub(crate) search: bool,
+    /// With --search: instead of the knee, find the load whose requests are fastest (median
+    /// decode speed, 1 / TPOT p50) while the cell's output still reaches this many tok/s
+    /// (and meets --slo, when given) — the lowest load that reaches the floor, by the same
+    /// bracketing and bisection.
+    #[arg(long, value_name = "TOK/S", help_heading = "Load modes")]
+    pub(crate) search_floor: Option<f64>,
     /// Burst and rate modes: every request's prompt begins with a prefix shared by the cell's
     /// requests, a share of the prompt (50%) or a number of tokens (2k), cached by one request
     /// sent before the cell; each cell reports the hit rate that should give beside the

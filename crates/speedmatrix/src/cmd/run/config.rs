@@ -1,10 +1,11 @@
 //! From flags to the runner's configuration: the matrix, the tokenizer, the
 //! capacity hints, the labels, the extra body, and the clear-text warning.
 
+use speedmatrix_metrics::TokensPerSecond;
 use speedmatrix_report::{ClientSetup, LocalServer};
 use speedmatrix_runner::{
     BurstSpec, CapacityHints, ConversationSpec, InjectSpec, LoadMode, MatrixSpec, PrefillMode,
-    Preset, RateLength, RateSpec, RunLabels, SearchSpec,
+    Preset, RateLength, RateSpec, RunLabels, SearchGoal, SearchSpec,
 };
 use speedmatrix_workload::ArrivalProcess;
 
@@ -80,20 +81,45 @@ pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageErr
         });
     }
     if args.search {
-        if args.slo.is_none() || args.mode == ModeArg::Sustained {
-            return Err(UsageError(
-                "--search needs an objective (--slo) and --mode burst or --mode rate".into(),
-            ));
-        }
-        if args.search_steps == 0 {
-            return Err(UsageError("--search-steps must be at least 1".into()));
-        }
-        m.search = Some(SearchSpec {
-            max_steps: args.search_steps,
-            relative_tolerance: args.search_tolerance,
-        });
+        m.search = Some(search_spec(args)?);
+    } else if args.search_floor.is_some() {
+        return Err(UsageError("--search-floor is a goal of --search".into()));
     }
     Ok(m)
+}
+
+/// The search's goal and bounds from `--search` and its flags.
+fn search_spec(args: &Args) -> Result<SearchSpec, UsageError> {
+    if args.mode == ModeArg::Sustained {
+        return Err(UsageError(
+            "--search needs a load mode: --mode burst, rate or conversation".into(),
+        ));
+    }
+    let goal = match args.search_floor {
+        None if args.slo.is_none() => {
+            return Err(UsageError(
+                "--search needs an objective (--slo) or a floor of output tok/s (--search-floor)"
+                    .into(),
+            ));
+        }
+        None => SearchGoal::MostLoadMeetingSlo,
+        Some(f) => match TokensPerSecond::new(f).filter(|f| f.get() > 0.0) {
+            Some(floor) => SearchGoal::PerRequestAtFloor { floor },
+            None => {
+                return Err(UsageError(format!(
+                    "--search-floor {f}: give a positive number of output tokens per second"
+                )));
+            }
+        },
+    };
+    if args.search_steps == 0 {
+        return Err(UsageError("--search-steps must be at least 1".into()));
+    }
+    Ok(SearchSpec {
+        max_steps: args.search_steps,
+        relative_tolerance: args.search_tolerance,
+        goal,
+    })
 }
 
 /// The load mode from `--mode` and its flags, refusing flags of another mode.

@@ -218,10 +218,18 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
     };
     let _ = writeln!(out, "\n{heading}");
     if let Some(s) = &matrix.search {
+        let goal = match s.goal {
+            speedmatrix_runner::SearchGoal::MostLoadMeetingSlo => {
+                "the highest load that meets the objective".to_owned()
+            }
+            speedmatrix_runner::SearchGoal::PerRequestAtFloor { floor } => {
+                format!("the load with the fastest requests whose output reaches {floor}")
+            }
+        };
         let _ = writeln!(
             out,
-            "  searching each context for the highest load that meets the objective, from the \
-             load below, at most {} cells, to within {:.0} %:",
+            "  searching each context for {goal}, from the load below, at most {} cells, to \
+             within {:.0} %:",
             s.max_steps,
             s.relative_tolerance * 100.0
         );
