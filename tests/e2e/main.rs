@@ -19,6 +19,7 @@ mod faults;
 mod load;
 
 mod matrix;
+mod predict;
 mod prompts;
 mod reliability;
 mod security;

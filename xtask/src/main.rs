@@ -6,6 +6,7 @@
 
 mod bench;
 mod ci;
+mod fit_predict;
 mod fuzz;
 mod gen_tokenizer;
 mod gpu_check;
@@ -49,6 +50,10 @@ enum Command {
     /// On a machine with a GPU: record nvidia-smi / amd-smi output under a small load into the
     /// telemetry fixtures (tests/fixtures/…/recorded-…) and replay every fixture. On demand only.
     GpuCheck(gpu_check::Args),
+    /// Fit the speed predictor's efficiency factors on the public measured results in
+    /// crates/speedmatrix-predict/data/validation.json and print every rig's error
+    /// (`--write` stores them in its factors.json).
+    FitPredict(fit_predict::Args),
     /// Train the bundled tokenizer from its recipe and write its asset (`--check`: compare only).
     GenTokenizer(gen_tokenizer::Args),
 }
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         Command::GenTokenizer(args) => gen_tokenizer::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::GpuCheck(args) => gpu_check::run(&args),
+        Command::FitPredict(args) => fit_predict::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
         Command::LlamacppE2e(args) => llamacpp::run(&args),
     };

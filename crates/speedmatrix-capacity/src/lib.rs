@@ -91,10 +91,11 @@ pub use vllm::{
     Estimate, GroupKind, KvBudgetSource, KvGroup, LayerCost, LogFormula, LoggedFigure,
     MambaCacheMode, MemoryBudget, OverheadOverrides, PipelineStage, PreRelease, RuleUse,
     SpeculativeConfig, SpeculativeMethod, StartupCheck, TermKind, VLLM_RULES, VllmDevice,
-    VllmFlags, VllmLayout, VllmPrediction, VllmRule, VllmStartupLog, VllmVersion,
+    VllmFlags, VllmLayout, VllmPrediction, VllmRule, VllmStartupLog, VllmVersion, batch_defaults,
     budget_from_available_gib, capacity_from_budget, capacity_from_stage_budgets, kv_element_dtype,
     pipeline_partition, predict_vllm, rules_for,
 };
 pub use weights::{
-    CheckpointTensors, WeightEstimate, WeightPlacement, weights_from_safetensors_index,
+    CheckpointTensors, ParameterSplit, WeightEstimate, WeightPlacement,
+    weights_from_safetensors_index,
 };

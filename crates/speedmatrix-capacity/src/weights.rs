@@ -57,7 +57,90 @@ impl WeightPlacement {
     }
 }
 
+/// What one decode step reads and computes per tensor-parallel rank, split
+/// the way a speed model needs it: weights every step reads, and the routed
+/// experts, of which a step reads only those its tokens pick.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ParameterSplit {
+    /// Bytes of the decoder's non-expert weights (attention, recurrent
+    /// mixers, dense MLPs, shared experts, routers) and the LM head on one rank.
+    pub dense_bytes: f64,
+    /// Bytes of one routed expert across every MoE layer, on one rank.
+    pub expert_bytes: f64,
+    /// Routed experts per MoE layer (0 for a dense model).
+    pub num_experts: u64,
+    /// Experts each token is routed to.
+    pub experts_per_token: u64,
+    /// Multiply-accumulates per token in the decoder's linear layers on one
+    /// rank (non-expert weights plus the token's routed experts), LM head excluded.
+    pub decoder_macs_per_token: f64,
+    /// Multiply-accumulates of the LM head per token on one rank.
+    pub lm_head_macs_per_token: f64,
+    /// Bytes of the LM head on one rank (part of `dense_bytes`).
+    pub lm_head_bytes: f64,
+    /// Parameters behind `dense_bytes` less the LM head, on one rank.
+    pub dense_params: f64,
+    /// Parameters of one routed expert across every MoE layer, on one rank.
+    pub expert_params: f64,
+}
+
 impl ModelConfig {
+    /// Splits the decoder's weights into what every step reads and what only
+    /// routed tokens read, on one of `tp` ranks (vision tower and the input
+    /// embedding excluded: a step gathers a few embedding rows only).
+    pub fn parameter_split(&self, tp: u32) -> ParameterSplit {
+        let tp = f64::from(tp.max(1));
+        let dtype = self.dtype.bytes() as f64;
+        let per_linear = self.quantization.bytes_per_weight(self.dtype);
+        let (mut dense, mut experts, mut macs) = (0.0f64, 0.0f64, 0.0f64);
+        let (mut dense_params, mut expert_params) = (0.0f64, 0.0f64);
+        let moe = self.moe;
+        for (i, kind) in self.layers.iter().enumerate() {
+            for (part, n) in self.layer_parts(i as u64, *kind) {
+                let per = match (part, self.quantization) {
+                    (Part::Experts, Quantization::Mxfp4Experts) => 0.5 + 1.0 / 32.0,
+                    (_, Quantization::Mxfp4Experts) | (Part::Router, _) => dtype,
+                    _ => per_linear,
+                };
+                let n = n as f64;
+                if part == Part::Experts {
+                    experts += n * per;
+                    expert_params += n;
+                    let m = moe.map_or(1.0, |m| {
+                        m.experts_per_token as f64 / m.num_experts.max(1) as f64
+                    });
+                    macs += n * m;
+                } else {
+                    dense += n * per;
+                    dense_params += n;
+                    macs += n;
+                }
+            }
+        }
+        let vocab = self.vocab_size.div_ceil(64) * 64;
+        let lm_head = (vocab * self.hidden_size) as f64;
+        let num_experts = moe.map_or(0, |m| m.num_experts);
+        ParameterSplit {
+            dense_bytes: (dense + lm_head * dtype) / tp,
+            expert_bytes: if num_experts > 0 {
+                experts / num_experts as f64 / tp
+            } else {
+                0.0
+            },
+            num_experts,
+            experts_per_token: moe.map_or(0, |m| m.experts_per_token),
+            decoder_macs_per_token: macs / tp,
+            lm_head_macs_per_token: lm_head / tp,
+            lm_head_bytes: lm_head * dtype / tp,
+            dense_params: dense_params / tp,
+            expert_params: if num_experts > 0 {
+                expert_params / num_experts as f64 / tp
+            } else {
+                0.0
+            },
+        }
+    }
+
     /// Counts the weights from the config's shapes. `language_model_only` skips the
     /// vision tower (vLLM `--language-model-only`); `tp` divides everything but the
     /// small replicated tensors.

@@ -136,6 +136,10 @@ pub struct Comparison {
     pub cells: Vec<CellComparison>,
     /// Settings that differ between the runs, in words (`engine version: 0.32.0 → 0.33.0`).
     pub differences: Vec<String>,
+    /// Run A was predicted (or simulated), not measured: B / A is then the
+    /// prediction's error, and a change beyond the threshold is the
+    /// prediction being off, not a regression.
+    pub a_predicted: bool,
 }
 
 impl Comparison {
@@ -153,7 +157,16 @@ impl Comparison {
 
     /// The comparison as a Markdown page: settings that differ, a table of ratios, a summary.
     pub fn to_markdown(&self) -> String {
-        let mut out = String::from("# Speed test comparison (B / A)\n\n");
+        let mut out = if self.a_predicted {
+            String::from(
+                "# Prediction error (B measured / A predicted)\n\nA is a predicted or simulated \
+                 document: each ratio is how far the measurement landed from the prediction; \
+                 \"REGRESSION\" below means the prediction was high by more than the threshold, \
+                 \"better\" that it was low.\n\n",
+            )
+        } else {
+            String::from("# Speed test comparison (B / A)\n\n")
+        };
         if !self.differences.is_empty() {
             out.push_str("Runs differ in:\n\n");
             for d in &self.differences {
@@ -270,6 +283,7 @@ pub fn compare(a: &Report, b: &Report, threshold: Threshold) -> Comparison {
         threshold,
         cells,
         differences: differences(a, b),
+        a_predicted: a.prediction.is_some(),
     }
 }
 

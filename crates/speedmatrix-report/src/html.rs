@@ -34,6 +34,17 @@ pub fn to_html(report: &Report) -> String {
         esc(&headline),
         esc(&page::subtitle(report))
     );
+    if let Some((headline, lines)) = page::prediction_banner(report) {
+        let _ = write!(
+            out,
+            "<section class=\"banner\">\n<p><strong>{}</strong></p>\n<ul>\n",
+            esc(&headline)
+        );
+        for line in lines {
+            let _ = writeln!(out, "<li>{}</li>", esc(&line));
+        }
+        out.push_str("</ul>\n</section>\n");
+    }
     facts(&mut out, report);
     charts(&mut out, report);
     launch_command(&mut out, report);
@@ -420,6 +431,8 @@ details.cell-series summary { cursor: pointer; padding: 4px 0; }
 details.cell-series figure { margin-top: 6px; }
 .caption { color: var(--muted); margin: 0 0 10px; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px; }
+.banner { background: #fff4e5; border: 2px solid #e4572e; border-radius: 8px; padding: 12px 18px; margin: 16px 0; }
+.banner ul { margin: 6px 0 0; padding-left: 20px; font-size: 14px; }
 figure svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 pre { background: #0f1720; color: #e6edf3; padding: 14px 16px; border-radius: 10px; overflow-x: auto;

@@ -78,6 +78,7 @@
 //!         measurements: Some(measured),
 //!     }],
 //!     notes: vec![],
+//!     prediction: None,
 //! };
 //! report.validate()?;
 //! let json = report.to_json()?;
@@ -108,9 +109,9 @@ pub use crate::model::{
     Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup,
     DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
     Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
-    Percentiles, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
-    ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount, TokenCountSource,
-    Tool, VerdictThresholds,
+    Percentiles, PredictionInfo, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
+    ServerCounter, ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount,
+    TokenCountSource, Tool, VerdictThresholds,
 };
 pub use crate::model::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,

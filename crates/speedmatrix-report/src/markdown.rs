@@ -16,6 +16,13 @@ pub fn to_markdown(report: &Report) -> String {
     out.push_str("# Speed test matrix\n\n");
     let _ = writeln!(out, "**{}**\n", inline(&page::headline(report)));
     let _ = writeln!(out, "{}\n", inline(&page::subtitle(report)));
+    if let Some((headline, lines)) = page::prediction_banner(report) {
+        let _ = writeln!(out, "> **{}**", inline(&headline));
+        for line in lines {
+            let _ = writeln!(out, "> - {}", inline(&line));
+        }
+        out.push('\n');
+    }
     facts_section(&mut out, "Hardware", &page::hardware_facts(report));
     facts_section(&mut out, "Engine", &page::engine_facts(report));
     facts_section(&mut out, "Run", &page::run_facts(report));

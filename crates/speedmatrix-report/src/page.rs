@@ -29,6 +29,31 @@ pub(crate) const MEASUREMENT_COLUMNS: [&str; 12] = [
 
 /// The line under the title: `Agents-A1-4B-FP8 on RTX 3090 24 GiB`.
 /// Whether the run measured sustained-decode cells (a load run has none).
+/// The banner of a predicted document: a headline and its assumptions.
+pub(crate) fn prediction_banner(report: &Report) -> Option<(String, Vec<String>)> {
+    let p = report.prediction.as_ref()?;
+    let factors: Vec<String> = p
+        .factors
+        .iter()
+        .map(|(k, v)| format!("{k} {}", format::grouped(*v, 3)))
+        .collect();
+    let mut lines = p.assumptions.clone();
+    if !factors.is_empty() {
+        lines.push(format!(
+            "Factors ({}): {}.",
+            p.fitted_on,
+            factors.join(", ")
+        ));
+    }
+    Some((
+        format!(
+            "Predicted, not measured: every number on this page comes from {}.",
+            p.method
+        ),
+        lines,
+    ))
+}
+
 pub(crate) fn has_decode(report: &Report) -> bool {
     !report.run.contexts.is_empty() && !report.run.concurrencies.is_empty()
 }

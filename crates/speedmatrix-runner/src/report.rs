@@ -87,6 +87,7 @@ pub(crate) fn build_report(
         load: load_run(m, load, &measured.knees),
         decode: decode.iter().map(decode_cell).collect(),
         notes: notices.iter().map(Notice::describe).collect(),
+        prediction: None,
     }
 }
 

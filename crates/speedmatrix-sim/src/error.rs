@@ -28,6 +28,9 @@ pub enum SimError {
         /// The JSON error, with line and column.
         source: serde_json::Error,
     },
+    /// A cost model could not be fitted to the figures given.
+    #[error("cannot fit a cost model: {0}")]
+    Fit(String),
     /// The profile's values do not describe a working engine.
     #[error("profile `{name}` is invalid: {reason}")]
     InvalidProfile {

@@ -77,6 +77,7 @@ mod driver;
 mod engine;
 mod error;
 pub mod fault;
+pub mod fit;
 mod metrics;
 mod profile;
 mod server;
@@ -86,7 +87,8 @@ mod wire;
 pub use error::SimError;
 pub use fault::Fault;
 pub use profile::{
-    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, RTX3090_QWEN35_4B_FP8, TINY, TextStyle,
+    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, ProfileOrigin, RTX3090_QWEN35_4B_FP8,
+    TINY, TextStyle,
 };
 pub use server::{RunningSim, SimServer, VERSION};
 

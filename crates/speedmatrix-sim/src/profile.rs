@@ -71,6 +71,12 @@ pub struct Profile {
     /// always one. Default `[1]`.
     #[serde(default = "one_token_per_step")]
     pub tokens_per_step: Vec<u32>,
+    /// Where a profile's speed came from when it was fitted (`speedmatrix
+    /// calibrate`) or predicted (`speedmatrix predict --simulate`): a run
+    /// against it is a what-if, and cells past what was measured are
+    /// extrapolations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ProfileOrigin>,
     /// Draft tokens proposed per decode step when the engine speculates: `/metrics` then
     /// carries vLLM's `vllm:spec_decode_*` counters, each step one draft of this many tokens
     /// of which `tokens_per_step − 1` are accepted (so every count there is at most this + 1).
@@ -156,6 +162,26 @@ pub enum CapacityApi {
 
 fn one() -> f64 {
     1.0
+}
+
+/// Where a fitted or predicted profile's speed came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileOrigin {
+    /// `calibrated` (fitted to a measured run) or `predicted`.
+    pub kind: String,
+    /// What it came from, in words (the run's model and hardware, or the
+    /// prediction's GPU and factors).
+    pub source: String,
+    /// The most streams of a measured cell it was fitted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_concurrency_max: Option<u32>,
+    /// The longest context of a measured cell it was fitted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_context_max: Option<u64>,
+    /// The longest cold prompt it was fitted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_prompt_max: Option<u64>,
 }
 
 /// How long one engine step takes, as a function of what it computes.
@@ -469,6 +495,7 @@ fn rtx3090() -> Profile {
         dialect: Dialect::Vllm,
         tokens_per_step: one_token_per_step(),
         num_speculative_tokens: None,
+        origin: None,
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
@@ -502,6 +529,7 @@ fn tiny() -> Profile {
         dialect: Dialect::Vllm,
         tokens_per_step: one_token_per_step(),
         num_speculative_tokens: None,
+        origin: None,
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,

@@ -98,11 +98,12 @@ pub struct MemoryBudget {
     pub source: KvBudgetSource,
 }
 
+/// `(max_num_batched_tokens, max_num_seqs)`: the flags, else
 /// `arg_utils.get_batch_defaults` for `vllm serve`: GPUs of 70 GiB and more
 /// other than the A100 get the large defaults; from v0.28 those of 160 GiB and
 /// more also 16,384 batched tokens. Unified-memory devices (GB10) report no
 /// device memory through NVML and stay on the small defaults.
-pub(super) fn batch_defaults(gpu: &Gpu, flags: &VllmFlags) -> (u64, u32) {
+pub fn batch_defaults(gpu: &Gpu, flags: &VllmFlags) -> (u64, u32) {
     let on_gpu = matches!(flags.device, VllmDevice::Gpu) && !gpu.unified_memory;
     let big = gpu.memory.get() >= 70 << 30 && !gpu.is_a100 && on_gpu;
     let huge = gpu.memory.get() >= 160 << 30 && on_gpu && flags.version.has(BATCH_TIER_160);

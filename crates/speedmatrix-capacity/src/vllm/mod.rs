@@ -18,8 +18,8 @@ mod version;
 pub use self::groups::pipeline_partition;
 pub use self::layout::{GroupKind, KvGroup, LayerCost, PipelineStage, VllmLayout};
 pub use self::log::{LoggedFigure, VllmStartupLog};
-pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget, TermKind};
-use self::memory::{Stage, batch_defaults, memory_budget};
+pub use self::memory::{Estimate, KvBudgetSource, MemoryBudget, TermKind, batch_defaults};
+use self::memory::{Stage, memory_budget};
 use self::version::{
     BATCH_TIER_160, CHUNKED_HMA_OFF, CHUNKED_HMA_ON, COHERE2_WINDOW_PLUS_ONE, CUDAGRAPH_BUDGET,
     GROUP_RATIO_1_5, IN_FLIGHT_TOKENS, LOG_CONCURRENCY, LOG_PER_GROUP, MAMBA2_SPEC_ROWS,

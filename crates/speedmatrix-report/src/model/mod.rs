@@ -4,6 +4,8 @@
 //! `total_tokens_per_s`); token counts are [`Tokens`], request counts are
 //! [`Concurrency`] or plain integers, memory is [`ByteSize`] in bytes.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::{ByteSize, Concurrency, Tokens};
@@ -72,6 +74,24 @@ pub struct Report {
     /// Free-form remarks shown at the end of the report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Present when no number of the document was measured: it was
+    /// predicted by `speedmatrix predict` or extrapolated by `calibrate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<PredictionInfo>,
+}
+
+/// How a predicted document's numbers were made.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PredictionInfo {
+    /// The method in a line, e.g. `speedmatrix cost model (docs/predict.md)`.
+    pub method: String,
+    /// The efficiency factors by name.
+    pub factors: BTreeMap<String, f64>,
+    /// What the factors were fitted on.
+    pub fitted_on: String,
+    /// The figures and assumptions the prediction rests on, one per line.
+    pub assumptions: Vec<String>,
 }
 
 /// How the benchmark client ran.

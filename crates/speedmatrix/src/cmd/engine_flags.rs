@@ -26,6 +26,15 @@ pub(crate) enum PredictedEngine {
 }
 
 impl PredictedEngine {
+    /// The engine's name in reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PredictedEngine::Vllm => "vllm",
+            PredictedEngine::Sglang => "sglang",
+            PredictedEngine::Llamacpp => "llama.cpp",
+        }
+    }
+
     /// The engine an engine name (as `run --engine` takes it) stands for;
     /// `None` for one whose KV sizing is not modelled.
     pub(crate) fn from_name(name: &str) -> Option<PredictedEngine> {

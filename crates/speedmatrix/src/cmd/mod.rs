@@ -4,9 +4,11 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+mod calibrate;
 mod capacity;
 mod compare;
 mod engine_flags;
+mod predict;
 mod probe;
 mod prompt;
 mod report;
@@ -30,6 +32,12 @@ pub(crate) enum Command {
     Report(report::Args),
     /// Compare two saved runs cell by cell (B/A ratios) and flag regressions.
     Compare(compare::Args),
+    /// Predict the whole matrix (prefill, decode tok/s, the capacity grid) from config.json
+    /// and a GPU before renting it: a report marked predicted; --simulate runs it too.
+    Predict(Box<predict::Args>),
+    /// Fit the simulator's step-time model to a measured run (run.json): a profile for
+    /// what-if runs beyond what was measured (more streams, longer contexts, a bigger cache).
+    Calibrate(calibrate::Args),
 }
 
 /// Runs one subcommand.
@@ -42,6 +50,8 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Capacity(args) => capacity::run(args).await,
         Command::Report(args) => report::run(args).await,
         Command::Compare(args) => compare::run(args).await,
+        Command::Calibrate(args) => calibrate::run(args).await,
+        Command::Predict(args) => predict::run(*args).await,
     }
 }
 

@@ -9,6 +9,7 @@
 mod args;
 mod config;
 mod progress;
+mod what_if;
 mod words;
 
 use std::path::{Path, PathBuf};
@@ -73,6 +74,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .map_err(|e| UsageError(format!("--sim-profile {}: {e}", args.sim_profile)))?,
         )),
     };
+    let origin = match &target {
+        Target::Embedded(p) => p.origin.clone(),
+        Target::Url(_) => None,
+    };
     let config = RunConfig {
         target,
         api_key: args.api_key.clone().map(speedmatrix_client::ApiKey::new),
@@ -127,6 +132,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // The report speaks as the command does: its notes name the flags.
     outcome.report.notes = outcome.notices.iter().map(words::notice).collect();
+    if let Some(origin) = &origin {
+        what_if::mark(&mut outcome.report, origin);
+    }
     write_outputs(&dir, &outcome)?;
     Ok(summarize(&dir, &outcome))
 }

@@ -1,0 +1,319 @@
+//! The cost model: a step costs the larger of its memory and compute time,
+//! plus overheads and tensor-parallel communication (docs/predict.md).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use speedmatrix_capacity::{Dtype, Gpu, ModelConfig, Quantization};
+
+use crate::PredictError;
+use crate::shape::ModelShape;
+
+/// The few numbers that turn peak figures into achieved ones, fitted on
+/// public measured results (`cargo xtask fit-predict`, data/validation.json).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Factors {
+    /// Share of the GPU's peak memory bandwidth a decode step achieves.
+    pub bandwidth_efficiency: f64,
+    /// Share of the GPU's peak dense tensor throughput matrix products achieve.
+    pub compute_efficiency: f64,
+    /// Fixed time of every engine step (scheduling, launches, sampling), ms.
+    pub step_overhead_ms: f64,
+    /// Time per running sequence per step beyond its bytes and FLOPs, µs.
+    pub sequence_overhead_us: f64,
+    /// Latency of one all-reduce between tensor-parallel ranks (two per layer), µs.
+    pub allreduce_latency_us: f64,
+    /// Time from request to the start of its prefill (HTTP, tokenizing, scheduling), ms.
+    pub request_overhead_ms: f64,
+    /// Achieved tensor throughput of GeForce parts relative to what
+    /// `compute_efficiency` gives on the catalog's figure (which is their
+    /// FP32-accumulate rate; FP16-accumulate kernels and boost clocks above
+    /// the rated one go past it). Fitted on llama.cpp's GeForce rigs.
+    #[serde(default = "one")]
+    pub consumer_compute_ratio: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Factors {
+    /// Every factor must be finite, efficiencies in (0, 1.5], times ≥ 0.
+    pub fn check(&self) -> Result<(), PredictError> {
+        let bad = |what: &str, v: f64| PredictError::Factors(format!("{what} = {v}"));
+        for (what, v) in [
+            ("bandwidth_efficiency", self.bandwidth_efficiency),
+            ("compute_efficiency", self.compute_efficiency),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.5) {
+                return Err(bad(what, v));
+            }
+        }
+        if !(self.consumer_compute_ratio.is_finite()
+            && (0.25..=4.0).contains(&self.consumer_compute_ratio))
+        {
+            return Err(bad("consumer_compute_ratio", self.consumer_compute_ratio));
+        }
+        for (what, v) in [
+            ("step_overhead_ms", self.step_overhead_ms),
+            ("sequence_overhead_us", self.sequence_overhead_us),
+            ("allreduce_latency_us", self.allreduce_latency_us),
+            ("request_overhead_ms", self.request_overhead_ms),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(what, v));
+            }
+        }
+        Ok(())
+    }
+
+    /// The factors as a vector, in declaration order (for fitting).
+    pub fn to_vec(self) -> [f64; 7] {
+        [
+            self.bandwidth_efficiency,
+            self.compute_efficiency,
+            self.step_overhead_ms,
+            self.sequence_overhead_us,
+            self.allreduce_latency_us,
+            self.request_overhead_ms,
+            self.consumer_compute_ratio,
+        ]
+    }
+
+    /// Factors from a vector in declaration order.
+    pub fn from_vec(v: [f64; 7]) -> Factors {
+        Factors {
+            bandwidth_efficiency: v[0],
+            compute_efficiency: v[1],
+            step_overhead_ms: v[2],
+            sequence_overhead_us: v[3],
+            allreduce_latency_us: v[4],
+            request_overhead_ms: v[5],
+            consumer_compute_ratio: v[6],
+        }
+    }
+}
+
+/// Effective link bandwidth between tensor-parallel ranks, bytes/s: an
+/// NVLink-class fabric, or PCIe 4.0 ×16 (both achieved, not peak).
+const FAST_LINK_BYTES_S: f64 = 300e9;
+const PCIE_LINK_BYTES_S: f64 = 20e9;
+
+/// The GPU figures a prediction uses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Machine {
+    /// Catalog key.
+    pub gpu: String,
+    /// Peak memory bandwidth per GPU, bytes/s.
+    pub bandwidth_bytes_s: f64,
+    /// Peak dense tensor FLOP/s per GPU in the dtype the model computes in.
+    pub peak_flops: f64,
+    /// That dtype (`bf16`, `fp16`, `fp8`, `fp4`).
+    pub compute_dtype: &'static str,
+    /// Tensor-parallel ranks (GPUs).
+    pub tensor_parallel: u32,
+    /// Whether the ranks talk over an NVLink-class fabric.
+    pub fast_link: bool,
+    /// A GeForce part (see [`Factors::consumer_compute_ratio`]).
+    pub consumer: bool,
+}
+
+impl Machine {
+    /// `tp` of `gpu` running `model`: the compute dtype is the weights' when
+    /// the GPU has tensor cores for it (FP8 on Ada/Hopper/Blackwell, FP4 on
+    /// Blackwell), else the activations' (weight-only kernels).
+    pub fn new(gpu: &Gpu, model: &ModelConfig, tp: u32) -> Result<Machine, PredictError> {
+        let missing = |what| PredictError::MissingGpuFigure {
+            gpu: gpu.key.clone(),
+            what,
+        };
+        let bandwidth = gpu.bandwidth_gb_s.ok_or_else(|| missing("bandwidth"))?;
+        let t = gpu.dense_tflops;
+        let half = match model.dtype {
+            Dtype::Float16 => t.fp16.or(t.bf16).map(|v| (v, "fp16")),
+            _ => t.bf16.or(t.fp16).map(|v| (v, "bf16")),
+        };
+        let peak = match model.quantization {
+            Quantization::Fp8 => t.fp8.map(|v| (v, "fp8")).or(half),
+            Quantization::Nvfp4 => t
+                .fp4
+                .map(|v| (v, "fp4"))
+                .or(t.fp8.map(|v| (v, "fp8")))
+                .or(half),
+            _ => half,
+        };
+        let (tflops, dtype) = peak
+            .or(t.fp8.map(|v| (v, "fp8")))
+            .or(t.fp4.map(|v| (v, "fp4")))
+            .ok_or_else(|| missing("dense bf16/fp16 throughput"))?;
+        Ok(Machine {
+            gpu: gpu.key.clone(),
+            bandwidth_bytes_s: bandwidth * 1e9,
+            peak_flops: tflops * 1e12,
+            compute_dtype: dtype,
+            tensor_parallel: tp.max(1),
+            fast_link: gpu.fast_interconnect,
+            consumer: gpu.vendor == "nvidia" && gpu.name.contains("GeForce"),
+        })
+    }
+}
+
+/// What bounds a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// Reading weights, KV and state.
+    Memory,
+    /// Matrix products.
+    Compute,
+}
+
+/// One step's time and its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StepTime {
+    /// The whole step.
+    pub total: Duration,
+    /// Bytes over achieved bandwidth.
+    pub memory: Duration,
+    /// FLOPs over achieved throughput.
+    pub compute: Duration,
+    /// Fixed and per-sequence overhead plus tensor-parallel communication.
+    pub overhead: Duration,
+    /// Which of memory and compute is larger.
+    pub bound: Bound,
+}
+
+/// A model on a machine with factors: step times.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostModel {
+    /// What a step reads and computes.
+    pub shape: ModelShape,
+    /// The GPUs.
+    pub machine: Machine,
+    /// The efficiency factors.
+    pub factors: Factors,
+    /// Prefill chunk (the engine's token budget per step).
+    pub chunk: u64,
+}
+
+impl CostModel {
+    fn bandwidth(&self) -> f64 {
+        self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency
+    }
+
+    fn flops(&self) -> f64 {
+        let ratio = if self.machine.consumer {
+            self.factors.consumer_compute_ratio
+        } else {
+            1.0
+        };
+        self.machine.peak_flops * self.factors.compute_efficiency * ratio
+    }
+
+    /// Two all-reduces of `tokens × hidden` bf16 values per layer.
+    fn communication(&self, tokens: u64) -> f64 {
+        let tp = f64::from(self.machine.tensor_parallel);
+        if tp <= 1.0 {
+            return 0.0;
+        }
+        let link = if self.machine.fast_link {
+            FAST_LINK_BYTES_S
+        } else {
+            PCIE_LINK_BYTES_S
+        };
+        let payload = tokens as f64 * self.shape.hidden_size as f64 * 2.0;
+        // A ring all-reduce moves 2(tp − 1)/tp of the payload per rank.
+        let per = self.factors.allreduce_latency_us * 1e-6 + payload * 2.0 * (tp - 1.0) / tp / link;
+        2.0 * self.shape.layers as f64 * per
+    }
+
+    fn step(&self, bytes: f64, flops: f64, overhead_s: f64) -> StepTime {
+        let memory = bytes / self.bandwidth();
+        let compute = flops / self.flops();
+        let total = memory.max(compute) + overhead_s;
+        StepTime {
+            total: secs(total),
+            memory: secs(memory),
+            compute: secs(compute),
+            overhead: secs(overhead_s),
+            bound: if memory >= compute {
+                Bound::Memory
+            } else {
+                Bound::Compute
+            },
+        }
+    }
+
+    /// One decode step of `batch` sequences at `context` tokens each.
+    pub fn decode_step(&self, batch: u64, context: u64) -> StepTime {
+        let s = &self.shape;
+        let p = &s.params;
+        let b = batch.max(1) as f64;
+        let bytes = p.dense_bytes
+            + s.experts_touched(batch.max(1)) * p.expert_bytes
+            + b * (s.kv_bytes(context) + 2.0 * s.state_bytes_per_sequence);
+        let flops = b
+            * (2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token)
+                + s.attention_flops(context));
+        let overhead = self.factors.step_overhead_ms * 1e-3
+            + b * self.factors.sequence_overhead_us * 1e-6
+            + self.communication(batch.max(1));
+        self.step(bytes, flops, overhead)
+    }
+
+    /// One prefill chunk of `tokens` new tokens after `cached` ones, the
+    /// last chunk of its prompt when `last` (its LM head runs).
+    pub fn prefill_chunk(&self, tokens: u64, cached: u64, last: bool) -> StepTime {
+        let s = &self.shape;
+        let p = &s.params;
+        let n = tokens as f64;
+        // Attention over the cached tokens and the causal half of the chunk.
+        let mid = cached + tokens / 2;
+        let bytes = p.dense_bytes
+            + s.experts_touched(tokens) * p.expert_bytes
+            + s.kv_bytes(cached + tokens)
+            + 2.0 * s.state_bytes_per_sequence;
+        let flops = n * (2.0 * p.decoder_macs_per_token + s.attention_flops(mid))
+            + if last {
+                2.0 * p.lm_head_macs_per_token
+            } else {
+                0.0
+            };
+        let overhead = self.factors.step_overhead_ms * 1e-3 + self.communication(tokens);
+        self.step(bytes, flops, overhead)
+    }
+
+    /// Time to first token of one `prompt`-token request on an idle server
+    /// with nothing cached: the request overhead and each chunk.
+    pub fn cold_ttft(&self, prompt: u64) -> Duration {
+        let chunk = self.chunk.max(1);
+        let mut done = 0;
+        let mut total = self.factors.request_overhead_ms * 1e-3;
+        while done < prompt.max(1) {
+            let n = chunk.min(prompt.max(1) - done);
+            total += self
+                .prefill_chunk(n, done, done + n >= prompt)
+                .total
+                .as_secs_f64();
+            done += n;
+        }
+        secs(total)
+    }
+
+    /// Time to first token of a request whose prompt is cached but for its
+    /// last partial block of `tail` tokens, joining `batch − 1` decoding ones.
+    pub fn warm_ttft(&self, context: u64, tail: u64, batch: u64) -> Duration {
+        let prefill = self.prefill_chunk(tail.max(1), context.saturating_sub(tail), true);
+        let step = self.decode_step(batch, context);
+        secs(
+            self.factors.request_overhead_ms * 1e-3
+                + prefill.total.as_secs_f64()
+                + step.total.as_secs_f64(),
+        )
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}

@@ -1,0 +1,167 @@
+//! Speed predictor: what a model would do on a GPU before the GPU is rented.
+//!
+//! The crate is pure (no I/O). From a Hugging Face `config.json`
+//! ([`ModelConfig`]), a catalog GPU ([`Gpu`]) and the engine's flags it
+//! builds a [`CostModel`]: a step costs the larger of its memory time
+//! (weights every step reads, the routed experts its tokens touch, each
+//! sequence's KV and recurrent state, over achieved bandwidth) and its
+//! compute time (FLOPs over achieved dense throughput), plus per-step and
+//! per-sequence overheads and, across tensor-parallel ranks, two
+//! all-reduces per layer. Prefill runs in chunks of the engine's token
+//! budget with attention growing with the context. The few efficiency
+//! [`Factors`] are fitted on public measured results (`cargo xtask
+//! fit-predict`); docs/predict.md has the formulas, the data and the errors.
+//!
+//! ```
+//! use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags};
+//! use speedmatrix_predict::{CostModel, Factors};
+//! use speedmatrix_units::{Concurrency, Tokens};
+//!
+//! // An 8B-class dense model in bf16.
+//! let config = r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+//!     "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
+//!     "intermediate_size": 14336, "max_position_embeddings": 131072}"#;
+//! let model = ModelConfig::from_json(config)?;
+//! let gpu = Gpu::lookup("h100-sxm")?;
+//! let cost = CostModel::new(&model, &gpu, &VllmFlags::default(), Factors::builtin("vllm")?)?;
+//! let one = cost.decode_cell(Tokens::ZERO, Concurrency::ONE, Tokens::kibi(8),
+//!     std::time::Duration::from_secs(30), 16);
+//! // ~16 GB of weights a step over ~3.35 TB/s: on the order of 100–250 tok/s.
+//! assert!(one.per_request_tokens_per_s > 80.0 && one.per_request_tokens_per_s < 300.0);
+//! // More streams share the weight reads: more in all, less each.
+//! let many = cost.decode_cell(Tokens::ZERO, Concurrency::new(32).unwrap(), Tokens::kibi(8),
+//!     std::time::Duration::from_secs(30), 16);
+//! assert!(many.total_tokens_per_s > 10.0 * one.total_tokens_per_s);
+//! assert!(many.per_request_tokens_per_s < one.per_request_tokens_per_s);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod cost;
+mod error;
+mod matrix;
+mod shape;
+
+use serde::Deserialize;
+use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags, batch_defaults};
+
+pub use crate::cost::{Bound, CostModel, Factors, Machine, StepTime};
+pub use crate::error::PredictError;
+pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
+pub use crate::shape::{AttentionGroup, ModelShape};
+
+const BUILTIN_FACTORS: &str = include_str!("../data/factors.json");
+
+/// The factors file: one set per engine.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FactorsFile {
+    /// One entry per engine.
+    pub engines: Vec<EngineFactors>,
+}
+
+/// An engine's fitted factors and what they were fitted on.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EngineFactors {
+    /// `vllm`, `sglang` or `llamacpp`.
+    pub engine: String,
+    /// The measured results the factors come from.
+    pub fitted_on: String,
+    /// The factors.
+    pub factors: Factors,
+}
+
+impl FactorsFile {
+    /// Parses a factors file.
+    pub fn from_json(text: &str) -> Result<FactorsFile, PredictError> {
+        let file: FactorsFile =
+            serde_json::from_str(text).map_err(|e| PredictError::Factors(e.to_string()))?;
+        for e in &file.engines {
+            e.factors.check()?;
+        }
+        Ok(file)
+    }
+
+    /// The built-in file.
+    pub fn builtin() -> Result<FactorsFile, PredictError> {
+        FactorsFile::from_json(BUILTIN_FACTORS)
+    }
+
+    /// The set for `engine`, else vLLM's (the first), with whether it fell back.
+    pub fn for_engine(&self, engine: &str) -> Option<(&EngineFactors, bool)> {
+        match self.engines.iter().find(|e| e.engine == engine) {
+            Some(e) => Some((e, false)),
+            None => self.engines.first().map(|e| (e, true)),
+        }
+    }
+}
+
+impl Factors {
+    /// The built-in factors for `engine` (vLLM's when it has none of its own).
+    pub fn builtin(engine: &str) -> Result<Factors, PredictError> {
+        FactorsFile::builtin()?
+            .for_engine(engine)
+            .map(|(e, _)| e.factors)
+            .ok_or_else(|| PredictError::Factors("the built-in file has no engines".into()))
+    }
+}
+
+/// Bytes per weight where a format the config cannot say (a GGUF file's
+/// quantization) decides them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WeightBytes {
+    /// Bytes per parameter of the decoder's linear layers and experts.
+    pub linear: f64,
+    /// Bytes per parameter of the LM head.
+    pub lm_head: f64,
+}
+
+impl WeightBytes {
+    /// A GGUF file type by name (`q4_0`, `q4_k_m`, `q5_k_m`, `q6_k`,
+    /// `q8_0`, `iq4_xs`, `f16`, `bf16`): llama.cpp's bits per weight, and the
+    /// type its quantizer gives the output tensor.
+    pub fn gguf(name: &str) -> Option<WeightBytes> {
+        let bits = |b: f64| b / 8.0;
+        let (linear, head) = match name.to_ascii_lowercase().as_str() {
+            "q4_0" => (4.5, 6.5625),
+            "q4_k_m" => (4.85, 6.5625),
+            "q5_k_m" => (5.69, 6.5625),
+            "q6_k" => (6.5625, 6.5625),
+            "q8_0" => (8.5, 8.5),
+            "iq4_xs" => (4.25, 6.5625),
+            "f16" | "bf16" => (16.0, 16.0),
+            _ => return None,
+        };
+        Some(WeightBytes {
+            linear: bits(linear),
+            lm_head: bits(head),
+        })
+    }
+}
+
+impl CostModel {
+    /// The same model with its weights stored at `bytes` per parameter.
+    pub fn with_weight_bytes(mut self, bytes: WeightBytes) -> CostModel {
+        let p = &mut self.shape.params;
+        p.lm_head_bytes = p.lm_head_macs_per_token * bytes.lm_head;
+        p.dense_bytes = p.dense_params * bytes.linear + p.lm_head_bytes;
+        p.expert_bytes = p.expert_params * bytes.linear;
+        self
+    }
+
+    /// `model` on `gpu` under vLLM-style `flags` (tensor parallelism, KV
+    /// dtype, token budget), with `factors`.
+    pub fn new(
+        model: &ModelConfig,
+        gpu: &Gpu,
+        flags: &VllmFlags,
+        factors: Factors,
+    ) -> Result<CostModel, PredictError> {
+        factors.check()?;
+        let (chunk, _) = batch_defaults(gpu, flags);
+        Ok(CostModel {
+            shape: ModelShape::new(model, flags)?,
+            machine: Machine::new(gpu, model, flags.tensor_parallel_size)?,
+            factors,
+            chunk,
+        })
+    }
+}

@@ -1,0 +1,122 @@
+//! Properties of the cost model that any GPU and model must keep.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags};
+use speedmatrix_predict::{CostModel, Factors};
+use speedmatrix_units::{Concurrency, Tokens};
+
+fn dense() -> ModelConfig {
+    ModelConfig::from_json(
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
+        "intermediate_size": 14336, "max_position_embeddings": 131072}"#,
+    )
+    .unwrap()
+}
+
+fn moe() -> ModelConfig {
+    ModelConfig::from_json(
+        r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "torch_dtype": "bfloat16", "vocab_size": 151936, "intermediate_size": 6144,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "max_position_embeddings": 262144}"#,
+    )
+    .unwrap()
+}
+
+fn cost(model: &ModelConfig, gpu: &Gpu) -> CostModel {
+    CostModel::new(
+        model,
+        gpu,
+        &VllmFlags::default(),
+        Factors::builtin("vllm").unwrap(),
+    )
+    .unwrap()
+}
+
+fn gpu_with_bandwidth(gb_s: f64) -> Gpu {
+    let mut g = Gpu::lookup("h100-sxm").unwrap();
+    g.bandwidth_gb_s = Some(gb_s);
+    g
+}
+
+proptest! {
+    /// More bandwidth never makes a step slower, and a memory-bound step faster.
+    #[test]
+    fn steps_are_monotone_in_bandwidth(bw in 100.0f64..8_000.0, more in 1.01f64..4.0,
+                                       batch in 1u64..256, ctx in 0u64..200_000) {
+        let (slow, fast) = (cost(&dense(), &gpu_with_bandwidth(bw)),
+                            cost(&dense(), &gpu_with_bandwidth(bw * more)));
+        let (a, b) = (slow.decode_step(batch, ctx), fast.decode_step(batch, ctx));
+        prop_assert!(b.total <= a.total);
+        prop_assert!(b.memory < a.memory);
+    }
+
+    /// A longer context never makes a step or a prefill faster.
+    #[test]
+    fn steps_are_monotone_in_context(batch in 1u64..128, ctx in 0u64..200_000, extra in 1u64..50_000) {
+        let c = cost(&dense(), &Gpu::lookup("rtx4090").unwrap());
+        prop_assert!(c.decode_step(batch, ctx + extra).total >= c.decode_step(batch, ctx).total);
+        prop_assert!(c.cold_ttft(ctx + extra) >= c.cold_ttft(ctx));
+    }
+
+    /// More sequences: a longer step, more tokens in all, fewer for each.
+    #[test]
+    fn steps_are_monotone_in_batch(batch in 1u64..512, more in 1u64..64, ctx in 0u64..100_000) {
+        let c = cost(&moe(), &Gpu::lookup("a100-80gb-sxm").unwrap());
+        let (a, b) = (c.decode_step(batch, ctx).total, c.decode_step(batch + more, ctx).total);
+        prop_assert!(b >= a);
+        let per_token = |n: u64, t: Duration| n as f64 / t.as_secs_f64();
+        prop_assert!(per_token(batch + more, b) >= per_token(batch, a) * 0.999);
+    }
+
+    /// A batch touches more distinct experts than a smaller one, never more
+    /// than there are, and one token exactly its top-k.
+    #[test]
+    fn moe_batches_touch_more_experts(batch in 1u64..4_096, more in 1u64..512) {
+        let c = cost(&moe(), &Gpu::lookup("h100-sxm").unwrap());
+        let (a, b) = (c.shape.experts_touched(batch), c.shape.experts_touched(batch + more));
+        prop_assert!(b >= a);
+        prop_assert!(b <= 128.0 + 1e-9);
+        prop_assert!((c.shape.experts_touched(1) - 8.0).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn a_dense_models_experts_cost_nothing_and_a_moe_reads_less_than_all_at_batch_one() {
+    let d = cost(&dense(), &Gpu::lookup("h100-sxm").unwrap());
+    assert_eq!(d.shape.experts_touched(64), 0.0);
+    let m = cost(&moe(), &Gpu::lookup("h100-sxm").unwrap());
+    let all = m.shape.params.dense_bytes + 128.0 * m.shape.params.expert_bytes;
+    let one = m.decode_step(1, 0).memory.as_secs_f64()
+        * m.machine.bandwidth_bytes_s
+        * m.factors.bandwidth_efficiency;
+    assert!(one < 0.25 * all, "{one} of {all} bytes");
+}
+
+#[test]
+fn tensor_parallel_splits_the_reads_and_adds_all_reduces() {
+    let gpu = Gpu::lookup("h100-sxm").unwrap();
+    let one = cost(&dense(), &gpu);
+    let flags = VllmFlags {
+        tensor_parallel_size: 4,
+        ..VllmFlags::default()
+    };
+    let four = CostModel::new(&dense(), &gpu, &flags, Factors::builtin("vllm").unwrap()).unwrap();
+    let (a, b) = (one.decode_step(1, 1024), four.decode_step(1, 1024));
+    assert!(b.memory.as_secs_f64() < a.memory.as_secs_f64() / 3.9);
+    assert!(b.overhead > a.overhead, "all-reduces cost time");
+    let cell = |c: &CostModel| {
+        c.decode_cell(
+            Tokens::kibi(1),
+            Concurrency::ONE,
+            Tokens::kibi(8),
+            Duration::from_secs(30),
+            16,
+        )
+    };
+    assert!(cell(&four).per_request_tokens_per_s > cell(&one).per_request_tokens_per_s);
+}

@@ -1,0 +1,249 @@
+//! `speedmatrix predict` and `speedmatrix calibrate` through the binary: the
+//! seed page's model and GPU predicted, a prediction run on the simulator,
+//! and the seed page's own numbers fitted into a profile.
+
+use std::path::PathBuf;
+
+use speedmatrix_report::{CellStatus, Report};
+
+use crate::support::{bin, read_report, stderr_after, temp_dir};
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+fn seed_config() -> PathBuf {
+    repo("crates/speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json")
+}
+
+fn seed_run() -> PathBuf {
+    repo("crates/speedmatrix-report/tests/fixtures/seed-run.json")
+}
+
+/// The seed's launch flags.
+const SEED_FLAGS: [&str; 10] = [
+    "--gpu",
+    "rtx3090",
+    "--gpu-memory-utilization",
+    "0.94",
+    "--max-model-len",
+    "262144",
+    "--max-num-seqs",
+    "128",
+    "--language-model-only",
+    "--enable-prefix-caching",
+];
+
+#[test]
+fn the_seed_pages_grid_is_predicted_exactly_and_its_numbers_within_a_quarter() {
+    let dir = temp_dir("predict-seed");
+    let out = dir.join("predicted");
+    let output = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(SEED_FLAGS)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let predicted = read_report(&out);
+    let info = predicted.prediction.as_ref().expect("marked predicted");
+    assert!(info.factors.contains_key("bandwidth_efficiency"));
+    let seed = Report::from_json(&std::fs::read_to_string(seed_run()).unwrap()).unwrap();
+    for cell in &seed.decode {
+        let p = predicted
+            .decode_cell(cell.context, cell.concurrency)
+            .unwrap();
+        let fits = |s: &CellStatus| !matches!(s, CellStatus::OverCapacity { .. });
+        assert_eq!(
+            fits(&p.status),
+            fits(&cell.status),
+            "{} × {}",
+            cell.context,
+            cell.concurrency
+        );
+        if let (Some(a), Some(b)) = (&p.measurements, &cell.measurements) {
+            let e = a.total_tokens_per_s / b.total_tokens_per_s - 1.0;
+            assert!(
+                e.abs() <= 0.25,
+                "{} × {}: {e:+.3}",
+                cell.context,
+                cell.concurrency
+            );
+        }
+    }
+    for row in &seed.prefill {
+        let p = predicted.prefill_row(row.context).unwrap();
+        let e = p.ttft_ms.unwrap() / row.ttft_ms.unwrap() - 1.0;
+        assert!(e.abs() <= 0.25, "prefill {}: {e:+.3}", row.context);
+    }
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("class=\"banner\""), "the predicted banner");
+    let compared = bin()
+        .arg("compare")
+        .arg(out.join("run.json"))
+        .arg(seed_run())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(text.contains("# Prediction error"), "{text}");
+}
+
+#[test]
+fn a_prediction_runs_on_the_simulator_as_a_what_if() {
+    let dir = temp_dir("predict-simulate");
+    let out = dir.join("predicted");
+    let output = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(SEED_FLAGS)
+        .args(["--contexts", "0", "--concurrency", "1,4"])
+        .args([
+            "--prefill-contexts",
+            "none",
+            "--duration",
+            "2s",
+            "--simulate",
+        ])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    assert!(out.join("profile.json").exists());
+    let predicted = read_report(&out);
+    let simulated = read_report(&out.join("simulated"));
+    let info = simulated
+        .prediction
+        .as_ref()
+        .expect("a what-if run says so");
+    assert!(info.method.contains("predicted profile"), "{info:?}");
+    for cell in &simulated.decode {
+        assert_eq!(cell.status, CellStatus::Valid, "{cell:?}");
+        let (s, p) = (
+            cell.measurements.as_ref().unwrap().total_tokens_per_s,
+            predicted
+                .decode_cell(cell.context, cell.concurrency)
+                .unwrap()
+                .measurements
+                .as_ref()
+                .unwrap()
+                .total_tokens_per_s,
+        );
+        // The simulator runs the prediction's step model (fitted within a
+        // few percent) in real time on a shared machine.
+        assert!(
+            (s / p - 1.0).abs() < 0.15,
+            "{} × {}: simulated {s}, predicted {p}",
+            cell.context,
+            cell.concurrency
+        );
+    }
+}
+
+#[test]
+fn calibrating_on_the_seed_page_fits_every_cell_within_five_percent() {
+    let dir = temp_dir("calibrate-seed");
+    let profile = dir.join("profile.json");
+    let output = bin()
+        .arg("calibrate")
+        .arg(seed_run())
+        .arg("-o")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let errors: Vec<f64> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("decode") || l.trim_start().starts_with("prefill"))
+        .filter_map(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(errors.len(), 21 + 5, "{text}");
+    assert!(errors.iter().all(|e: &f64| e.abs() <= 5.0), "{text}");
+    let p = speedmatrix_sim::Profile::from_file(&profile).unwrap();
+    assert_eq!(p.origin.as_ref().unwrap().fitted_concurrency_max, Some(32));
+
+    // A what-if past what was measured: 64 streams, with a bigger cache.
+    let bigger = dir.join("bigger.json");
+    let output = bin()
+        .arg("calibrate")
+        .arg(seed_run())
+        .args(["--kv-cache-tokens", "2M", "-o"])
+        .arg(&bigger)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let out = dir.join("what-if");
+    let output = bin()
+        .args(["run", "--quiet", "--sim-profile"])
+        .arg(&bigger)
+        .args(["--contexts", "0", "--concurrency", "64", "--duration", "2s"])
+        .args(["--prefill-contexts", "none", "--telemetry", "off", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let report = read_report(&out);
+    assert_eq!(report.decode[0].status, CellStatus::Valid);
+    let info = report.prediction.expect("a what-if run is marked");
+    assert!(
+        info.assumptions
+            .iter()
+            .any(|a| a.contains("Extrapolated") && a.contains("0 × 64")),
+        "{info:?}"
+    );
+}
+
+#[test]
+fn bad_predict_and_calibrate_input_is_a_usage_error() {
+    let dir = temp_dir("predict-bad");
+    let missing = bin()
+        .args(["predict", "--config"])
+        .arg(dir.join("nope.json"))
+        .output()
+        .unwrap();
+    assert!(stderr_after(&missing, 2).contains("cannot read --config"));
+    let gguf = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(["--gguf-type", "q3_bogus", "-o"])
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(stderr_after(&gguf, 2).contains("--gguf-type q3_bogus"));
+    // A predicted document is no measurement to calibrate on.
+    let out = dir.join("p");
+    let ok = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(SEED_FLAGS)
+        .args([
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1",
+            "--prefill-contexts",
+            "none",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&ok, 0);
+    let refused = bin()
+        .arg("calibrate")
+        .arg(out.join("run.json"))
+        .arg("-o")
+        .arg(dir.join("x.json"))
+        .output()
+        .unwrap();
+    assert!(stderr_after(&refused, 2).contains("not a measurement"));
+}

@@ -1,0 +1,368 @@
+//! `cargo xtask fit-predict`: fits the predictor's efficiency factors per
+//! engine family on the public measured results in
+//! crates/speedmatrix-predict/data/validation.json (its `fit` rigs), prints
+//! every rig's errors (`holdout` rigs were not fitted on), and with
+//! `--write` stores the factors in data/factors.json.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use argmin::core::{CostFunction, Executor};
+use argmin::solver::neldermead::NelderMead;
+use serde_json::Value;
+use speedmatrix_capacity::{Gpu, ModelConfig, Quantization, VllmFlags};
+use speedmatrix_predict::{CostModel, Factors, WeightBytes};
+
+use crate::util::project_root;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Write the fitted factors to crates/speedmatrix-predict/data/factors.json.
+    #[arg(long)]
+    write: bool,
+    /// Print every figure: measured, predicted, and what bounds its step.
+    #[arg(long)]
+    figures: bool,
+}
+
+/// One measured figure of a rig and how to predict it.
+#[derive(Debug, Clone)]
+enum Figure {
+    /// Per-request decode tok/s of `n` streams at `context`.
+    Decode { context: u64, n: u64, tok_s: f64 },
+    /// Prompt tok/s of `prompt` new tokens after `cached` ones.
+    Prefill {
+        prompt: u64,
+        cached: u64,
+        tok_s: f64,
+    },
+}
+
+struct Rig {
+    id: String,
+    engine: String,
+    holdout: bool,
+    cost: CostModel,
+    figures: Vec<Figure>,
+}
+
+fn data_dir() -> PathBuf {
+    project_root().join("crates/speedmatrix-predict/data")
+}
+
+/// Rigs left out, with why.
+type Skipped = Vec<(String, String)>;
+
+fn load() -> anyhow::Result<(Vec<Rig>, Skipped)> {
+    let path = data_dir().join("validation.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let root: Value = serde_json::from_str(&text)?;
+    let mut rigs = Vec::new();
+    let mut skipped = Vec::new();
+    for r in root["rigs"].as_array().context("no rigs")? {
+        let id = r["id"].as_str().unwrap_or("?").to_owned();
+        if r["role"].as_str() == Some("excluded") {
+            skipped.push((id, r["why"].as_str().unwrap_or("excluded").to_owned()));
+            continue;
+        }
+        match rig(r) {
+            Ok(rig) => rigs.push(rig),
+            Err(e) => skipped.push((id, e.to_string())),
+        }
+    }
+    Ok((rigs, skipped))
+}
+
+fn rig(r: &Value) -> anyhow::Result<Rig> {
+    let engine = r["engine"].as_str().context("engine")?.to_owned();
+    let mut model = ModelConfig::from_json(&r["config"].to_string())?;
+    let w = &r["weights"];
+    let gguf = w["gguf"].as_str().and_then(WeightBytes::gguf);
+    model.quantization = match w["quant"].as_str() {
+        Some("fp8") => Quantization::Fp8,
+        Some("nvfp4") => Quantization::Nvfp4,
+        Some("mxfp4") => Quantization::Mxfp4Experts,
+        Some("int4") => Quantization::Int {
+            bits: 4,
+            group_size: 128,
+        },
+        _ => Quantization::None,
+    };
+    let gpu = Gpu::lookup(r["gpu"].as_str().context("gpu")?)?;
+    let tp = u32::try_from(r["tp"].as_u64().unwrap_or(1))?;
+    let flags = VllmFlags {
+        tensor_parallel_size: tp,
+        ..VllmFlags::default()
+    };
+    let mut cost = CostModel::new(&model, &gpu, &flags, Factors::builtin("vllm")?)?;
+    if let Some(bytes) = gguf {
+        cost = cost.with_weight_bytes(bytes);
+    }
+    if engine == "llamacpp" {
+        // llama.cpp prefills in micro-batches of n_ubatch (512 by default).
+        cost.chunk = 512;
+    }
+    let mut figures = Vec::new();
+    for m in r["measurements"].as_array().context("measurements")? {
+        let num = |k: &str| m[k].as_f64();
+        match m["kind"].as_str() {
+            Some("decode") => figures.push(Figure::Decode {
+                context: m["context"].as_u64().unwrap_or(0),
+                n: m["concurrency"].as_u64().unwrap_or(1),
+                tok_s: num("per_request_tok_s").context("per_request_tok_s")?,
+            }),
+            Some("prefill") if !r["prefill_suspect"].as_bool().unwrap_or(false) => {
+                let prompt = m["prompt"].as_u64().context("prompt")?;
+                let tok_s = num("prompt_tok_s")
+                    .or_else(|| num("ttft_ms").map(|t| prompt as f64 / (t / 1e3)))
+                    .context("prefill rate")?;
+                figures.push(Figure::Prefill {
+                    prompt,
+                    cached: m["cached"].as_u64().unwrap_or(0),
+                    tok_s,
+                });
+            }
+            _ => {}
+        }
+    }
+    if figures.is_empty() {
+        bail!("no usable figure");
+    }
+    Ok(Rig {
+        id: r["id"].as_str().unwrap_or("?").to_owned(),
+        holdout: r["role"].as_str() == Some("holdout"),
+        engine,
+        cost,
+        figures,
+    })
+}
+
+/// The predicted value of `f` under the rig's current factors.
+fn predict(cost: &CostModel, f: &Figure) -> f64 {
+    match *f {
+        Figure::Decode { context, n, .. } => {
+            1.0 / cost.decode_step(n, context).total.as_secs_f64().max(1e-12)
+        }
+        Figure::Prefill { prompt, cached, .. } => {
+            let mut t = cost.factors.request_overhead_ms * 1e-3;
+            let mut done = 0;
+            while done < prompt {
+                let n = cost.chunk.min(prompt - done);
+                t += cost
+                    .prefill_chunk(n, cached + done, done + n >= prompt)
+                    .total
+                    .as_secs_f64();
+                done += n;
+            }
+            prompt as f64 / t.max(1e-12)
+        }
+    }
+}
+
+fn measured(f: &Figure) -> f64 {
+    match *f {
+        Figure::Decode { tok_s, .. } | Figure::Prefill { tok_s, .. } => tok_s,
+    }
+}
+
+/// Log errors of one rig's figures under `factors`.
+fn log_errors(rig: &mut Rig, factors: Factors) -> Vec<f64> {
+    rig.cost.factors = factors;
+    rig.figures
+        .iter()
+        .map(|f| (predict(&rig.cost, f) / measured(f)).ln())
+        .collect()
+}
+
+/// The factors from the optimizer's free parameters: logs, so every
+/// factor stays positive.
+/// The factors from the optimizer's free parameters (logs, so every factor
+/// stays positive) and the fixed ones.
+fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
+    let e = |i: usize| p.get(i).copied().unwrap_or(0.0).exp();
+    let allreduce = fixed.allreduce_us.unwrap_or_else(|| e(4));
+    Factors::from_vec([
+        e(0).min(1.5),
+        e(1).min(1.5),
+        e(2),
+        e(3),
+        allreduce,
+        e(5),
+        CONSUMER_RATIO,
+    ])
+}
+
+/// GeForce tensor cores run FP16 with FP16 accumulate at twice the
+/// FP32-accumulate rate the catalog lists (GA102 and AD102 whitepapers):
+/// a property of the parts, fixed rather than fitted.
+const CONSUMER_RATIO: f64 = 2.0;
+
+/// Factors held fixed in a fit: the all-reduce latency where no fitted rig
+/// has tensor parallelism.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fixed {
+    allreduce_us: Option<f64>,
+}
+
+/// Soft-L1 on log errors: quadratic for small errors, linear past ~25 %,
+/// so one odd rig cannot drag every factor.
+fn robust(e: f64) -> f64 {
+    const C: f64 = 0.25;
+    2.0 * ((1.0 + (e / C).powi(2)).sqrt() - 1.0)
+}
+
+struct Loss<'a> {
+    rigs: std::cell::RefCell<Vec<&'a mut Rig>>,
+    fixed: Fixed,
+}
+
+impl CostFunction for Loss<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+
+    /// Each rig weighs the same, whatever its number of figures.
+    fn cost(&self, p: &Self::Param) -> Result<f64, argmin::core::Error> {
+        let factors = factors_of(p, &self.fixed);
+        let mut rigs = self.rigs.borrow_mut();
+        let n = rigs.len().max(1) as f64;
+        let total: f64 = rigs
+            .iter_mut()
+            .map(|r| {
+                let e = log_errors(r, factors);
+                e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64
+            })
+            .sum();
+        Ok(total / n)
+    }
+}
+
+fn fit(rigs: Vec<&mut Rig>, start: Factors, fixed: Fixed) -> anyhow::Result<Factors> {
+    // The free parameters are the first six; a fixed one keeps its place
+    // and is ignored.
+    let _ = fixed;
+    let x0: Vec<f64> = start.to_vec()[..6]
+        .iter()
+        .map(|v| v.max(1e-3).ln())
+        .collect();
+    let simplex: Vec<Vec<f64>> = std::iter::once(x0.clone())
+        .chain((0..x0.len()).map(|i| {
+            let mut v = x0.clone();
+            v[i] += 0.5;
+            v
+        }))
+        .collect();
+    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
+    let problem = Loss {
+        rigs: std::cell::RefCell::new(rigs),
+        fixed,
+    };
+    let result = Executor::new(problem, solver)
+        .configure(|s| s.max_iters(6_000))
+        .run()?;
+    let best = result.state.best_param.context("no best parameters")?;
+    Ok(factors_of(&best, &fixed))
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let (mut rigs, skipped) = load()?;
+    for (id, why) in &skipped {
+        println!("skipped {id}: {why}");
+    }
+    let start = Factors::builtin("vllm")?;
+    let mut fitted: Vec<(&str, Factors, usize, usize)> = Vec::new();
+    for engine in ["vllm", "llamacpp"] {
+        let has_tp = rigs
+            .iter()
+            .any(|r| r.engine == engine && !r.holdout && r.cost.machine.tensor_parallel > 1);
+        let fixed = Fixed {
+            allreduce_us: (!has_tp).then_some(start.allreduce_latency_us),
+        };
+        let train: Vec<&mut Rig> = rigs
+            .iter_mut()
+            .filter(|r| r.engine == engine && !r.holdout)
+            .collect();
+        let count = train.len();
+        let figures: usize = train.iter().map(|r| r.figures.len()).sum();
+        let factors = fit(train, start, fixed)?;
+        println!("\n{engine}: fitted on {count} rigs, {figures} figures: {factors:?}");
+        fitted.push((engine, factors, count, figures));
+    }
+    println!("\n| rig | engine | role | figures | median error | worst error |");
+    println!("|---|---|---|---|---|---|");
+    let mut summary: Vec<(String, bool, Vec<f64>)> = Vec::new();
+    for rig in &mut rigs {
+        let Some((_, factors, ..)) = fitted.iter().find(|f| f.0 == rig.engine) else {
+            continue;
+        };
+        let mut e: Vec<f64> = log_errors(rig, *factors)
+            .into_iter()
+            .map(|x| (x.exp() - 1.0) * 100.0)
+            .collect();
+        if args.figures {
+            for (f, err) in rig.figures.iter().zip(&e) {
+                println!(
+                    "    {f:?} predicted {:.1} ({err:+.0} %)",
+                    predict(&rig.cost, f)
+                );
+            }
+        }
+        e.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+        let median = e[e.len() / 2];
+        let worst = e[e.len() - 1];
+        println!(
+            "| {} | {} | {} | {} | {median:+.0} % | {worst:+.0} % |",
+            rig.id,
+            rig.engine,
+            if rig.holdout { "holdout" } else { "fit" },
+            e.len()
+        );
+        summary.push((rig.engine.clone(), rig.holdout, e));
+    }
+    for (engine, holdout) in [
+        ("vllm", false),
+        ("vllm", true),
+        ("llamacpp", false),
+        ("llamacpp", true),
+    ] {
+        let mut all: Vec<f64> = summary
+            .iter()
+            .filter(|s| s.0 == engine && s.1 == holdout)
+            .flat_map(|s| s.2.iter().map(|x| x.abs()))
+            .collect();
+        if all.is_empty() {
+            continue;
+        }
+        all.sort_by(f64::total_cmp);
+        let within = |t: f64| all.iter().filter(|x| **x <= t).count() as f64 / all.len() as f64;
+        println!(
+            "{engine} {}: {} figures, median |error| {:.0} %, within ±25 %: {:.0} %, within ±50 %: {:.0} %",
+            if holdout { "holdout" } else { "fit" },
+            all.len(),
+            all[all.len() / 2],
+            within(25.0) * 100.0,
+            within(50.0) * 100.0
+        );
+    }
+    if args.write {
+        let engines: Vec<Value> = fitted
+            .iter()
+            .map(|(engine, f, count, figures)| {
+                serde_json::json!({
+                    "engine": engine,
+                    "fitted_on": format!(
+                        "{count} public rigs, {figures} measured figures (data/validation.json, role fit)"
+                    ),
+                    "factors": f,
+                })
+            })
+            .collect();
+        let file = serde_json::json!({
+            "note": "Written by `cargo xtask fit-predict --write` from data/validation.json; see docs/predict.md.",
+            "engines": engines,
+        });
+        let path = data_dir().join("factors.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
