@@ -247,3 +247,45 @@ fn bad_predict_and_calibrate_input_is_a_usage_error() {
         .unwrap();
     assert!(stderr_after(&refused, 2).contains("not a measurement"));
 }
+
+#[test]
+fn requests_sent_together_pass_the_simulated_front_end_one_at_a_time() {
+    // 50 ms of front end per request: a burst of four reaches the engine at
+    // 50, 100, 150 and 200 ms, so its TTFTs are staggered by the front end.
+    let dir = temp_dir("sim-frontend");
+    let (mut p, _) = crate::support::test_profile(&dir);
+    p.cost.frontend_per_request_us = 50_000.0;
+    p.validate().unwrap();
+    let profile = dir.join("frontend.json");
+    std::fs::write(&profile, serde_json::to_string(&p).unwrap()).unwrap();
+    let sim = crate::support::SimProcess::start(&profile);
+    let out = dir.join("out");
+    let output = crate::support::run_url(&sim.url)
+        .args(["--mode", "burst", "--requests", "4", "--contexts", "256"])
+        .args([
+            "--max-tokens",
+            "8",
+            "--prefill-contexts",
+            "none",
+            "--telemetry",
+            "off",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let load = read_report(&out).load.unwrap();
+    let ttft = load.cells[0]
+        .measurements
+        .as_ref()
+        .unwrap()
+        .ttft_ms
+        .unwrap();
+    // Type-7 median of 50/100/150/200 ms plus a step or two: 125 ms and up.
+    assert!(ttft.p50 >= 115.0 && ttft.p50 < 260.0, "{ttft:?}");
+    assert!(
+        ttft.p99 >= 195.0,
+        "the last waits for three before it: {ttft:?}"
+    );
+}

@@ -6,8 +6,10 @@
 //! `(base, per_seq, per_ctx)` for a given exponent `e`; each `e` on a grid
 //! gets a weighted least-squares solve (weights `1/step`, so residuals are
 //! relative), coefficients kept ≥ 0, and the best `e` wins. Prefill: with the
-//! base fixed, a cold TTFT is linear in `(per_token, per_token_context)`
-//! over its chunks.
+//! base fixed, a cold TTFT (less its front-end time) is linear in
+//! `(per_token, per_token_context)` over its chunks. Front end: `N` warm
+//! requests sent together pass it one at a time, so their median TTFT less a
+//! step is `(N + 1)/2 · (per_request + C · per_prompt_token)`, linear too.
 
 use std::time::Duration;
 
@@ -25,6 +27,9 @@ pub struct DecodeObservation {
     pub context: u64,
     /// Time of one step.
     pub step: Duration,
+    /// The cell's prompt length and median TTFT of its (warm) requests,
+    /// when known: they fit the front end.
+    pub warm_ttft: Option<(u64, Duration)>,
 }
 
 /// A cold prefill of `prompt` tokens alone.
@@ -45,6 +50,8 @@ pub struct FittedCost {
     pub decode_errors: Vec<f64>,
     /// The same per prefill observation.
     pub prefill_errors: Vec<f64>,
+    /// The same for the warm TTFT of each decode observation that had one.
+    pub ttft_errors: Vec<f64>,
 }
 
 /// Fits a cost model; `chunk` is the engine's prefill token budget.
@@ -72,6 +79,7 @@ pub fn fit_cost(
     let Some((_, mut cost)) = best else {
         return Err(SimError::Fit("the decode figures admit no solution".into()));
     };
+    fit_frontend(&mut cost, decode);
     if !prefill.is_empty() {
         fit_prefill(&mut cost, prefill, chunk.max(1))?;
     }
@@ -79,10 +87,54 @@ pub fn fit_cost(
         decode_errors: decode_errors(&cost, decode),
         prefill_errors: prefill
             .iter()
-            .map(|p| ratio(cost.prefill(p.prompt, chunk.max(1)), p.ttft))
+            .map(|p| ratio(cold_ttft(&cost, p.prompt, chunk.max(1)), p.ttft))
+            .collect(),
+        ttft_errors: decode
+            .iter()
+            .filter_map(|d| {
+                let (prompt, ttft) = d.warm_ttft?;
+                Some(ratio(warm_ttft(&cost, d.batch, prompt, d.step), ttft))
+            })
             .collect(),
         cost,
     })
+}
+
+/// A cold request alone: the front end, then its chunks.
+pub fn cold_ttft(cost: &CostModel, prompt: u64, chunk: u64) -> Duration {
+    cost.frontend(prompt) + cost.prefill(prompt, chunk)
+}
+
+/// The median of `batch` warm requests sent together: the median one waits
+/// for `(batch + 1)/2` front-end passes, then a step.
+pub fn warm_ttft(cost: &CostModel, batch: u64, prompt: u64, step: Duration) -> Duration {
+    cost.frontend(prompt)
+        .mul_f64((batch.max(1) as f64 + 1.0) / 2.0)
+        + step
+}
+
+/// The front end from the decode cells' warm TTFTs (left at zero without them).
+fn fit_frontend(cost: &mut CostModel, decode: &[DecodeObservation]) {
+    let rows: Vec<(Vec<f64>, f64)> = decode
+        .iter()
+        .filter_map(|d| {
+            let (prompt, ttft) = d.warm_ttft?;
+            let t = ttft.as_secs_f64().max(1e-9);
+            let share = (d.batch.max(1) as f64 + 1.0) / 2.0;
+            let w = 1.0 / t;
+            Some((
+                vec![share * w, share * prompt as f64 * w],
+                (t - d.step.as_secs_f64()).max(0.0) * w,
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    if let Some(x) = solve(&rows, vec![0, 1]) {
+        cost.frontend_per_request_us = x[0] * 1e6;
+        cost.frontend_per_prompt_token_ns = x[1] * 1e9;
+    }
 }
 
 fn ratio(model: Duration, observed: Duration) -> f64 {
@@ -139,6 +191,8 @@ fn fit_decode(decode: &[DecodeObservation], exponent: f64) -> Option<CostModel> 
         decode_batch_exponent: exponent,
         prefill_per_token_us: 0.0,
         prefill_per_token_context_ns: 0.0,
+        frontend_per_request_us: 0.0,
+        frontend_per_prompt_token_ns: 0.0,
     })
 }
 
@@ -161,7 +215,8 @@ fn fit_prefill(
             }
             let t = p.ttft.as_secs_f64().max(1e-9);
             let w = 1.0 / t;
-            (vec![tokens * w, pairs * w], (t - chunks * base) * w)
+            let front = cost.frontend(p.prompt).as_secs_f64();
+            (vec![tokens * w, pairs * w], (t - front - chunks * base) * w)
         })
         .collect();
     let x = solve(&rows, vec![0, 1])
@@ -185,14 +240,20 @@ mod tests {
             decode_per_seq_us: 200.0,
             decode_per_context_token_ns: 40.0,
             decode_batch_exponent: 0.25,
+            frontend_per_request_us: 20_000.0,
+            frontend_per_prompt_token_ns: 2_000.0,
         };
         let decode: Vec<DecodeObservation> = [1u64, 2, 4, 8, 16, 32]
             .iter()
             .flat_map(|&b| {
-                [0u64, 16_384, 65_536].map(|c| DecodeObservation {
-                    batch: b,
-                    context: c,
-                    step: truth.decode_step(b, c),
+                [0u64, 16_384, 65_536].map(|c| {
+                    let step = truth.decode_step(b, c);
+                    DecodeObservation {
+                        batch: b,
+                        context: c,
+                        step,
+                        warm_ttft: Some((c, warm_ttft(&truth, b, c, step))),
+                    }
                 })
             })
             .collect();
@@ -200,11 +261,16 @@ mod tests {
             .iter()
             .map(|&p| PrefillObservation {
                 prompt: p,
-                ttft: truth.prefill(p, 2_048),
+                ttft: cold_ttft(&truth, p, 2_048),
             })
             .collect();
         let fit = fit_cost(&decode, &prefill, 2_048).unwrap();
-        for e in fit.decode_errors.iter().chain(&fit.prefill_errors) {
+        for e in fit
+            .decode_errors
+            .iter()
+            .chain(&fit.prefill_errors)
+            .chain(&fit.ttft_errors)
+        {
             assert!(e.abs() < 1e-3, "{e} in {fit:?}");
         }
         assert!((fit.cost.decode_batch_exponent - 0.25).abs() < 0.011);

@@ -215,6 +215,15 @@ pub struct CostModel {
     pub decode_per_context_token_ns: f64,
     /// How much a larger batch reduces the per-context-token decode cost (`d^-exponent`).
     pub decode_batch_exponent: f64,
+    /// Time the server's front end spends on each request before the engine sees it
+    /// (HTTP, tokenizing, scheduling: vLLM's API server), microseconds. Requests pass the
+    /// front end one at a time, so N arriving together reach the engine staggered: this is
+    /// what makes a warm request's TTFT grow with the number of requests sent with it.
+    #[serde(default)]
+    pub frontend_per_request_us: f64,
+    /// Front-end time per prompt token (tokenizing, hashing for the prefix cache), nanoseconds.
+    #[serde(default)]
+    pub frontend_per_prompt_token_ns: f64,
 }
 
 impl CostModel {
@@ -241,6 +250,14 @@ impl CostModel {
             * 1e-9
             * d.powf(-self.decode_batch_exponent);
         secs(d * self.decode_per_seq_us * 1e-6 + attention)
+    }
+
+    /// The front end's time on one request of `prompt` tokens.
+    pub fn frontend(&self, prompt: u64) -> Duration {
+        secs(
+            self.frontend_per_request_us * 1e-6
+                + prompt as f64 * self.frontend_per_prompt_token_ns * 1e-9,
+        )
     }
 
     /// The fixed cost of a step.
@@ -281,6 +298,11 @@ impl CostModel {
                 self.decode_per_context_token_ns,
             ),
             ("decode_batch_exponent", self.decode_batch_exponent),
+            ("frontend_per_request_us", self.frontend_per_request_us),
+            (
+                "frontend_per_prompt_token_ns",
+                self.frontend_per_prompt_token_ns,
+            ),
         ];
         for (name, value) in fields {
             if !value.is_finite() || value < 0.0 {
@@ -478,14 +500,17 @@ fn rtx3090() -> Profile {
         num_gpu_blocks: 28_125,
         enable_prefix_caching: true,
         eos_after_tokens: Some(1_000),
-        // Fitted to the seed matrix; see the calibration test in this module.
+        // `speedmatrix calibrate` on the seed page (tests/fixtures/seed-run.json of the report
+        // crate); `calibration.rs` checks every cell.
         cost: CostModel {
-            step_base_us: 8_300.0,
-            prefill_per_token_us: 85.1,
-            prefill_per_token_context_ns: 1.32,
-            decode_per_seq_us: 190.0,
-            decode_per_context_token_ns: 37.5,
+            step_base_us: 8_272.5,
+            prefill_per_token_us: 80.90,
+            prefill_per_token_context_ns: 1.376,
+            decode_per_seq_us: 191.16,
+            decode_per_context_token_ns: 37.575,
             decode_batch_exponent: 0.27,
+            frontend_per_request_us: 31_332.0,
+            frontend_per_prompt_token_ns: 1_324.2,
         },
         time_scale: 1.0,
         free_running: false,
@@ -520,6 +545,8 @@ fn tiny() -> Profile {
             decode_per_seq_us: 5.0,
             decode_per_context_token_ns: 2.0,
             decode_batch_exponent: 0.0,
+            frontend_per_request_us: 0.0,
+            frontend_per_prompt_token_ns: 0.0,
         },
         time_scale: 1.0,
         free_running: false,

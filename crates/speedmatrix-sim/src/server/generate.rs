@@ -173,6 +173,7 @@ pub(super) async fn generate(
         Err(r) => return r.reply(),
     };
     let prompt_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    frontend(&state, ids.len() as u64).await;
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
     let new = NewRequest {
         id,
@@ -315,4 +316,17 @@ pub(super) async fn tokenize(state: Arc<State>, req: Request<Incoming>) -> Reply
         "count": ids.len(), "max_model_len": state.profile.max_model_len, "tokens": ids, "token_strs": token_strs,
     });
     json_reply(StatusCode::OK, api::json_bytes(&reply))
+}
+
+/// The front end's time on a request, one request at a time.
+async fn frontend(state: &State, prompt: u64) {
+    let p = &state.profile;
+    let cost = p.cost.frontend(prompt);
+    if cost.is_zero() || p.free_running {
+        return;
+    }
+    let wall = std::time::Duration::try_from_secs_f64(cost.as_secs_f64() / p.time_scale)
+        .unwrap_or(std::time::Duration::MAX);
+    let _turn = state.frontend.lock().await;
+    tokio::time::sleep(wall).await;
 }

@@ -80,6 +80,7 @@ impl SimServer {
             text,
             engine,
             next_id: AtomicU64::new(1),
+            frontend: tokio::sync::Mutex::new(()),
         });
         let accept = tokio::spawn(accept_loop(listener, state, stop));
         tracing::info!(addr = %bound, profile = %profile.name, "simulated server listening");
@@ -130,6 +131,8 @@ struct State {
     text: Arc<TextModel>,
     engine: EngineHandle,
     next_id: AtomicU64,
+    /// The front end passes one request at a time (see `CostModel::frontend_per_request_us`).
+    frontend: tokio::sync::Mutex<()>,
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiver<bool>) {

@@ -59,6 +59,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "{}",
         residuals(&labels, &fit.decode_errors, &prefill, &fit.prefill_errors)
     );
+    print!("{}", ttft_residuals(&labels, &decode, &fit.ttft_errors));
     println!(
         "wrote {} (fitted on {} decode cells and {} prefill rows)",
         args.out.display(),
@@ -86,6 +87,12 @@ fn decode_observations(report: &Report) -> (Vec<DecodeObservation>, Vec<String>)
             batch: u64::from(cell.concurrency.get()),
             context: cell.context.get() + grown as u64,
             step: Duration::from_secs_f64(1.0 / m.per_request_tokens_per_s),
+            warm_ttft: (m.ttft_ms.p50.is_finite() && m.ttft_ms.p50 > 0.0).then(|| {
+                (
+                    cell.context.get(),
+                    Duration::from_secs_f64(m.ttft_ms.p50 / 1e3),
+                )
+            }),
         });
         labels.push(format!("{} × {}", cell.context, cell.concurrency));
     }
@@ -173,6 +180,27 @@ fn profile(
     p.validate()
         .map_err(|e| UsageError(format!("the fitted profile: {e}")))?;
     Ok(p)
+}
+
+/// The warm TTFTs' errors under the fitted front end: a rougher fit (a
+/// line through the cells' medians), printed apart from the speed's.
+fn ttft_residuals(labels: &[String], decode: &[DecodeObservation], errors: &[f64]) -> String {
+    let with: Vec<&String> = labels
+        .iter()
+        .zip(decode)
+        .filter(|(_, d)| d.warm_ttft.is_some())
+        .map(|(l, _)| l)
+        .collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "Fitted front end (requests pass it one at a time), warm TTFT p50 per cell:\n",
+    );
+    for (label, e) in with.iter().zip(errors) {
+        let _ = writeln!(out, "  ttft    {label:<14} {:+6.1} %", e * 100.0);
+    }
+    out
 }
 
 /// Each cell's error under the fitted model.

@@ -485,6 +485,8 @@ async fn simulate(
             batch: u64::from(e.concurrency.get()),
             context: e.context.get() + (e.per_request_tokens_per_s * window / 2.0) as u64,
             step: Duration::from_secs_f64(1.0 / e.per_request_tokens_per_s.max(1e-9)),
+            // The prediction's decode-cell TTFT is no estimate to fit a front end on.
+            warm_ttft: None,
         })
         .collect();
     let pre: Vec<PrefillObservation> = prefill
