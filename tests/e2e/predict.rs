@@ -289,3 +289,29 @@ fn requests_sent_together_pass_the_simulated_front_end_one_at_a_time() {
         "the last waits for three before it: {ttft:?}"
     );
 }
+
+#[test]
+fn the_built_in_seed_profile_lays_out_the_seeds_hybrid_model() {
+    // Two max-length requests' attention blocks fit the 1,002 usable blocks (994), their
+    // recurrent state does not (1,006): the seed page's 248K row has one Valid cell.
+    let output = bin()
+        .args([
+            "run",
+            "--dry-run",
+            "--contexts",
+            "248k",
+            "--concurrency",
+            "1,2",
+        ])
+        .args(["--prefill-contexts", "none"])
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("248K × 1    run"), "{text}");
+    assert!(
+        text.contains("248K × 2    Over capacity") && text.contains("1,006 blocks > 1,002"),
+        "{text}"
+    );
+    assert!(text.contains("Σ groups"), "the hybrid rule decides: {text}");
+}

@@ -177,8 +177,6 @@ fn warm_ttft_of_the_decode_cells_follows_the_seed_within_45_percent() {
 #[test]
 fn capacity_pattern_matches_the_seed() {
     let p = profile();
-    let kv_tokens = p.usable_blocks() * u64::from(p.block_size);
-    assert!((393_216..=524_287).contains(&kv_tokens), "{kv_tokens}");
     for (context, row) in DECODE {
         for (n, seed) in CONCURRENCY.into_iter().zip(row) {
             assert_eq!(

@@ -129,6 +129,9 @@ struct Req {
     /// Tokens whose KV is in the cache.
     computed: usize,
     blocks: Vec<BlockId>,
+    /// Its blocks in the other KV groups and of its recurrent state (hybrid
+    /// models), held while it runs.
+    state: Vec<BlockId>,
     /// Chained hashes of the full blocks of `tokens`.
     hashes: Vec<u64>,
     /// `blocks[..registered]` are in the prefix-cache index.
@@ -160,10 +163,29 @@ impl Req {
     }
 }
 
+/// The blocks of a request's other KV groups and recurrent state, by its
+/// length (see [`Profile::extra_blocks`]). A sliding group holds at most its
+/// window's blocks: vLLM frees those that slide out as it takes new ones, so
+/// its count stops growing there.
+#[derive(Debug, Clone)]
+struct ExtraBlocks(Profile);
+
+impl ExtraBlocks {
+    fn of(profile: &Profile) -> Self {
+        ExtraBlocks(profile.clone())
+    }
+
+    fn at(&self, tokens: usize) -> usize {
+        usize::try_from(self.0.extra_blocks(tokens as u64)).unwrap_or(usize::MAX)
+    }
+}
+
 /// The scheduler, the KV cache and the requests.
 #[derive(Debug)]
 pub(crate) struct Engine {
     block_size: usize,
+    /// Blocks a request holds besides its first attention group's, by its length.
+    extra: ExtraBlocks,
     max_model_len: usize,
     max_num_seqs: usize,
     token_budget: usize,
@@ -186,6 +208,7 @@ impl Engine {
         let usable = usize::try_from(profile.usable_blocks()).unwrap_or(usize::MAX);
         Engine {
             block_size: profile.block_size.max(1) as usize,
+            extra: ExtraBlocks::of(profile),
             max_model_len: profile.max_model_len as usize,
             max_num_seqs: profile.max_num_seqs as usize,
             token_budget: profile.max_num_batched_tokens.max(1) as usize,
@@ -231,6 +254,7 @@ impl Engine {
                 ignore_eos: req.ignore_eos,
                 computed: 0,
                 blocks: Vec::new(),
+                state: Vec::new(),
                 hashes: Vec::new(),
                 registered: 0,
                 emitted_last: 0,
@@ -247,6 +271,7 @@ impl Engine {
             return false;
         };
         self.pool.release(&req.blocks);
+        self.pool.release(&req.state);
         self.waiting.retain(|&w| w != id);
         self.running.retain(|&r| r != id);
         true
@@ -348,7 +373,8 @@ impl Engine {
             let cached = hits.len() * bs;
             let n = (req.tokens.len() - cached).min(*budget);
             let needed = (cached + n).div_ceil(bs) - hits.len();
-            if !self.pool.can_allocate(&hits, needed) {
+            let extra = self.extra.at(cached + n);
+            if !self.pool.can_allocate(&hits, needed + extra) {
                 break;
             }
             self.pool.touch(&hits);
@@ -356,6 +382,12 @@ impl Engine {
                 self.pool.release(&hits);
                 break;
             };
+            let Some(state) = self.pool.allocate(extra) else {
+                self.pool.release(&hits);
+                self.pool.release(&fresh);
+                break;
+            };
+            req.state = state;
             self.counters.prefix_queries += req.tokens.len() as u64;
             self.counters.prefix_hits += cached as u64;
             req.registered = hits.len();
@@ -383,12 +415,25 @@ impl Engine {
         let needed = (req.computed + n)
             .div_ceil(self.block_size)
             .saturating_sub(req.blocks.len());
-        match self.pool.allocate(needed) {
-            Some(fresh) => {
+        let extra = self
+            .extra
+            .at(req.computed + n)
+            .saturating_sub(req.state.len());
+        if self.pool.free() < needed + extra {
+            return false;
+        }
+        match (self.pool.allocate(needed), self.pool.allocate(extra)) {
+            (Some(fresh), Some(more)) => {
                 req.blocks.extend(fresh);
+                req.state.extend(more);
                 true
             }
-            None => false,
+            (a, b) => {
+                for got in [a, b].into_iter().flatten() {
+                    self.pool.release(&got);
+                }
+                false
+            }
         }
     }
 
@@ -396,7 +441,9 @@ impl Engine {
     fn preempt(&mut self, id: ReqId) {
         if let Some(req) = self.reqs.get_mut(&id) {
             self.pool.release(&req.blocks);
+            self.pool.release(&req.state);
             req.blocks.clear();
+            req.state.clear();
             req.computed = 0;
             req.registered = 0;
             req.emitted_last = 0;
@@ -481,6 +528,7 @@ impl Engine {
         for id in finished {
             if let Some(req) = self.reqs.remove(&id) {
                 self.pool.release(&req.blocks);
+                self.pool.release(&req.state);
             }
             self.running.retain(|&r| r != id);
         }

@@ -87,8 +87,8 @@ mod wire;
 pub use error::SimError;
 pub use fault::Fault;
 pub use profile::{
-    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, ProfileOrigin, RTX3090_QWEN35_4B_FP8,
-    TINY, TextStyle,
+    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, ProfileModel, ProfileOrigin,
+    RTX3090_QWEN35_4B_FP8, TINY, TextStyle,
 };
 pub use server::{RunningSim, SimServer, VERSION};
 

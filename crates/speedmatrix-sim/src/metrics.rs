@@ -184,9 +184,11 @@ mod tests {
             text.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"bench\"} 1.0\n")
         );
         assert!(text.contains("# TYPE vllm:prefix_cache_hits_total counter\n"));
-        assert!(text.contains("num_gpu_blocks=\"28125\""));
-        assert!(text.contains("block_size=\"16\""));
-        assert!(text.contains("kv_cache_size_tokens=\"450000\""));
+        assert!(text.contains("num_gpu_blocks=\"1003\""));
+        assert!(text.contains("block_size=\"528\""));
+        // 1,003 blocks hold 1,003 / 503 requests of max_model_len (497 attention blocks and 6
+        // of state each): vLLM's int(max concurrency × max_model_len).
+        assert!(text.contains("kv_cache_size_tokens=\"522724\""), "{text}");
         assert!(text.contains("enable_prefix_caching=\"True\""));
         assert!(text.contains("vllm:request_success_total{engine=\"0\",model_name=\"bench\",finished_reason=\"length\"} 0.0\n"));
         let usage_line = text

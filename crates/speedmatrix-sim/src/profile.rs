@@ -38,6 +38,26 @@ pub struct Profile {
     pub num_gpu_blocks: u32,
     /// Whether full prompt blocks are cached and reused across requests.
     pub enable_prefix_caching: bool,
+    /// A hybrid model's recurrent state (Gated DeltaNet, Mamba): blocks each running request
+    /// holds besides its attention blocks, from the shared pool — one per recurrent KV group,
+    /// two with prefix caching in vLLM's `align` mode (the state being written and the last
+    /// block-aligned one). Taken when the request is admitted, given back when it finishes
+    /// or is preempted. 0 (the default): a full-attention model.
+    #[serde(default)]
+    pub state_blocks_per_request: u32,
+    /// KV groups of full-attention layers (vLLM groups a hybrid model's layers into groups of
+    /// equal size, each with its own blocks): a request holds `cdiv(tokens, block_size)` in
+    /// each. Default 1.
+    #[serde(default = "one_group")]
+    pub attention_groups: u32,
+    /// KV groups of sliding-window layers (Gemma 2/3, gpt-oss): a request holds at most the
+    /// blocks of its last `sliding_window` tokens in each, `min(cdiv(tokens, block_size),
+    /// cdiv(sliding_window − 1, block_size) + 1)`. Default 0.
+    #[serde(default)]
+    pub sliding_groups: u32,
+    /// The sliding layers' window in tokens (with `sliding_groups`).
+    #[serde(default)]
+    pub sliding_window: u32,
     /// The simulated model "ends its answer" (finish reason `stop`) after this many tokens unless the
     /// request sets `ignore_eos`; `None`: it never stops by itself.
     #[serde(default)]
@@ -71,6 +91,11 @@ pub struct Profile {
     /// always one. Default `[1]`.
     #[serde(default = "one_token_per_step")]
     pub tokens_per_step: Vec<u32>,
+    /// The model and launch the profile stands for, when it stands for a real one: a client
+    /// that predicts capacity (`speedmatrix run` on the embedded simulator) reads its KV layout
+    /// from them, as it would from `--model-config` and the engine flags against a real server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ProfileModel>,
     /// Where a profile's speed came from when it was fitted (`speedmatrix
     /// calibrate`) or predicted (`speedmatrix predict --simulate`): a run
     /// against it is a what-if, and cells past what was measured are
@@ -163,6 +188,24 @@ pub enum CapacityApi {
 fn one() -> f64 {
     1.0
 }
+
+fn one_group() -> u32 {
+    1
+}
+
+/// A real model and launch behind a profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileModel {
+    /// The model's Hugging Face `config.json`, as is.
+    pub config: serde_json::Value,
+    /// The launch in `speedmatrix capacity`'s flags (`--gpu rtx3090
+    /// --gpu-memory-utilization 0.94 …`).
+    pub capacity_flags: Vec<String>,
+}
+
+/// The seed page's model: Agents-A1-4B-FP8's config.json (a Qwen3.5 hybrid).
+const SEED_CONFIG: &str = include_str!("../data/agents-a1-4b-fp8.config.json");
 
 /// Where a fitted or predicted profile's speed came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -326,7 +369,8 @@ impl Profile {
     /// A built-in profile by name, or `None`.
     ///
     /// - `rtx3090-qwen3.5-4b-fp8`: calibrated to the seed matrix (RTX 3090 24 GB, vLLM 0.32,
-    ///   `--max-model-len 262144 --max-num-seqs 128`, prefix caching on, 450,000 KV tokens).
+    ///   `--max-model-len 262144 --max-num-seqs 128`, prefix caching on; the seed's hybrid model
+    ///   laid out as vLLM does: 1,003 blocks of 528 tokens, six of state per request).
     /// - `tiny`: 2,048-token context, 65,536 KV tokens, 2–3 ms steps, for tests.
     /// - `free-running`: `tiny` whose steps take no time, for client throughput benchmarks.
     pub fn builtin(name: &str) -> Option<Profile> {
@@ -408,7 +452,16 @@ impl Profile {
                 "num_gpu_blocks must be at least 2 (one is the reserved null block)".to_owned(),
             );
         }
-        let needed = u64::from(self.max_model_len).div_ceil(u64::from(self.block_size));
+        if self.attention_groups == 0 {
+            return invalid(
+                "attention_groups must be at least 1 (the full-attention group holds the prefix cache)"
+                    .to_owned(),
+            );
+        }
+        if self.sliding_groups > 0 && self.sliding_window == 0 {
+            return invalid("sliding_groups needs a sliding_window in tokens".to_owned());
+        }
+        let needed = self.blocks_per_request(u64::from(self.max_model_len));
         if needed > self.usable_blocks() {
             return invalid(format!(
                 "one max_model_len request needs {needed} KV blocks but only {} are usable; \
@@ -472,7 +525,7 @@ impl Profile {
     /// The KV cache size in tokens as vLLM ≥ 0.20.1 reports it (`kv_cache_size_tokens`): the
     /// number of `max_model_len` requests that fit, times `max_model_len`.
     pub fn kv_cache_size_tokens(&self) -> u64 {
-        let per_request = u64::from(self.max_model_len).div_ceil(u64::from(self.block_size.max(1)));
+        let per_request = self.blocks_per_request(u64::from(self.max_model_len));
         if per_request == 0 {
             return 0;
         }
@@ -483,7 +536,24 @@ impl Profile {
     /// cache at once, by vLLM's block accounting.
     pub fn fits(&self, n: u64, tokens: u64) -> bool {
         n <= u64::from(self.max_num_seqs)
-            && n * tokens.div_ceil(u64::from(self.block_size.max(1))) <= self.usable_blocks()
+            && n * self.blocks_per_request(tokens) <= self.usable_blocks()
+    }
+
+    /// Blocks one request of `tokens` tokens holds: its attention blocks and the rest.
+    pub fn blocks_per_request(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size.max(1))) + self.extra_blocks(tokens)
+    }
+
+    /// Blocks a request of `tokens` tokens holds besides the first full-attention group's
+    /// (whose blocks carry the prefix cache): the other groups' and its recurrent state.
+    pub fn extra_blocks(&self, tokens: u64) -> u64 {
+        let bs = u64::from(self.block_size.max(1));
+        let full = tokens.div_ceil(bs);
+        let window = u64::from(self.sliding_window.max(1));
+        let sliding = full.min((window - 1).div_ceil(bs) + 1);
+        u64::from(self.attention_groups.saturating_sub(1)) * full
+            + u64::from(self.sliding_groups) * sliding
+            + u64::from(self.state_blocks_per_request)
     }
 }
 
@@ -495,10 +565,19 @@ fn rtx3090() -> Profile {
         max_num_seqs: 128,
         // vLLM's default for `vllm serve` on GPUs under 70 GiB.
         max_num_batched_tokens: 2_048,
-        block_size: 16,
-        // 28,125 × 16 = 450,000 tokens: inside the seed's bracket of 393,216–524,287.
-        num_gpu_blocks: 28_125,
+        // The seed's model is a hybrid (24 Gated DeltaNet and 8 full-attention layers): vLLM
+        // raises the attention block to 528 tokens so one page holds a layer's recurrent state,
+        // and lays the layers out as three state groups and one attention group of eight
+        // (`speedmatrix capacity --config … --gpu rtx3090 --gpu-memory-utilization 0.94
+        // --max-model-len 262144 --language-model-only --enable-prefix-caching`).
+        block_size: 528,
+        num_gpu_blocks: 1_003,
         enable_prefix_caching: true,
+        // Prefix caching puts the state groups in `align` mode: two blocks each.
+        state_blocks_per_request: 6,
+        attention_groups: 1,
+        sliding_groups: 0,
+        sliding_window: 0,
         eos_after_tokens: Some(1_000),
         // `speedmatrix calibrate` on the seed page (tests/fixtures/seed-run.json of the report
         // crate); `calibration.rs` checks every cell.
@@ -521,6 +600,27 @@ fn rtx3090() -> Profile {
         tokens_per_step: one_token_per_step(),
         num_speculative_tokens: None,
         origin: None,
+        model: serde_json::from_str(SEED_CONFIG)
+            .ok()
+            .map(|config| ProfileModel {
+                config,
+                capacity_flags: [
+                    "--gpu",
+                    "rtx3090",
+                    "--gpu-memory-utilization",
+                    "0.94",
+                    "--max-model-len",
+                    "262144",
+                    "--max-num-seqs",
+                    "128",
+                    "--language-model-only",
+                    "--enable-prefix-caching",
+                    "--vllm-version",
+                    "0.32.0",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+            }),
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
@@ -537,6 +637,10 @@ fn tiny() -> Profile {
         block_size: 16,
         num_gpu_blocks: 4_097,
         enable_prefix_caching: true,
+        state_blocks_per_request: 0,
+        attention_groups: 1,
+        sliding_groups: 0,
+        sliding_window: 0,
         eos_after_tokens: Some(100),
         cost: CostModel {
             step_base_us: 2_000.0,
@@ -557,6 +661,7 @@ fn tiny() -> Profile {
         tokens_per_step: one_token_per_step(),
         num_speculative_tokens: None,
         origin: None,
+        model: None,
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
@@ -627,8 +732,10 @@ mod tests {
     #[test]
     fn capacity_follows_vllm_block_accounting() {
         let p = Profile::builtin(RTX3090_QWEN35_4B_FP8).unwrap();
-        assert_eq!(p.kv_cache_size_tokens(), 450_000);
+        assert_eq!(p.blocks_per_request(262_144), 497 + 6);
+        assert_eq!(p.kv_cache_size_tokens(), 1_003 * 262_144 / 503);
         assert!(p.fits(1, 262_144));
+        // Two max-length requests' attention blocks fit (994 of 1,002); their state does not.
         assert!(!p.fits(2, 262_144));
         assert!(p.fits(16, 24_576));
         assert!(!p.fits(129, 16), "max_num_seqs bounds concurrency");

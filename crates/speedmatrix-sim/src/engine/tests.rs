@@ -66,6 +66,55 @@ fn admission_stops_at_max_num_seqs() {
 }
 
 #[test]
+fn a_hybrid_models_state_blocks_count_against_the_pool() {
+    // 20 usable blocks of 16 tokens, 3 state blocks a request: a 64-token prompt holds
+    // 4 + 3 = 7 blocks, so two run (14) and a third waits although its attention blocks
+    // alone (4 more) would fit.
+    let mut p = profile(21, 16, 8, 4_096);
+    p.state_blocks_per_request = 3;
+    assert!(p.fits(2, 64) && !p.fits(3, 64));
+    let mut e = engine(&p);
+    for id in 0..3 {
+        e.add(req(id, distinct_prompt(id, 64), 2));
+    }
+    e.step().unwrap();
+    let s = e.snapshot();
+    assert_eq!((s.running, s.waiting), (2, 1));
+    assert_eq!(s.free_blocks, 20 - 14);
+    // Finishing gives the state back: every request completes and the pool is whole again.
+    let done = run(&mut e);
+    assert_eq!(done.len(), 3);
+    assert_eq!((e.snapshot().free_blocks, e.pool().held()), (20, 0));
+}
+
+#[test]
+fn sliding_groups_hold_their_window_and_full_groups_every_block() {
+    // Blocks of 16 tokens; one full group, two sliding groups of a 32-token window: a
+    // request holds cdiv(ℓ, 16) + 2 × min(cdiv(ℓ, 16), 3) blocks.
+    let mut p = profile(101, 16, 8, 4_096);
+    p.sliding_groups = 2;
+    p.sliding_window = 32;
+    p.max_model_len = 1_024;
+    p.validate().unwrap();
+    assert_eq!(p.blocks_per_request(16), 1 + 2);
+    assert_eq!(p.blocks_per_request(64), 4 + 6);
+    assert_eq!(
+        p.blocks_per_request(640),
+        40 + 6,
+        "the window caps the sliding groups"
+    );
+    let mut e = engine(&p);
+    e.add(req(0, distinct_prompt(0, 64), 400));
+    e.step().unwrap();
+    assert_eq!(e.snapshot().free_blocks, 100 - 10);
+    // Decoding to 263 tokens: 17 full blocks, the sliding ones still 3 each.
+    for _ in 0..199 {
+        e.step();
+    }
+    assert_eq!(e.snapshot().free_blocks, 100 - (17 + 6));
+}
+
+#[test]
 fn admission_waits_for_free_blocks() {
     // 10 usable blocks of 4 tokens; each 16-token prompt needs 4 blocks.
     let p = profile(11, 4, 8, 4_096);

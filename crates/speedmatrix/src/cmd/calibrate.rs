@@ -127,15 +127,30 @@ fn profile(
     p.cost = cost;
     p.max_num_batched_tokens = u32::try_from(args.max_num_batched_tokens)
         .map_err(|_| UsageError("--max-num-batched-tokens is too large".into()))?;
+    // A plain pool of 16-token blocks: the fitted profile knows the run's capacity, not its
+    // model's layout.
+    p.model = None;
+    p.state_blocks_per_request = 0;
+    p.block_size = 16;
     let capacity = report
         .capacity
         .as_ref()
         .and_then(|c| c.measured.as_ref().or(c.predicted.as_ref()))
-        .map(|k| k.kv_cache_tokens);
-    if let Some(tokens) = args.kv_cache_tokens.or(capacity) {
-        p.num_gpu_blocks = u32::try_from(tokens.get() / u64::from(p.block_size) + 1)
-            .map_err(|_| UsageError("the KV cache is too large for the simulator".into()))?;
-    }
+        .map(|k| k.kv_cache_tokens.get() / 16);
+    let blocks = args
+        .kv_cache_tokens
+        .map(|t| t.get() / 16)
+        .or(capacity)
+        .or_else(|| grid_blocks(report, 16))
+        .ok_or_else(|| {
+            UsageError(
+                "the run says nothing of its KV cache (no capacity, no Valid cell): give \
+                 --kv-cache-tokens"
+                    .into(),
+            )
+        })?;
+    p.num_gpu_blocks = u32::try_from(blocks + 1)
+        .map_err(|_| UsageError("the KV cache is too large for the simulator".into()))?;
     let longest = report
         .run
         .contexts
@@ -201,6 +216,18 @@ fn ttft_residuals(labels: &[String], decode: &[DecodeObservation], errors: &[f64
         let _ = writeln!(out, "  ttft    {label:<14} {:+6.1} %", e * 100.0);
     }
     out
+}
+
+/// The smallest pool of `block`-token blocks in which every Valid cell of
+/// the run fits: its requests' blocks at the widest one.
+fn grid_blocks(report: &Report, block: u64) -> Option<u64> {
+    let output = report.run.max_output_tokens.get();
+    report
+        .decode
+        .iter()
+        .filter(|c| c.status == CellStatus::Valid)
+        .map(|c| u64::from(c.concurrency.get()) * (c.context.get() + output).div_ceil(block))
+        .max()
 }
 
 /// Each cell's error under the fitted model.

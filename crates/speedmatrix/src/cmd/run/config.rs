@@ -11,7 +11,7 @@ use speedmatrix_workload::ArrivalProcess;
 
 use super::args::{Args, ArrivalArg, ModeArg, PrefillModeArg, PresetArg};
 use crate::cmd::UsageError;
-use crate::cmd::engine_flags::PredictedEngine;
+use crate::cmd::engine_flags::{EngineArgs, PredictedEngine};
 use crate::hardware;
 
 pub(crate) fn matrix(args: &Args, embedded: bool) -> Result<MatrixSpec, UsageError> {
@@ -252,43 +252,73 @@ pub(crate) fn load_tokenizer(
 }
 
 pub(crate) fn capacity_hints(args: &Args) -> anyhow::Result<CapacityHints> {
-    let mut vllm_inputs = None;
-    let prediction = match &args.model_config {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                UsageError(format!(
-                    "--model-config {}: cannot read it ({e}); pass the path of the model's config.json",
-                    path.display()
-                ))
-            })?;
-            let model = speedmatrix_capacity::ModelConfig::from_json(&text)
-                .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
-            let engine_flags = &args.engine_flags;
-            let gpu = engine_flags.gpu()?;
-            let engine = args
-                .engine
-                .as_deref()
-                .and_then(PredictedEngine::from_name)
-                .unwrap_or(PredictedEngine::Vllm);
-            let flags = engine_flags.engine_flags(engine)?;
-            let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
-                .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
-            if let speedmatrix_capacity::EngineFlags::Vllm(vflags) = flags {
-                vllm_inputs = Some(speedmatrix_runner::VllmInputs {
-                    model,
-                    gpu,
-                    flags: vflags,
-                    version_given: engine_flags.vllm_version.is_some(),
-                });
-            }
-            Some(p)
-        }
+    let Some(path) = &args.model_config else {
+        return Ok(CapacityHints {
+            prediction: None,
+            vllm_inputs: None,
+            kv_capacity_tokens: args.kv_capacity_tokens,
+        });
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UsageError(format!(
+            "--model-config {}: cannot read it ({e}); pass the path of the model's config.json",
+            path.display()
+        ))
+    })?;
+    let model = speedmatrix_capacity::ModelConfig::from_json(&text)
+        .map_err(|e| UsageError(format!("--model-config {}: {e}", path.display())))?;
+    let engine = args
+        .engine
+        .as_deref()
+        .and_then(PredictedEngine::from_name)
+        .unwrap_or(PredictedEngine::Vllm);
+    let mut hints = hints_from(model, &args.engine_flags, engine)?;
+    hints.kv_capacity_tokens = args.kv_capacity_tokens;
+    Ok(hints)
+}
+
+/// The capacity hints of a simulator profile that stands for a real model
+/// and launch (the built-in seed profile): its KV layout, as `--model-config`
+/// and the engine flags would give it against a real server.
+pub(crate) fn profile_capacity_hints(
+    model: &speedmatrix_sim::ProfileModel,
+) -> anyhow::Result<CapacityHints> {
+    #[derive(clap::Parser)]
+    struct Launch {
+        #[command(flatten)]
+        flags: EngineArgs,
+    }
+    let launch = <Launch as clap::Parser>::try_parse_from(
+        std::iter::once("profile").chain(model.capacity_flags.iter().map(String::as_str)),
+    )
+    .map_err(|e| UsageError(format!("the simulator profile's capacity_flags: {e}")))?;
+    let config = speedmatrix_capacity::ModelConfig::from_json(&model.config.to_string())
+        .map_err(|e| UsageError(format!("the simulator profile's model config: {e}")))?;
+    hints_from(config, &launch.flags, PredictedEngine::Vllm)
+}
+
+fn hints_from(
+    model: speedmatrix_capacity::ModelConfig,
+    engine_flags: &EngineArgs,
+    engine: PredictedEngine,
+) -> anyhow::Result<CapacityHints> {
+    let gpu = engine_flags.gpu()?;
+    let flags = engine_flags.engine_flags(engine)?;
+    let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
+        .map_err(|e| UsageError(format!("could not predict the KV capacity: {e}")))?;
+    let vllm_inputs = match flags {
+        speedmatrix_capacity::EngineFlags::Vllm(vflags) => Some(speedmatrix_runner::VllmInputs {
+            model,
+            gpu,
+            flags: vflags,
+            version_given: engine_flags.vllm_version.is_some(),
+        }),
+        _ => None,
     };
     Ok(CapacityHints {
-        prediction,
+        prediction: Some(p),
         vllm_inputs,
-        kv_capacity_tokens: args.kv_capacity_tokens,
+        kv_capacity_tokens: None,
     })
 }
 

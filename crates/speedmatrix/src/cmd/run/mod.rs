@@ -78,6 +78,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Target::Embedded(p) => p.origin.clone(),
         Target::Url(_) => None,
     };
+    let capacity = match (&target, &args.model_config) {
+        // A profile that stands for a real model (the built-in seed one, a hybrid) lays its
+        // KV cache out as that model would: its layout decides the cells.
+        (Target::Embedded(p), None) => match &p.model {
+            Some(m) => config::profile_capacity_hints(m)?,
+            None => capacity_hints(&args)?,
+        },
+        _ => capacity_hints(&args)?,
+    };
     let config = RunConfig {
         target,
         api_key: args.api_key.clone().map(speedmatrix_client::ApiKey::new),
@@ -88,7 +97,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         matrix,
         prompt_sharing: args.prompt_sharing,
         seed: args.seed,
-        capacity: capacity_hints(&args)?,
+        capacity,
         timeouts: speedmatrix_client::Timeouts::new(
             args.connect_timeout,
             args.idle_timeout,
