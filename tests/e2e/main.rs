@@ -25,5 +25,6 @@ mod reliability;
 mod security;
 mod stage;
 mod streams;
+mod study;
 mod support;
 mod telemetry;

@@ -19,8 +19,16 @@ use clap::Parser;
 /// sustained decode speed for every context × concurrency cell that fits the
 /// server's KV cache. With no --url it uses a built-in simulated server, so
 /// every command can be tried on a laptop with no GPU and no network.
+/// The version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SPEEDMATRIX_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
-#[command(name = "speedmatrix", version, about, long_about)]
+#[command(name = "speedmatrix", version = VERSION, about, long_about)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -14,6 +14,7 @@ mod prompt;
 mod report;
 mod run;
 mod sim;
+mod study;
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -32,6 +33,9 @@ pub(crate) enum Command {
     Report(report::Args),
     /// Compare two saved runs cell by cell (B/A ratios) and flag regressions.
     Compare(compare::Args),
+    /// Run a study: one server configuration per point (a command template and a parameter
+    /// grid), the same matrix measured at each, journaled and resumable.
+    Study(study::Args),
     /// Predict the whole matrix (prefill, decode tok/s, the capacity grid) from config.json
     /// and a GPU before renting it: a report marked predicted; --simulate runs it too.
     Predict(Box<predict::Args>),
@@ -52,6 +56,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Compare(args) => compare::run(args).await,
         Command::Calibrate(args) => calibrate::run(args).await,
         Command::Predict(args) => predict::run(*args).await,
+        Command::Study(args) => study::run(args).await,
     }
 }
 

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser as _;
 use speedmatrix_capacity::{
     CapacityGrid, EngineFlags, Gpu, GridSpec, ModelConfig, ServerLimits, VllmFlags, capacity_grid,
     predict,
@@ -582,14 +581,7 @@ async fn simulate(
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         argv.push("--quiet".into());
     }
-    let run = RunFlags::try_parse_from(std::iter::once("speedmatrix run".to_owned()).chain(argv))
+    let run = crate::cmd::run::parse_args(argv)
         .map_err(|e| UsageError(format!("the what-if run's flags: {e}")))?;
-    crate::cmd::run::run(run.args).await
-}
-
-/// `speedmatrix run`'s flags on their own, to build the what-if run from.
-#[derive(Debug, clap::Parser)]
-struct RunFlags {
-    #[command(flatten)]
-    args: crate::cmd::run::Args,
+    crate::cmd::run::run(run).await
 }

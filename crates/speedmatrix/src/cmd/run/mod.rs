@@ -62,6 +62,20 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
     })
 }
 
+/// `speedmatrix run`'s flags parsed from `argv` (without the program name),
+/// for commands that run matrices themselves (`predict --simulate`, `study`).
+pub(crate) fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, clap::Error> {
+    #[derive(Debug, clap::Parser)]
+    struct RunFlags {
+        #[command(flatten)]
+        args: Args,
+    }
+    <RunFlags as clap::Parser>::try_parse_from(
+        std::iter::once("speedmatrix run".to_owned()).chain(argv),
+    )
+    .map(|f| f.args)
+}
+
 /// Runs `speedmatrix run`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let embedded = args.url.is_none();
