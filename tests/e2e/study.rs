@@ -122,6 +122,43 @@ fn the_dry_run_lists_the_points_and_bad_studies_are_usage_errors() {
         .output()
         .unwrap();
     assert!(stderr_after(&output, 2).contains("{missing}"));
+    // With the model's config in the run flags, each point's capacity grid is predicted.
+    let config = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/speedmatrix-capacity/tests/fixtures/agents-a1-4b-fp8.config.json");
+    let kv = dir.join("kv.toml");
+    std::fs::write(
+        &kv,
+        format!(
+            r#"name = "memory"
+[server]
+command = "vllm serve m --gpu-memory-utilization {{gmu}} --port {{port}}"
+[parameters]
+gmu = [0.5, 0.94]
+[run]
+args = ["--model-config", "{}", "--gpu", "rtx3090", "--gpu-memory-utilization", "{{gmu}}",
+        "--max-model-len", "262144", "--language-model-only", "--enable-prefix-caching",
+        "--contexts", "0,248k", "--concurrency", "1,32"]
+"#,
+            config.display()
+        ),
+    )
+    .unwrap();
+    let output = bin()
+        .args(["study", "run", "--dry-run", "--out"])
+        .arg(dir.join("o3"))
+        .arg(&kv)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let grids: Vec<&str> = text
+        .split("capacity (predicted")
+        .skip(1)
+        .map(|g| g.split("\n\n").next().unwrap_or(""))
+        .collect();
+    assert_eq!(grids.len(), 2, "{text}");
+    assert_ne!(grids[0], grids[1], "more memory, more cells: {text}");
+    assert!(grids[1].contains("32✓"), "{text}");
     let schema = bin().args(["study", "schema"]).output().unwrap();
     stderr_after(&schema, 0);
     let v: serde_json::Value = serde_json::from_slice(&schema.stdout).unwrap();
@@ -141,5 +178,92 @@ fn the_version_names_the_commit_it_was_built_from() {
         inside == "unknown commit"
             || (inside.len() == 12 && inside.chars().all(|c| c.is_ascii_hexdigit())),
         "{text}"
+    );
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_flag_definitions() {
+    let dir = temp_dir("assets");
+    let output = bin().args(["assets", "--out"]).arg(&dir).output().unwrap();
+    stderr_after(&output, 0);
+    let bash = std::fs::read_to_string(dir.join("completions/speedmatrix.bash")).unwrap();
+    assert!(
+        bash.contains("calibrate") && bash.contains("--search-floor"),
+        "every flag"
+    );
+    assert!(dir.join("completions/_speedmatrix").exists());
+    assert!(dir.join("completions/speedmatrix.fish").exists());
+    let man = std::fs::read_to_string(dir.join("man/speedmatrix-predict.1")).unwrap();
+    assert!(
+        man.contains(".TH speedmatrix-predict 1") && man.contains("gguf"),
+        "{man}"
+    );
+    assert!(dir.join("man/speedmatrix.1").exists());
+}
+
+#[test]
+fn points_run_as_separate_processes_are_collected_into_one_study() {
+    let dir = temp_dir("study-collect");
+    let study = study_file(&dir);
+    let out = dir.join("results");
+    // As the pods of an Indexed Job would: one process per point, the same folder.
+    let children: Vec<std::process::Child> = (0..3)
+        .map(|i| {
+            bin()
+                .args(["study", "run"])
+                .arg(&study)
+                .arg("--out")
+                .arg(&out)
+                .args(["--point-index", &i.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<Option<i32>> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    assert_eq!(
+        codes,
+        [Some(0), Some(0), Some(1)],
+        "the broken point fails alone"
+    );
+    let collected = bin().args(["study", "collect"]).arg(&out).output().unwrap();
+    stderr_after(&collected, 1);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("study.json")).unwrap()).unwrap();
+    let points = doc["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3);
+    for p in &points[..2] {
+        assert!(p["run"].is_string(), "{p}");
+        assert!(p["best_total_tokens_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert_eq!(points[2]["outcome"]["status"], "failed");
+    assert!(points[2]["run"].is_null());
+    // Out of range, and the manifests.
+    let bad = bin()
+        .args(["study", "run"])
+        .arg(&study)
+        .arg("--out")
+        .arg(dir.join("x"))
+        .args(["--point-index", "7"])
+        .output()
+        .unwrap();
+    assert!(stderr_after(&bad, 2).contains("3 points"));
+    let k8s = bin()
+        .args(["study", "k8s"])
+        .arg(&study)
+        .arg("-o")
+        .arg(dir.join("k8s"))
+        .args(["--image", "speedmatrix:test", "--parallelism", "2"])
+        .output()
+        .unwrap();
+    stderr_after(&k8s, 0);
+    let job = std::fs::read_to_string(dir.join("k8s/job.yaml")).unwrap();
+    assert!(
+        job.contains("completionMode: Indexed") && job.contains("$(JOB_COMPLETION_INDEX)"),
+        "{job}"
     );
 }

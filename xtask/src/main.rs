@@ -6,6 +6,7 @@
 
 mod bench;
 mod ci;
+mod dist;
 mod fit_predict;
 mod fuzz;
 mod gen_tokenizer;
@@ -50,6 +51,9 @@ enum Command {
     /// On a machine with a GPU: record nvidia-smi / amd-smi output under a small load into the
     /// telemetry fixtures (tests/fixtures/…/recorded-…) and replay every fixture. On demand only.
     GpuCheck(gpu_check::Args),
+    /// Build a package's contents into target/dist/: the release binary, shell completions and
+    /// man pages generated from the clap definitions.
+    Dist(dist::Args),
     /// Fit the speed predictor's efficiency factors on the public measured results in
     /// crates/speedmatrix-predict/data/validation.json and print every rig's error
     /// (`--write` stores them in its factors.json).
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::Fuzz(args) => fuzz::run(&args),
         Command::GpuCheck(args) => gpu_check::run(&args),
         Command::FitPredict(args) => fit_predict::run(&args),
+        Command::Dist(args) => dist::run_dist(&args),
         Command::VllmE2e(args) => vllm::run(&args),
         Command::LlamacppE2e(args) => llamacpp::run(&args),
     };

@@ -30,9 +30,11 @@
 mod error;
 mod file;
 mod journal;
+mod k8s;
 mod points;
 
 pub use crate::error::StudyError;
 pub use crate::file::{ParamValue, RunSpec, ServerSpec, StopSignal, Study};
 pub use crate::journal::{PointOutcome, PointRecord};
+pub use crate::k8s::{K8sOptions, k8s_manifests};
 pub use crate::points::Point;

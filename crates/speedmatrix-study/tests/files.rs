@@ -49,3 +49,52 @@ fn the_example_studies_are_valid_and_their_templates_fill() {
         "examples/studies holds the simulator and vLLM studies"
     );
 }
+
+/// The manifests of the example studies validate against the official
+/// Kubernetes 1.37 schemas (strict), vendored from kubernetes-validate.
+#[test]
+fn the_kubernetes_manifests_validate_against_the_official_schemas() {
+    use speedmatrix_study::{K8sOptions, k8s_manifests};
+    let schema = |kind: &str| {
+        let text =
+            std::fs::read_to_string(root().join(format!("tests/k8s-schema/{kind}.json"))).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        jsonschema::validator_for(&value).unwrap()
+    };
+    let text =
+        std::fs::read_to_string(root().join("../../examples/studies/vllm-kv-cache.toml")).unwrap();
+    let study = Study::from_toml(&text).unwrap();
+    let opts = K8sOptions {
+        image: "speedmatrix-vllm:latest".into(),
+        parallelism: 2,
+        gpus_per_point: 1,
+        results_size: "50Gi".into(),
+        storage_class: Some("nfs".into()),
+        namespace: Some("bench".into()),
+    };
+    let files = k8s_manifests(&study, &text, &opts).unwrap();
+    assert_eq!(files.len(), 3);
+    for (name, yaml) in &files {
+        let doc: serde_json::Value = serde_norway::from_str(yaml).unwrap();
+        let kind = match doc["kind"].as_str().unwrap() {
+            "Job" => "job",
+            "ConfigMap" => "configmap",
+            "PersistentVolumeClaim" => "persistentvolumeclaim",
+            other => panic!("{other}"),
+        };
+        let errors: Vec<String> = schema(kind)
+            .iter_errors(&doc)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+        if kind == "job" {
+            assert_eq!(doc["spec"]["completions"], 4, "one completion per point");
+            assert_eq!(doc["spec"]["completionMode"], "Indexed");
+        }
+    }
+    // A typo in a field is what a strict schema catches: the check is not vacuous.
+    let (_, job) = files.iter().find(|f| f.0 == "job.yaml").unwrap();
+    let mut doc: serde_json::Value = serde_norway::from_str(job).unwrap();
+    doc["spec"]["parallelizm"] = serde_json::json!(2);
+    assert!(!schema("job").is_valid(&doc));
+}

@@ -5,6 +5,7 @@
 //! exit codes (0 done, 1 the work failed or is incomplete, 2 bad input).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod assets;
 mod client_host;
 mod cmd;
 mod hardware;
@@ -13,12 +14,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Measure how fast an OpenAI-compatible LLM inference server really is.
-///
-/// speedmatrix runs a speed test matrix: prefill speed per context length and
-/// sustained decode speed for every context × concurrency cell that fits the
-/// server's KV cache. With no --url it uses a built-in simulated server, so
-/// every command can be tried on a laptop with no GPU and no network.
 /// The version and the commit it was built from.
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -27,6 +22,12 @@ const VERSION: &str = concat!(
     ")"
 );
 
+/// Measure how fast an OpenAI-compatible LLM inference server really is.
+///
+/// speedmatrix runs a speed test matrix: prefill speed per context length and
+/// sustained decode speed for every context × concurrency cell that fits the
+/// server's KV cache. With no --url it uses a built-in simulated server, so
+/// every command can be tried on a laptop with no GPU and no network.
 #[derive(Debug, Parser)]
 #[command(name = "speedmatrix", version = VERSION, about, long_about)]
 struct Cli {
@@ -41,6 +42,15 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    if let cmd::Command::Assets(args) = &cli.command {
+        return match assets::write(<Cli as clap::CommandFactory>::command(), args) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     // Threads and cores are fixed before the runtime starts its threads.
     let threads = match cmd::prepare_client(&cli.command) {
         Ok(threads) => threads,

@@ -33,6 +33,9 @@ pub(crate) enum Command {
     Report(report::Args),
     /// Compare two saved runs cell by cell (B/A ratios) and flag regressions.
     Compare(compare::Args),
+    /// Write shell completions and man pages (for packagers: `cargo xtask dist`).
+    #[command(hide = true)]
+    Assets(crate::assets::Args),
     /// Run a study: one server configuration per point (a command template and a parameter
     /// grid), the same matrix measured at each, journaled and resumable.
     Study(study::Args),
@@ -57,6 +60,8 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Calibrate(args) => calibrate::run(args).await,
         Command::Predict(args) => predict::run(*args).await,
         Command::Study(args) => study::run(args).await,
+        // Written from the whole command line's definition, before the runtime starts.
+        Command::Assets(_) => Ok(ExitCode::SUCCESS),
     }
 }
 

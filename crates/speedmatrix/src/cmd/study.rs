@@ -30,6 +30,49 @@ enum Action {
     Run(RunArgs),
     /// Print the JSON Schema of study files (their TOML read as JSON).
     Schema,
+    /// Write Kubernetes manifests that run the study as an Indexed Job, one point per pod.
+    K8s(K8sArgs),
+    /// Gather a study's points (their outcome records and run documents) into DIR/study.json
+    /// and a table: after `study run`, or after the pods of `study k8s` wrote their points.
+    Collect(CollectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct K8sArgs {
+    /// The study file.
+    #[arg(value_name = "STUDY.toml")]
+    study: PathBuf,
+    /// Where to write configmap.yaml (the study file), pvc.yaml (the results volume) and
+    /// job.yaml (an Indexed Job: pod i runs `study run --point-index i`); apply them with
+    /// `kubectl apply -f DIR`, then `speedmatrix study collect` on the volume's contents.
+    #[arg(short, long, value_name = "DIR")]
+    out: PathBuf,
+    /// The image each pod runs: speedmatrix beside the engine the study's command starts
+    /// (the repo's Dockerfile, target with-vllm).
+    #[arg(long)]
+    image: String,
+    /// Points measured at once.
+    #[arg(long, default_value_t = 1)]
+    parallelism: u32,
+    /// GPUs each pod asks for (nvidia.com/gpu).
+    #[arg(long, default_value_t = 1)]
+    gpus_per_point: u32,
+    /// Size of the results volume (ReadWriteMany).
+    #[arg(long, default_value = "100Gi")]
+    results_size: String,
+    /// Storage class of the results volume (default: the cluster's).
+    #[arg(long)]
+    storage_class: Option<String>,
+    /// Namespace of every object (default: kubectl's current one).
+    #[arg(long)]
+    namespace: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CollectArgs {
+    /// The study's folder (holding study.toml and a folder per point).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +95,11 @@ struct RunArgs {
     /// With --resume, run the points that failed again too.
     #[arg(long, requires = "resume")]
     retry_failed: bool,
+    /// Run only this point (0-based, in the study's order), recording its outcome in
+    /// DIR/POINT/outcome.json instead of the study's journal: what each pod of `study k8s`
+    /// runs, so pods can share DIR.
+    #[arg(long, value_name = "INDEX", conflicts_with_all = ["resume", "dry_run"])]
+    point_index: Option<usize>,
 }
 
 /// Runs `speedmatrix study`.
@@ -62,6 +110,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Action::Run(a) => run_study(a).await,
+        Action::K8s(a) => k8s(&a),
+        Action::Collect(a) => collect(&a),
     }
 }
 
@@ -82,6 +132,27 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.dry_run {
         print!("{}", plan(&study, &points)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(i) = args.point_index {
+        let point = points.get(i).ok_or_else(|| {
+            UsageError(format!(
+                "--point-index {i}: the study has {} points (0 to {})",
+                points.len(),
+                points.len().saturating_sub(1)
+            ))
+        })?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("could not create {}", args.out.display()))?;
+        std::fs::write(args.out.join("study.toml"), &text)?;
+        let record = run_point(&study, point, &args).await?;
+        eprintln!("{}: {}", point.name, status(&record));
+        let path = args.out.join(&point.name).join("outcome.json");
+        std::fs::write(&path, record.to_line() + "\n")
+            .with_context(|| format!("could not write {}", path.display()))?;
+        return Ok(match record.outcome {
+            PointOutcome::Measured { exit_code: 0 } => ExitCode::SUCCESS,
+            _ => ExitCode::FAILURE,
+        });
     }
     let journal_path = args.out.join("study.jsonl");
     let done = previous(&args, &journal_path)?;
@@ -357,11 +428,42 @@ fn plan(study: &Study, points: &[Point]) -> anyhow::Result<String> {
             "  run:     speedmatrix run {}",
             args_of(study, p, 0)?.join(" ")
         );
-        if let Ok(run) = crate::cmd::run::parse_args(args_of(study, p, 0)?) {
-            let _ = writeln!(out, "  cells:   {}", cells(&run));
+        let run = crate::cmd::run::parse_args(args_of(study, p, 0)?)
+            .map_err(|e| UsageError(format!("point {}: [run] args: {e}", p.name)))?;
+        let _ = writeln!(out, "  cells:   {}", cells(&run));
+        match crate::cmd::run::predicted_grid(&run) {
+            Ok(Some(grid)) => out.push_str(&grid_lines(&grid)),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = writeln!(out, "  capacity: not predicted ({e:#})");
+            }
         }
     }
     Ok(out)
+}
+
+/// The predicted capacity grid, a row per context: `✓` runs, `·` over capacity.
+fn grid_lines(grid: &speedmatrix_capacity::CapacityGrid) -> String {
+    let mut out = format!(
+        "  capacity (predicted, {} tokens of KV cache; ✓ runs, · over capacity):\n",
+        grid.pool_tokens
+    );
+    let mut contexts: Vec<speedmatrix_units::Tokens> = Vec::new();
+    for c in &grid.cells {
+        if !contexts.contains(&c.context) {
+            contexts.push(c.context);
+        }
+    }
+    for ctx in contexts {
+        let row: Vec<String> = grid
+            .cells
+            .iter()
+            .filter(|c| c.context == ctx)
+            .map(|c| format!("{}{}", c.concurrency, if c.fits { "✓" } else { "·" }))
+            .collect();
+        let _ = writeln!(out, "    {:>6}: {}", ctx.to_string(), row.join(" "));
+    }
+    out
 }
 
 /// The run's size in words, from its flags.
@@ -399,4 +501,110 @@ fn summary(dir: &Path, records: &[PointRecord]) -> String {
         );
     }
     out
+}
+
+fn k8s(args: &K8sArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.study)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", args.study.display())))?;
+    let study = Study::from_toml(&text)
+        .map_err(|e| UsageError(format!("{}: {e}", args.study.display())))?;
+    let opts = speedmatrix_study::K8sOptions {
+        image: args.image.clone(),
+        parallelism: args.parallelism,
+        gpus_per_point: args.gpus_per_point,
+        results_size: args.results_size.clone(),
+        storage_class: args.storage_class.clone(),
+        namespace: args.namespace.clone(),
+    };
+    let files = speedmatrix_study::k8s_manifests(&study, &text, &opts)
+        .map_err(|e| UsageError(e.to_string()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("could not create {}", args.out.display()))?;
+    for (name, yaml) in &files {
+        std::fs::write(args.out.join(name), yaml)?;
+    }
+    println!(
+        "wrote {}/{{configmap.yaml, pvc.yaml, job.yaml}}: `kubectl apply -f {}`; each pod i runs \
+         point i into the results volume; then `speedmatrix study collect` on its contents",
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One point as `study collect` gathers it.
+#[derive(Debug, serde::Serialize)]
+struct Collected {
+    point: String,
+    values: std::collections::BTreeMap<String, String>,
+    outcome: Option<PointRecord>,
+    run: Option<String>,
+    best_total_tokens_per_s: Option<f64>,
+    best_cell: Option<String>,
+}
+
+fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
+    let study_path = args.dir.join("study.toml");
+    let text = std::fs::read_to_string(&study_path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", study_path.display())))?;
+    let study = Study::from_toml(&text)
+        .map_err(|e| UsageError(format!("{}: {e}", study_path.display())))?;
+    let journal = std::fs::read_to_string(args.dir.join("study.jsonl")).unwrap_or_default();
+    let mut records = PointRecord::parse_all(&journal).map_err(|e| UsageError(e.to_string()))?;
+    let mut points = Vec::new();
+    for p in study.points()? {
+        let outcome_file = args.dir.join(&p.name).join("outcome.json");
+        if let Ok(line) = std::fs::read_to_string(&outcome_file) {
+            records.extend(PointRecord::parse_all(&line).map_err(|e| UsageError(e.to_string()))?);
+        }
+        let outcome = records.iter().rev().find(|r| r.point == p.name).cloned();
+        let run_json = args.dir.join(&p.name).join("run").join("run.json");
+        let report = std::fs::read_to_string(&run_json)
+            .ok()
+            .map(|t| speedmatrix_report::Report::from_json(&t))
+            .transpose()
+            .map_err(|e| UsageError(format!("{}: {e}", run_json.display())))?;
+        let best = report.as_ref().and_then(|r| {
+            r.decode
+                .iter()
+                .filter_map(|c| Some((c, c.measurements.as_ref()?.total_tokens_per_s)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(c, t)| (t, format!("{} × {}", c.context, c.concurrency)))
+        });
+        points.push(Collected {
+            point: p.name.clone(),
+            values: p.values.clone(),
+            outcome,
+            run: report.is_some().then(|| run_json.display().to_string()),
+            best_total_tokens_per_s: best.as_ref().map(|b| b.0),
+            best_cell: best.map(|b| b.1),
+        });
+    }
+    let doc = serde_json::json!({
+        "name": study.name,
+        "labels": study.labels,
+        "points": points,
+    });
+    let out = args.dir.join("study.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")?;
+    let mut table = String::from("| Point | Status | Best total tok/s | At |\n|---|---|---|---|\n");
+    for p in &points {
+        let _ = writeln!(
+            table,
+            "| {} | {} | {} | {} |",
+            p.point,
+            p.outcome.as_ref().map_or("not run".to_owned(), status),
+            p.best_total_tokens_per_s
+                .map_or("–".to_owned(), |t| format!("{t:.1}")),
+            p.best_cell.as_deref().unwrap_or("–")
+        );
+    }
+    print!("{table}");
+    println!("wrote {}", out.display());
+    let complete = points.iter().all(|p| p.run.is_some());
+    Ok(if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

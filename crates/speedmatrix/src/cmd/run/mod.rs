@@ -62,6 +62,30 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
     })
 }
 
+/// The capacity grid a run's flags predict offline (`--model-config` and the
+/// engine flags), `None` without a model config: for plans printed before any
+/// server is up (`study run --dry-run`).
+pub(crate) fn predicted_grid(
+    args: &Args,
+) -> anyhow::Result<Option<speedmatrix_capacity::CapacityGrid>> {
+    let hints = capacity_hints(args)?;
+    let Some(prediction) = hints.prediction else {
+        return Ok(None);
+    };
+    let default = speedmatrix_runner::Preset::Seed.matrix();
+    let spec = speedmatrix_capacity::GridSpec {
+        contexts: args.contexts.clone().unwrap_or(default.contexts),
+        concurrencies: args.concurrency.clone().unwrap_or(default.concurrencies),
+        max_output: args.max_tokens.unwrap_or(default.max_tokens),
+    };
+    Ok(Some(speedmatrix_capacity::capacity_grid(
+        Some(&prediction),
+        None,
+        speedmatrix_capacity::ServerLimits::default(),
+        &spec,
+    )?))
+}
+
 /// `speedmatrix run`'s flags parsed from `argv` (without the program name),
 /// for commands that run matrices themselves (`predict --simulate`, `study`).
 pub(crate) fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, clap::Error> {
