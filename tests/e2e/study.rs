@@ -242,6 +242,30 @@ fn points_run_as_separate_processes_are_collected_into_one_study() {
     }
     assert_eq!(points[2]["outcome"]["status"], "failed");
     assert!(points[2]["run"].is_null());
+    // The site: an index and a page per measured point.
+    let site = dir.join("site");
+    let output = bin()
+        .arg("site")
+        .arg(&out)
+        .arg("-o")
+        .arg(&site)
+        .args(["--baseline", "tiny"])
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let index = std::fs::read_to_string(site.join("index.html")).unwrap();
+    assert!(index.contains("<h3>free / tiny</h3>"), "{index}");
+    assert!(site.join("points/tiny.html").exists() && site.join("points/free.html").exists());
+    assert!(!site.join("points/broken.html").exists());
+    let bad = bin()
+        .arg("site")
+        .arg(&out)
+        .arg("-o")
+        .arg(&site)
+        .args(["--baseline", "nope"])
+        .output()
+        .unwrap();
+    assert!(stderr_after(&bad, 2).contains("tiny, free, broken"));
     // Out of range, and the manifests.
     let bad = bin()
         .args(["study", "run"])

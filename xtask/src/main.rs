@@ -13,6 +13,7 @@ mod gen_tokenizer;
 mod gpu_check;
 mod llamacpp;
 mod screenshot;
+mod site_check;
 mod tidy;
 mod util;
 mod vllm;
@@ -51,6 +52,9 @@ enum Command {
     /// On a machine with a GPU: record nvidia-smi / amd-smi output under a small load into the
     /// telemetry fixtures (tests/fixtures/…/recorded-…) and replay every fixture. On demand only.
     GpuCheck(gpu_check::Args),
+    /// Run the example study, write its site, and load every page in headless Chromium (no
+    /// console message, no failed resource, a non-blank screenshot). On demand.
+    SiteCheck(site_check::Args),
     /// Build a package's contents into target/dist/: the release binary, shell completions and
     /// man pages generated from the clap definitions.
     Dist(dist::Args),
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Command::GpuCheck(args) => gpu_check::run(&args),
         Command::FitPredict(args) => fit_predict::run(&args),
         Command::Dist(args) => dist::run_dist(&args),
+        Command::SiteCheck(args) => site_check::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
         Command::LlamacppE2e(args) => llamacpp::run(&args),
     };

@@ -407,7 +407,7 @@ pub(crate) fn esc(text: &str) -> String {
 }
 
 /// The page's style sheet. No `<` or `&` in it: it sits in XML-parsable text.
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 :root { --ink: #1b1f24; --muted: #5b6470; --line: #d9dee4; --bg: #f6f7f9; --card: #ffffff; --accent: #225ea8; }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--ink);

@@ -98,6 +98,7 @@ mod load_page;
 mod markdown;
 mod model;
 mod page;
+mod site;
 mod telemetry_page;
 
 pub use crate::compare::{CellComparison, Comparison, Pair, Phase, Threshold, Verdict, compare};
@@ -117,3 +118,4 @@ pub use crate::model::{
     ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
     SloTermResult, TurnStats,
 };
+pub use crate::site::{SiteInput, SitePoint, site};

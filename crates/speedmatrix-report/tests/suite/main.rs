@@ -8,4 +8,5 @@ mod compare;
 mod render;
 mod schema;
 mod seed;
+mod site;
 mod validate;

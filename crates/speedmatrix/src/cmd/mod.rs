@@ -39,6 +39,9 @@ pub(crate) enum Command {
     /// Run a study: one server configuration per point (a command template and a parameter
     /// grid), the same matrix measured at each, journaled and resumable.
     Study(study::Args),
+    /// Write a study's static site: an index of its points, each point's report, per-cell
+    /// ratios against a baseline, total vs per-request tok/s, the capacity grids.
+    Site(study::SiteArgs),
     /// Predict the whole matrix (prefill, decode tok/s, the capacity grid) from config.json
     /// and a GPU before renting it: a report marked predicted; --simulate runs it too.
     Predict(Box<predict::Args>),
@@ -60,6 +63,7 @@ pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Calibrate(args) => calibrate::run(args).await,
         Command::Predict(args) => predict::run(*args).await,
         Command::Study(args) => study::run(args).await,
+        Command::Site(args) => study::site(&args),
         // Written from the whole command line's definition, before the runtime starts.
         Command::Assets(_) => Ok(ExitCode::SUCCESS),
     }

@@ -543,27 +543,46 @@ struct Collected {
     best_cell: Option<String>,
 }
 
-fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
-    let study_path = args.dir.join("study.toml");
+/// A study folder's points: each with its latest record and its run document.
+type Gathered = (
+    Study,
+    Vec<(
+        Point,
+        Option<PointRecord>,
+        Option<speedmatrix_report::Report>,
+    )>,
+);
+
+fn gather(dir: &Path) -> anyhow::Result<Gathered> {
+    let study_path = dir.join("study.toml");
     let text = std::fs::read_to_string(&study_path)
         .map_err(|e| UsageError(format!("cannot read {}: {e}", study_path.display())))?;
     let study = Study::from_toml(&text)
         .map_err(|e| UsageError(format!("{}: {e}", study_path.display())))?;
-    let journal = std::fs::read_to_string(args.dir.join("study.jsonl")).unwrap_or_default();
+    let journal = std::fs::read_to_string(dir.join("study.jsonl")).unwrap_or_default();
     let mut records = PointRecord::parse_all(&journal).map_err(|e| UsageError(e.to_string()))?;
     let mut points = Vec::new();
     for p in study.points()? {
-        let outcome_file = args.dir.join(&p.name).join("outcome.json");
+        let outcome_file = dir.join(&p.name).join("outcome.json");
         if let Ok(line) = std::fs::read_to_string(&outcome_file) {
             records.extend(PointRecord::parse_all(&line).map_err(|e| UsageError(e.to_string()))?);
         }
         let outcome = records.iter().rev().find(|r| r.point == p.name).cloned();
-        let run_json = args.dir.join(&p.name).join("run").join("run.json");
+        let run_json = dir.join(&p.name).join("run").join("run.json");
         let report = std::fs::read_to_string(&run_json)
             .ok()
             .map(|t| speedmatrix_report::Report::from_json(&t))
             .transpose()
             .map_err(|e| UsageError(format!("{}: {e}", run_json.display())))?;
+        points.push((p, outcome, report));
+    }
+    Ok((study, points))
+}
+
+fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
+    let (study, gathered) = gather(&args.dir)?;
+    let mut points = Vec::new();
+    for (p, outcome, report) in gathered {
         let best = report.as_ref().and_then(|r| {
             r.decode
                 .iter()
@@ -571,6 +590,7 @@ fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(c, t)| (t, format!("{} × {}", c.context, c.concurrency)))
         });
+        let run_json = args.dir.join(&p.name).join("run").join("run.json");
         points.push(Collected {
             point: p.name.clone(),
             values: p.values.clone(),
@@ -607,4 +627,69 @@ fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Flags of `speedmatrix site`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SiteArgs {
+    /// A study's folder (as `study run` or the pods of `study k8s` left it).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// Where to write index.html and points/NAME.html.
+    #[arg(short, long, value_name = "SITE")]
+    out: PathBuf,
+    /// The point the others are compared with, per cell (default: the first measured).
+    #[arg(long, value_name = "POINT")]
+    baseline: Option<String>,
+    /// Flag a cell whose total tok/s is below the baseline's by more than this (5%).
+    #[arg(long, value_name = "PERCENT", default_value = "5%")]
+    threshold: speedmatrix_report::Threshold,
+}
+
+/// Runs `speedmatrix site`.
+pub(crate) fn site(args: &SiteArgs) -> anyhow::Result<ExitCode> {
+    let (study, gathered) = gather(&args.dir)?;
+    let points: Vec<speedmatrix_report::SitePoint> = gathered
+        .into_iter()
+        .map(|(p, outcome, report)| speedmatrix_report::SitePoint {
+            name: p.name,
+            values: p.values,
+            status: outcome.as_ref().map_or("not run".to_owned(), status),
+            report,
+        })
+        .collect();
+    let baseline = match &args.baseline {
+        Some(name) => points.iter().position(|p| &p.name == name).ok_or_else(|| {
+            UsageError(format!(
+                "--baseline {name}: the study's points are {}",
+                points
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?,
+        None => points.iter().position(|p| p.report.is_some()).unwrap_or(0),
+    };
+    let input = speedmatrix_report::SiteInput {
+        name: study.name.clone(),
+        labels: study.labels.clone(),
+        points,
+        baseline,
+        threshold: args.threshold.fraction(),
+    };
+    let files = speedmatrix_report::site(&input);
+    std::fs::create_dir_all(args.out.join("points"))
+        .with_context(|| format!("could not create {}", args.out.display()))?;
+    for (name, html) in &files {
+        let path = args.out.join(name);
+        std::fs::write(&path, html)
+            .with_context(|| format!("could not write {}", path.display()))?;
+    }
+    println!(
+        "wrote {} pages into {} (open index.html)",
+        files.len(),
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
