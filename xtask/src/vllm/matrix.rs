@@ -84,7 +84,7 @@ pub(crate) fn run(
 }
 
 /// `target/debug/speedmatrix` (or under `CARGO_TARGET_DIR`).
-fn binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn binary() -> anyhow::Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| project_root().join("target"));

