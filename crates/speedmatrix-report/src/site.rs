@@ -68,7 +68,7 @@ fn page(title: &str, body: &str) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n\
          <title>{}</title>\n<style>{STYLE}\n.ratio td.regressed {{ color: #b42318; font-weight: 600; }}\n\
-         .ratio td.better {{ color: #17753a; }}\n.grids {{ display: grid; grid-template-columns: \
+         .ratio td.better {{ color: #0b3d1c; font-weight: 600; }}\n.grids {{ display: grid; grid-template-columns: \
          repeat(auto-fit, minmax(300px, 1fr)); gap: 16px; }}\n</style>\n</head>\n<body>\n<main>\n{body}</main>\n</body>\n</html>\n",
         esc(title)
     )
@@ -315,7 +315,8 @@ fn ratios(b: &mut String, input: &SiteInput) {
     let _ = write!(
         b,
         "<section>\n<h2>Against {}</h2>\n<p class=\"caption\">Total tok/s per cell as a ratio of \
-         the baseline point's; below {} is flagged.</p>\n",
+         the baseline point's, as a heatmap (red below 1, green above, full at ½ and 2); below {} \
+         is flagged.</p>\n",
         esc(&base.name),
         format::grouped(1.0 - input.threshold, 2)
     );
@@ -363,7 +364,8 @@ fn ratios(b: &mut String, input: &SiteInput) {
                         };
                         let flag = if class == "regressed" { " ▼" } else { "" };
                         format!(
-                            "<td class=\"{class}\">{}{flag}</td>",
+                            "<td class=\"{class}\" style=\"background:{}\">{}{flag}</td>",
+                            ratio_colour(ratio),
                             format::grouped(ratio, 3)
                         )
                     }
@@ -378,6 +380,18 @@ fn ratios(b: &mut String, input: &SiteInput) {
         b.push_str("</tbody></table></div>\n");
     }
     b.push_str("</section>\n");
+}
+
+/// A diverging heat colour for a ratio: red below 1, white at 1, green
+/// above, saturating at ½ and 2 (on a log scale, so ½ and 2 weigh the same).
+fn ratio_colour(ratio: f64) -> String {
+    let t = (ratio.max(1e-9).log2()).clamp(-1.0, 1.0);
+    let (r, g, b) = if t < 0.0 {
+        (255.0, 255.0 + 120.0 * t, 255.0 + 120.0 * t)
+    } else {
+        (255.0 - 130.0 * t, 255.0 - 40.0 * t, 255.0 - 130.0 * t)
+    };
+    format!("rgb({:.0},{:.0},{:.0})", r, g, b)
 }
 
 /// The Valid / Over-capacity grid of every point.

@@ -52,7 +52,10 @@ fn the_index_links_each_measured_point_and_flags_what_fell_behind_the_baseline()
     assert!(index.contains("KV &lt;dtype&gt;"), "names are escaped");
     // fp8 runs at 0.8 of auto in every cell: flagged below 0.95.
     assert!(index.contains("<h3>fp8 / auto</h3>"));
-    assert!(index.contains("class=\"regressed\">0.800 ▼"), "{index}");
+    assert!(
+        index.contains("class=\"regressed\" style=\"background:rgb(255,216,216)\">0.800 ▼"),
+        "{index}"
+    );
     assert!(index.contains("aria-label=\"Total tok/s by per-request tok/s, per point\""));
     assert!(index.contains("<h2>Capacity</h2>"));
     // Self-contained: nothing loads from elsewhere, no script.
