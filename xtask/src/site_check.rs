@@ -1,15 +1,15 @@
 //! `cargo xtask site-check`: runs the simulator example study, writes its
 //! site, and opens every page in headless Chromium: each must load with no
 //! console message or failed resource, and its screenshot must not be blank
-//! (the PNGs stay in target/site-check/ to look at). On demand: CI does not
-//! install Chromium (`apt-get install -y chromium`).
+//! (the PNGs stay in target/site-check/ to look at). CI runs it after the
+//! vLLM stage; `.ci/run` installs Debian's chromium first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::util::{cargo, project_root, run as sh};
+use crate::util::{WORKSPACE_TESTS, cargo, project_root, run as sh};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -26,8 +26,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         );
     }
     let root = project_root();
-    sh(&mut cargo(&["build", "-p", "speedmatrix"]))?;
-    let bin_dir = root.join("target/debug");
+    // The binary as `cargo xtask ci` built it (nothing to compile after CI).
+    let build = [WORKSPACE_TESTS, &["--no-run", "--quiet"]].concat();
+    sh(&mut cargo(&build))?;
+    let speedmatrix = crate::vllm::binary()?;
+    let bin_dir = speedmatrix
+        .parent()
+        .map_or_else(|| root.join("target/debug"), Path::to_path_buf);
     let work = root.join("target/site-check");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
@@ -36,7 +41,6 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let speedmatrix = bin_dir.join("speedmatrix");
     // The example study has a failing point on purpose: exit 1 is expected.
     let status = Command::new(&speedmatrix)
         .args(["study", "run"])
@@ -74,15 +78,24 @@ fn check(chromium: &Path, page: &Path, work: &Path) -> anyhow::Result<()> {
         .file_stem()
         .map_or("page".into(), |s| s.to_string_lossy().into_owned());
     let png = work.join(format!("{name}.png"));
+    // A fresh profile, and none of Chromium's own network traffic: the machine's
+    // network is closed and the page needs none.
+    let profile = work.join(format!("chromium-profile-{name}"));
     let out = Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
             "--enable-logging=stderr",
             "--v=0",
             "--window-size=1300,1900",
         ])
+        .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", page.display()))
         .output()

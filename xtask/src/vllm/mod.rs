@@ -29,6 +29,8 @@ pub(crate) mod net;
 mod server;
 mod study;
 
+pub(crate) use self::matrix::binary;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
