@@ -27,12 +27,7 @@ pub(crate) struct Args {
 
 /// Renders and screenshots; prints the PNG's path.
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
-    if !args.chromium.is_file() {
-        bail!(
-            "{} not found; install it with `apt-get update && apt-get install -y chromium`",
-            args.chromium.display()
-        );
-    }
+    crate::util::require_chromium(&args.chromium)?;
     let root = project_root();
     let run = args
         .run

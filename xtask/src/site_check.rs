@@ -19,12 +19,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
-    if !args.chromium.is_file() {
-        bail!(
-            "{} not found; install it with `apt-get update && apt-get install -y chromium`",
-            args.chromium.display()
-        );
-    }
+    crate::util::require_chromium(&args.chromium)?;
     let root = project_root();
     // The binary as `cargo xtask ci` built it (nothing to compile after CI).
     let build = [WORKSPACE_TESTS, &["--no-run", "--quiet"]].concat();

@@ -55,3 +55,14 @@ fn describe(cmd: &Command) -> String {
     }
     s
 }
+
+/// `chromium` when it is a file, else an error saying how to install it.
+pub(crate) fn require_chromium(chromium: &std::path::Path) -> anyhow::Result<()> {
+    if !chromium.is_file() {
+        bail!(
+            "{} not found; install it with `apt-get update && apt-get install -y chromium`",
+            chromium.display()
+        );
+    }
+    Ok(())
+}

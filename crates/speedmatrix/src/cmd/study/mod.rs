@@ -7,15 +7,22 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use speedmatrix_study::{Point, PointOutcome, PointRecord, StopSignal, Study};
+use speedmatrix_study::{Point, PointOutcome, PointRecord, Study};
 
 use crate::cmd::UsageError;
+
+mod folder;
+mod server;
+
+pub(crate) use self::folder::{SiteArgs, site};
+use self::folder::{collect, k8s};
+use self::server::{free_port, spawn, stop_server, tail, wait_ready};
 
 /// `speedmatrix study`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +45,7 @@ enum Action {
 }
 
 #[derive(Debug, clap::Args)]
-struct K8sArgs {
+pub(super) struct K8sArgs {
     /// The study file.
     #[arg(value_name = "STUDY.toml")]
     study: PathBuf,
@@ -69,7 +76,7 @@ struct K8sArgs {
 }
 
 #[derive(Debug, clap::Args)]
-struct CollectArgs {
+pub(super) struct CollectArgs {
     /// The study's folder (holding study.toml and a folder per point).
     #[arg(value_name = "DIR")]
     dir: PathBuf,
@@ -194,7 +201,7 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn status(r: &PointRecord) -> String {
+pub(super) fn status(r: &PointRecord) -> String {
     match &r.outcome {
         PointOutcome::Measured { exit_code: 0 } => "measured".to_owned(),
         PointOutcome::Measured { exit_code } => format!("measured, run exited {exit_code}"),
@@ -310,106 +317,6 @@ async fn run_point(study: &Study, point: &Point, args: &RunArgs) -> anyhow::Resu
     })
 }
 
-/// A port free now (the server binds it a moment later).
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free local port")?;
-    Ok(l.local_addr()?.port())
-}
-
-fn spawn(
-    study: &Study,
-    point: &Point,
-    command: &str,
-    port: u16,
-    log: &Path,
-) -> anyhow::Result<tokio::process::Child> {
-    let out = std::fs::File::create(log)?;
-    let err = out.try_clone()?;
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own process group: stopping it stops everything it started.
-        .process_group(0)
-        .kill_on_drop(true);
-    for (k, v) in &study.server.env {
-        cmd.env(k, point.fill(v, port)?);
-    }
-    Ok(cmd.spawn()?)
-}
-
-/// Polls the health path until it answers 2xx, the server exits, or the time is up.
-async fn wait_ready(
-    server: &mut tokio::process::Child,
-    url: &str,
-    study: &Study,
-) -> Result<(), String> {
-    let client = speedmatrix_client::Client::new(
-        speedmatrix_client::ClientConfig::new(url).timeouts(speedmatrix_client::Timeouts::new(
-            Duration::from_secs(2),
-            Duration::from_secs(5),
-            Duration::from_secs(5),
-        )),
-    )
-    .map_err(|e| format!("bad server url {url}: {e}"))?;
-    let deadline = Instant::now() + study.server.ready_timeout;
-    loop {
-        if let Ok(Some(status)) = server.try_wait() {
-            return Err(format!("the server exited ({status}) before it was ready"));
-        }
-        if let Ok(r) = client.get_raw(&study.server.health_path).await
-            && r.is_success()
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "{}{} did not answer within {}",
-                url,
-                study.server.health_path,
-                humantime::format_duration(study.server.ready_timeout)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Asks the server's process group to stop, then kills it after the grace period.
-async fn stop_server(server: &mut tokio::process::Child, study: &Study) {
-    let Some(pid) = server
-        .id()
-        .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?))
-    else {
-        return;
-    };
-    let signal = match study.server.stop_signal {
-        StopSignal::Term => rustix::process::Signal::TERM,
-        StopSignal::Int => rustix::process::Signal::INT,
-    };
-    let _ = rustix::process::kill_process_group(pid, signal);
-    if tokio::time::timeout(study.server.grace, server.wait())
-        .await
-        .is_err()
-    {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        let _ = server.wait().await;
-    }
-    // Anything it left behind in its group.
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-}
-
-/// The last `n` lines of a log.
-fn tail(path: &Path, n: usize) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..]
-        .iter()
-        .map(|l| (*l).to_owned())
-        .collect()
-}
-
 /// The dry run: every point, its command, its URL and its run flags.
 fn plan(study: &Study, points: &[Point]) -> anyhow::Result<String> {
     let mut out = format!("Study \"{}\": {} points\n", study.name, points.len());
@@ -504,195 +411,4 @@ fn summary(dir: &Path, records: &[PointRecord]) -> String {
         );
     }
     out
-}
-
-fn k8s(args: &K8sArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.study)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", args.study.display())))?;
-    let study = Study::from_toml(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", args.study.display())))?;
-    let opts = speedmatrix_study::K8sOptions {
-        image: args.image.clone(),
-        parallelism: args.parallelism,
-        gpus_per_point: args.gpus_per_point,
-        results_size: args.results_size.clone(),
-        storage_class: args.storage_class.clone(),
-        namespace: args.namespace.clone(),
-    };
-    let files = speedmatrix_study::k8s_manifests(&study, &text, &opts)
-        .map_err(|e| UsageError(e.to_string()))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("could not create {}", args.out.display()))?;
-    for (name, yaml) in &files {
-        std::fs::write(args.out.join(name), yaml)?;
-    }
-    println!(
-        "wrote {}/{{configmap.yaml, pvc.yaml, job.yaml}}: `kubectl apply -f {}`; each pod i runs \
-         point i into the results volume; then `speedmatrix study collect` on its contents",
-        args.out.display(),
-        args.out.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// One point as `study collect` gathers it.
-#[derive(Debug, serde::Serialize)]
-struct Collected {
-    point: String,
-    values: std::collections::BTreeMap<String, String>,
-    outcome: Option<PointRecord>,
-    run: Option<String>,
-    best_total_tokens_per_s: Option<f64>,
-    best_cell: Option<String>,
-}
-
-/// A study folder's points: each with its latest record and its run document.
-type Gathered = (
-    Study,
-    Vec<(
-        Point,
-        Option<PointRecord>,
-        Option<speedmatrix_report::Report>,
-    )>,
-);
-
-fn gather(dir: &Path) -> anyhow::Result<Gathered> {
-    let study_path = dir.join("study.toml");
-    let text = std::fs::read_to_string(&study_path)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", study_path.display())))?;
-    let study = Study::from_toml(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", study_path.display())))?;
-    let journal = std::fs::read_to_string(dir.join("study.jsonl")).unwrap_or_default();
-    let mut records = PointRecord::parse_all(&journal).map_err(|e| UsageError(e.to_string()))?;
-    let mut points = Vec::new();
-    for p in study.points()? {
-        let outcome_file = dir.join(&p.name).join("outcome.json");
-        if let Ok(line) = std::fs::read_to_string(&outcome_file) {
-            records.extend(PointRecord::parse_all(&line).map_err(|e| UsageError(e.to_string()))?);
-        }
-        let outcome = records.iter().rev().find(|r| r.point == p.name).cloned();
-        let run_json = dir.join(&p.name).join("run").join("run.json");
-        let report = std::fs::read_to_string(&run_json)
-            .ok()
-            .map(|t| speedmatrix_report::Report::from_json(&t))
-            .transpose()
-            .map_err(|e| UsageError(format!("{}: {e}", run_json.display())))?;
-        points.push((p, outcome, report));
-    }
-    Ok((study, points))
-}
-
-fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
-    let (study, gathered) = gather(&args.dir)?;
-    let mut points = Vec::new();
-    for (p, outcome, report) in gathered {
-        let best = report.as_ref().and_then(|r| {
-            r.decode
-                .iter()
-                .filter_map(|c| Some((c, c.measurements.as_ref()?.total_tokens_per_s)))
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(c, t)| (t, format!("{} × {}", c.context, c.concurrency)))
-        });
-        let run_json = args.dir.join(&p.name).join("run").join("run.json");
-        points.push(Collected {
-            point: p.name.clone(),
-            values: p.values.clone(),
-            outcome,
-            run: report.is_some().then(|| run_json.display().to_string()),
-            best_total_tokens_per_s: best.as_ref().map(|b| b.0),
-            best_cell: best.map(|b| b.1),
-        });
-    }
-    let doc = serde_json::json!({
-        "name": study.name,
-        "labels": study.labels,
-        "points": points,
-    });
-    let out = args.dir.join("study.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")?;
-    let mut table = String::from("| Point | Status | Best total tok/s | At |\n|---|---|---|---|\n");
-    for p in &points {
-        let _ = writeln!(
-            table,
-            "| {} | {} | {} | {} |",
-            p.point,
-            p.outcome.as_ref().map_or("not run".to_owned(), status),
-            p.best_total_tokens_per_s
-                .map_or("–".to_owned(), |t| format!("{t:.1}")),
-            p.best_cell.as_deref().unwrap_or("–")
-        );
-    }
-    print!("{table}");
-    println!("wrote {}", out.display());
-    let complete = points.iter().all(|p| p.run.is_some());
-    Ok(if complete {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-/// Flags of `speedmatrix site`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct SiteArgs {
-    /// A study's folder (as `study run` or the pods of `study k8s` left it).
-    #[arg(value_name = "DIR")]
-    dir: PathBuf,
-    /// Where to write index.html and points/NAME.html.
-    #[arg(short, long, value_name = "SITE")]
-    out: PathBuf,
-    /// The point the others are compared with, per cell (default: the first measured).
-    #[arg(long, value_name = "POINT")]
-    baseline: Option<String>,
-    /// Flag a cell whose total tok/s is below the baseline's by more than this (5%).
-    #[arg(long, value_name = "PERCENT", default_value = "5%")]
-    threshold: speedmatrix_report::Threshold,
-}
-
-/// Runs `speedmatrix site`.
-pub(crate) fn site(args: &SiteArgs) -> anyhow::Result<ExitCode> {
-    let (study, gathered) = gather(&args.dir)?;
-    let points: Vec<speedmatrix_report::SitePoint> = gathered
-        .into_iter()
-        .map(|(p, outcome, report)| speedmatrix_report::SitePoint {
-            name: p.name,
-            values: p.values,
-            status: outcome.as_ref().map_or("not run".to_owned(), status),
-            report,
-        })
-        .collect();
-    let baseline = match &args.baseline {
-        Some(name) => points.iter().position(|p| &p.name == name).ok_or_else(|| {
-            UsageError(format!(
-                "--baseline {name}: the study's points are {}",
-                points
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?,
-        None => points.iter().position(|p| p.report.is_some()).unwrap_or(0),
-    };
-    let input = speedmatrix_report::SiteInput {
-        name: study.name.clone(),
-        labels: study.labels.clone(),
-        points,
-        baseline,
-        threshold: args.threshold.fraction(),
-    };
-    let files = speedmatrix_report::site(&input);
-    std::fs::create_dir_all(args.out.join("points"))
-        .with_context(|| format!("could not create {}", args.out.display()))?;
-    for (name, html) in &files {
-        let path = args.out.join(name);
-        std::fs::write(&path, html)
-            .with_context(|| format!("could not write {}", path.display()))?;
-    }
-    println!(
-        "wrote {} pages into {} (open index.html)",
-        files.len(),
-        args.out.display()
-    );
-    Ok(ExitCode::SUCCESS)
 }

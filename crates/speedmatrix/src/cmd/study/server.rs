@@ -1,0 +1,110 @@
+//! A point's server: started in its own process group on a free port, polled
+//! until its health path answers, and stopped with the study's signal.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use speedmatrix_study::{Point, StopSignal, Study};
+
+/// A port free now (the server binds it a moment later).
+pub(super) fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free local port")?;
+    Ok(l.local_addr()?.port())
+}
+
+pub(super) fn spawn(
+    study: &Study,
+    point: &Point,
+    command: &str,
+    port: u16,
+    log: &Path,
+) -> anyhow::Result<tokio::process::Child> {
+    let out = std::fs::File::create(log)?;
+    let err = out.try_clone()?;
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own process group: stopping it stops everything it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    for (k, v) in &study.server.env {
+        cmd.env(k, point.fill(v, port)?);
+    }
+    Ok(cmd.spawn()?)
+}
+
+/// Polls the health path until it answers 2xx, the server exits, or the time is up.
+pub(super) async fn wait_ready(
+    server: &mut tokio::process::Child,
+    url: &str,
+    study: &Study,
+) -> Result<(), String> {
+    let client = speedmatrix_client::Client::new(
+        speedmatrix_client::ClientConfig::new(url).timeouts(speedmatrix_client::Timeouts::new(
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        )),
+    )
+    .map_err(|e| format!("bad server url {url}: {e}"))?;
+    let deadline = Instant::now() + study.server.ready_timeout;
+    loop {
+        if let Ok(Some(status)) = server.try_wait() {
+            return Err(format!("the server exited ({status}) before it was ready"));
+        }
+        if let Ok(r) = client.get_raw(&study.server.health_path).await
+            && r.is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{}{} did not answer within {}",
+                url,
+                study.server.health_path,
+                humantime::format_duration(study.server.ready_timeout)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Asks the server's process group to stop, then kills it after the grace period.
+pub(super) async fn stop_server(server: &mut tokio::process::Child, study: &Study) {
+    let Some(pid) = server
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?))
+    else {
+        return;
+    };
+    let signal = match study.server.stop_signal {
+        StopSignal::Term => rustix::process::Signal::TERM,
+        StopSignal::Int => rustix::process::Signal::INT,
+    };
+    let _ = rustix::process::kill_process_group(pid, signal);
+    if tokio::time::timeout(study.server.grace, server.wait())
+        .await
+        .is_err()
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let _ = server.wait().await;
+    }
+    // Anything it left behind in its group.
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+}
+
+/// The last `n` lines of a log.
+pub(super) fn tail(path: &Path, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| (*l).to_owned())
+        .collect()
+}
