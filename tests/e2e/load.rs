@@ -99,7 +99,7 @@ fn a_burst_sends_every_request_at_once_and_resumes_from_its_journal() {
         .unwrap();
     stderr_after(&output, 0);
     let load = load_of(&out);
-    assert_eq!(load.mode, "burst");
+    assert_eq!(load.mode.as_str(), "burst");
     assert_eq!(load.cells.len(), 2);
     for (cell, n) in load.cells.iter().zip([1u64, 4]) {
         assert_eq!(cell.requests, Some(n));
@@ -648,7 +648,7 @@ fn conversations_grow_their_prompts_turn_by_turn_and_hit_the_cache() {
         .unwrap();
     stderr_after(&output, 0);
     let load = load_of(&out);
-    assert_eq!(load.mode, "conversation");
+    assert_eq!(load.mode.as_str(), "conversation");
     let m = load.cells[0].measurements.clone().unwrap();
     assert_eq!((m.sent, m.completed), (6, 6), "2 conversations × 3 turns");
     assert_eq!(m.turns.len(), 3);

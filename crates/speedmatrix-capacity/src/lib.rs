@@ -66,6 +66,7 @@ mod pool;
 mod report;
 mod sglang;
 mod sglang_log;
+pub mod text;
 mod vllm;
 mod weights;
 

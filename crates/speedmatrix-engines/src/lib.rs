@@ -9,10 +9,11 @@
 //! each answer to [`Endpoints::read`]; everything else is a function of what
 //! was read. Each engine has one module (`vllm`, `sglang`, `llamacpp`, `tgi`,
 //! `ollama`) with its names and shapes, cited from its source; adding an
-//! engine is a module, a variant and a line in [`Endpoints::read`].
+//! engine is a module, a variant of `speedmatrix_units::Engine` and a line in
+//! [`Endpoints::read`].
 //!
 //! ```
-//! use speedmatrix_engines::{Endpoints, Engine, ReportedCapacity};
+//! use speedmatrix_engines::{EngineHabits as _, Endpoints, Engine, ReportedCapacity};
 //!
 //! let mut found = Endpoints::default();
 //! found.read("/props", br#"{"default_generation_settings": {"n_ctx": 32768}, "total_slots": 4}"#);
@@ -39,42 +40,23 @@ pub use crate::counters::{CounterDeltas, ServerCounters};
 pub use crate::errors::error_message;
 pub use crate::prometheus::{MetricType, Sample, ServerMetrics};
 
-/// An inference engine, as told by the endpoints only it has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Engine {
-    /// vLLM (`vllm:` metrics, `owned_by: vllm`).
-    Vllm,
-    /// SGLang (`/get_server_info`).
-    Sglang,
-    /// llama.cpp's `llama-server` (`/props`).
-    LlamaCpp,
-    /// Hugging Face text-generation-inference (`/info`).
-    Tgi,
-    /// Ollama (`/api/version`).
-    Ollama,
-    /// None of the above: an OpenAI-compatible server or proxy.
-    Unknown,
-}
+pub use speedmatrix_units::Engine;
 
-impl Engine {
-    /// The engine's name as reports spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
-            Engine::LlamaCpp => "llama.cpp",
-            Engine::Tgi => "tgi",
-            Engine::Ollama => "ollama",
-            Engine::Unknown => "unknown",
-        }
-    }
-
+/// What each engine's streams need and do, beside its name (the name is
+/// [`Engine`], defined once in `speedmatrix-units`).
+pub trait EngineHabits {
     /// Request fields that make this engine count output tokens on every
     /// chunk, beyond the `stream_options` every request carries: llama.cpp's
     /// `timings_per_token`.
-    pub fn stream_fields(self) -> Map<String, Value> {
+    fn stream_fields(self) -> Map<String, Value>;
+
+    /// Whether every streamed event with `choices` carries exactly one
+    /// generated token, so that counting events counts tokens (TGI).
+    fn one_event_per_token(self) -> bool;
+}
+
+impl EngineHabits for Engine {
+    fn stream_fields(self) -> Map<String, Value> {
         let mut fields = Map::new();
         if self == Engine::LlamaCpp {
             fields.insert("timings_per_token".into(), Value::Bool(true));
@@ -82,16 +64,8 @@ impl Engine {
         fields
     }
 
-    /// Whether every streamed event with `choices` carries exactly one
-    /// generated token, so that counting events counts tokens (TGI).
-    pub fn one_event_per_token(self) -> bool {
+    fn one_event_per_token(self) -> bool {
         self == Engine::Tgi
-    }
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -8,7 +8,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::error::ReportError;
 use crate::format;
-use crate::model::{CellStatus, Report};
+use crate::model::{CellStatus, LoadKind, Report};
 use crate::page;
 
 /// How much worse B may be than A before a cell counts as a regression, as a fraction
@@ -60,7 +60,7 @@ impl fmt::Display for Threshold {
 
 /// Which part of the matrix a compared row belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum Section {
     /// A cold prefill point (throughput is prompt tok/s).
     Prefill,
     /// A sustained-decode cell (throughput is total output tok/s).
@@ -112,7 +112,7 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellComparison {
     /// Prefill or decode.
-    pub phase: Phase,
+    pub section: Section,
     /// Context length.
     pub context: Tokens,
     /// Simultaneous requests (1 for prefill; a burst's size; 1 for a rate cell).
@@ -216,12 +216,12 @@ fn row_cells(cell: &CellComparison) -> Vec<String> {
         Verdict::Unmeasured { why } => crate::markdown::inline(why),
     };
     vec![
-        match cell.phase {
-            Phase::Prefill => "Prefill".to_owned(),
-            Phase::Decode => "Sustained decode".to_owned(),
-            Phase::Burst => "Burst".to_owned(),
-            Phase::Rate => "Open-loop rate".to_owned(),
-            Phase::Conversation => "Conversations".to_owned(),
+        match cell.section {
+            Section::Prefill => "Prefill".to_owned(),
+            Section::Decode => "Sustained decode".to_owned(),
+            Section::Burst => "Burst".to_owned(),
+            Section::Rate => "Open-loop rate".to_owned(),
+            Section::Conversation => "Conversations".to_owned(),
         },
         cell.context.to_string(),
         match cell.rate_per_s {
@@ -251,7 +251,7 @@ pub fn compare(a: &Report, b: &Report, threshold: Threshold) -> Comparison {
                 .map(|row| Side::new(&row.status, row.prompt_tokens_per_s, row.ttft_ms))
         };
         cells.push(judge(
-            Phase::Prefill,
+            Section::Prefill,
             ctx,
             Concurrency::ONE,
             side(a),
@@ -276,7 +276,7 @@ pub fn compare(a: &Report, b: &Report, threshold: Threshold) -> Comparison {
                 )
             })
         };
-        cells.push(judge(Phase::Decode, ctx, n, side(a), side(b), threshold));
+        cells.push(judge(Section::Decode, ctx, n, side(a), side(b), threshold));
     }
     compare_load(a, b, threshold, &mut cells);
     Comparison {
@@ -318,18 +318,20 @@ fn compare_load(a: &Report, b: &Report, threshold: Threshold, cells: &mut Vec<Ce
             })
         };
         let (context, requests, milli) = k;
-        let conversation = [a, b]
-            .iter()
-            .any(|r| r.load.as_ref().is_some_and(|l| l.mode == "conversation"));
-        let phase = match (milli, conversation) {
-            (Some(_), _) => Phase::Rate,
-            (None, true) => Phase::Conversation,
-            (None, false) => Phase::Burst,
+        let conversation = [a, b].iter().any(|r| {
+            r.load
+                .as_ref()
+                .is_some_and(|l| l.mode == LoadKind::Conversation)
+        });
+        let section = match (milli, conversation) {
+            (Some(_), _) => Section::Rate,
+            (None, true) => Section::Conversation,
+            (None, false) => Section::Burst,
         };
         let n = requests
             .and_then(|n| Concurrency::new(u32::try_from(n).unwrap_or(u32::MAX)))
             .unwrap_or(Concurrency::ONE);
-        let mut row = judge(phase, context, n, side(&la), side(&lb), threshold);
+        let mut row = judge(section, context, n, side(&la), side(&lb), threshold);
         row.rate_per_s = milli.map(|m| m as f64 / 1e3);
         cells.push(row);
     }
@@ -353,7 +355,7 @@ impl Side {
 }
 
 fn judge(
-    phase: Phase,
+    section: Section,
     context: Tokens,
     concurrency: Concurrency,
     a: Option<Side>,
@@ -361,7 +363,7 @@ fn judge(
     threshold: Threshold,
 ) -> CellComparison {
     let mut row = CellComparison {
-        phase,
+        section,
         context,
         concurrency,
         rate_per_s: None,
@@ -467,8 +469,8 @@ fn differences(a: &Report, b: &Report) -> Vec<String> {
     );
     diff(
         "time per measurement",
-        format::seconds(a.run.window_duration_s),
-        format::seconds(b.run.window_duration_s),
+        format::seconds(a.run.window_s),
+        format::seconds(b.run.window_s),
     );
     diff(
         "max output tokens",

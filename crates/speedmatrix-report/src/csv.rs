@@ -83,7 +83,7 @@ pub fn to_csv(report: &Report) -> String {
     }
     if let Some(load) = &report.load {
         for cell in &load.cells {
-            record(&mut out, load_fields(&load.mode, cell));
+            record(&mut out, load_fields(load.mode, cell));
         }
     }
     out
@@ -118,7 +118,7 @@ fn prefill_fields(row: &PrefillRow) -> Vec<String> {
     fields
 }
 
-fn load_fields(mode: &str, cell: &crate::model::LoadCell) -> Vec<String> {
+fn load_fields(mode: crate::model::LoadKind, cell: &crate::model::LoadCell) -> Vec<String> {
     let m = cell.measurements.as_ref();
     let p = |get: fn(&crate::model::LoadMeasurements) -> Option<crate::model::Percentiles>,
              pick: fn(crate::model::Percentiles) -> f64| num(m.and_then(get).map(pick));
@@ -128,7 +128,7 @@ fn load_fields(mode: &str, cell: &crate::model::LoadCell) -> Vec<String> {
             fields[i] = value;
         }
     };
-    set("phase", mode.to_owned());
+    set("phase", mode.as_str().to_owned());
     set("context_tokens", cell.context.get().to_string());
     set("concurrency", int(cell.requests));
     set("request_rate_per_s", num(cell.rate_per_s));

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use speedmatrix_units::{Concurrency, Tokens};
+use speedmatrix_units::{Concurrency, LoadKind, Tokens};
 
 use crate::error::{Problem, ReportError};
 use crate::model::{
@@ -106,11 +106,8 @@ impl Report {
                 "is empty but decode contexts are given",
             );
         }
-        if !(run.window_duration_s.is_finite() && run.window_duration_s > 0.0) {
-            problems.push(
-                "run.window_duration_s",
-                "must be a positive number of seconds",
-            );
+        if !(run.window_s.is_finite() && run.window_s > 0.0) {
+            problems.push("run.window_s", "must be a positive number of seconds");
         }
         if run.prefill_repeats == 0 && !run.prefill_contexts.is_empty() {
             problems.push("run.prefill_repeats", "must be at least 1");
@@ -210,10 +207,10 @@ impl Report {
         let Some(load) = &self.load else {
             return;
         };
-        if !matches!(load.mode.as_str(), "burst" | "rate" | "conversation") {
+        if load.mode == LoadKind::Sustained {
             problems.push(
                 "load.mode",
-                format!("`{}` is not burst, rate or conversation", load.mode),
+                "`sustained` is not a load mode: sustained cells are the document's decode cells",
             );
         }
         if !self.run.concurrencies.is_empty() {
@@ -230,8 +227,8 @@ impl Report {
                     format!("context {} is not in run.contexts", cell.context),
                 );
             }
-            let point_ok = match load.mode.as_str() {
-                "burst" | "conversation" => {
+            let point_ok = match load.mode {
+                LoadKind::Burst | LoadKind::Conversation => {
                     cell.requests.is_some_and(|n| n > 0) && cell.rate_per_s.is_none()
                 }
                 _ => {

@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use speedmatrix_report::{
-//!     compare, to_markdown, Api, CellStatus, DecodeCell, DecodeMeasurements, Engine,
+//!     compare, to_markdown, Api, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo,
 //!     Hardware, Percentiles, PrefillMode, Report, RunSettings, Threshold, TokenCount,
 //!     TokenCountSource, Tool, SCHEMA_VERSION,
 //! };
@@ -46,7 +46,7 @@
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
 //!     hardware: Hardware::default(),
-//!     engine: Engine { name: "vllm".into(), version: Some("0.32.0".into()), ..Engine::default() },
+//!     engine: EngineInfo { name: "vllm".into(), version: Some("0.32.0".into()), ..EngineInfo::default() },
 //!     run: RunSettings {
 //!         model: "org/Model-4B".into(),
 //!         served_model: "bench".into(),
@@ -60,7 +60,7 @@
 //!         prefill_contexts: vec![],
 //!         prefill_repeats: 1,
 //!         prefill_mode: PrefillMode::Cold,
-//!         window_duration_s: 30.0,
+//!         window_s: 30.0,
 //!         max_output_tokens: Tokens::new(8_192),
 //!         decode_cache_warmed: true,
 //!         started_at: "2026-11-30T07:00:00Z".into(),
@@ -101,21 +101,21 @@ mod page;
 mod site;
 mod telemetry_page;
 
-pub use crate::compare::{CellComparison, Comparison, Pair, Phase, Threshold, Verdict, compare};
+pub use crate::compare::{CellComparison, Comparison, Pair, Section, Threshold, Verdict, compare};
 pub use crate::csv::{CSV_COLUMNS, to_csv};
 pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
     Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup,
-    DecodeCell, DecodeMeasurements, Engine, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
+    DecodeCell, DecodeMeasurements, EngineInfo, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
     Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
     Percentiles, PredictionInfo, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
     ServerCounter, ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount,
     TokenCountSource, Tool, VerdictThresholds,
 };
 pub use crate::model::{
-    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
+    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadKind, LoadMeasurements, LoadRun, SloResult,
     SloTermResult, TurnStats,
 };
 pub use crate::site::{SiteInput, SitePoint, site};

@@ -2,23 +2,23 @@
 //! setup, one row per burst or rate cell, and what the figures mean.
 
 use crate::format;
-use crate::model::{LoadCell, LoadRun, Percentiles, Report};
+use crate::model::{LoadCell, LoadKind, LoadRun, Percentiles, Report};
 use crate::page;
 
 /// The section's title.
 pub(crate) fn title(load: &LoadRun) -> &'static str {
-    match load.mode.as_str() {
-        "rate" => "Open-loop request rates",
-        "conversation" => "Multi-turn conversations",
-        _ => "Bursts",
+    match load.mode {
+        LoadKind::Rate => "Open-loop request rates",
+        LoadKind::Conversation => "Multi-turn conversations",
+        LoadKind::Burst | LoadKind::Sustained => "Bursts",
     }
 }
 
 /// The load setup, for the facts list.
 pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
     let mut facts = Vec::new();
-    match (load.mode.as_str(), &load.arrival) {
-        ("rate", Some(a)) => {
+    match (load.mode, &load.arrival) {
+        (LoadKind::Rate, Some(a)) => {
             let process = match (a.process.as_str(), a.burstiness) {
                 ("gamma", Some(b)) => format!("gamma gaps, burstiness {b}"),
                 ("poisson", _) => "Poisson (exponential gaps)".to_owned(),
@@ -36,7 +36,7 @@ pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
             };
             facts.push(("Each cell", length));
         }
-        ("conversation", _) => facts.push((
+        (LoadKind::Conversation, _) => facts.push((
             "Each cell",
             "runs its conversations at once, each turn's prompt the last one's, its answer and a \
              new question; a conversation's turns follow each other"
@@ -63,10 +63,10 @@ pub(crate) fn facts(load: &LoadRun) -> Vec<(&'static str, String)> {
 pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
     let mut c = vec![
         "Context",
-        match load.mode.as_str() {
-            "rate" => "Rate",
-            "conversation" => "Conversations",
-            _ => "Requests",
+        match load.mode {
+            LoadKind::Rate => "Rate",
+            LoadKind::Conversation => "Conversations",
+            LoadKind::Burst | LoadKind::Sustained => "Requests",
         },
         "Status",
         "Finished / sent",
@@ -78,7 +78,7 @@ pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
         "TPOT p50",
         "Most in flight",
     ];
-    if load.mode == "rate" {
+    if load.mode == LoadKind::Rate {
         c.extend(["Sent / meant req/s", "Send lag p99"]);
     }
     if load.slo.is_some() {
@@ -151,7 +151,7 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
             .map_or_else(dash, |p| format::ms_tenths(p.p50)),
         m.max_in_flight.to_string(),
     ]);
-    if load.mode == "rate" {
+    if load.mode == LoadKind::Rate {
         row.push(match (m.achieved_rate_per_s, m.intended_rate_per_s) {
             (Some(a), Some(i)) => format!("{a:.2} / {i:.2}"),
             _ => dash(),
@@ -209,14 +209,14 @@ pub(crate) fn note(load: &LoadRun) -> String {
          request's end; output tok/s is every request's output tokens over it. ITL is every \
          token interval; TPOT each request's mean time per output token after the first.",
     );
-    if load.mode == "rate" {
+    if load.mode == LoadKind::Rate {
         s.push_str(
             " Sent req/s is the requests sent over the time to the last send, meant req/s the \
              schedule's; send lag is actual minus intended send time. Requests still running \
              when the cell's drain time ran out were cancelled and are counted as unfinished.",
         );
     }
-    if load.mode == "conversation" {
+    if load.mode == LoadKind::Conversation {
         s.push_str(
             " Each request is measured from its own send (a conversation waits for its last \
              answer). The intended prefix-cache hit rate counts, for every turn after the first, \
@@ -245,7 +245,7 @@ pub(crate) fn note(load: &LoadRun) -> String {
 /// Each context's search in words: the path and what it found.
 pub(crate) fn searches(load: &LoadRun) -> Vec<String> {
     let unit = |v: f64| {
-        if load.mode == "rate" {
+        if load.mode == LoadKind::Rate {
             format!("{v}/s")
         } else {
             format!("{v}")

@@ -187,10 +187,7 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
     facts.push(("Prompts", run.prompt_mode.clone()));
     facts.extend(run.tokenizer.clone().map(|v| ("Tokenizer", v)));
     facts.push(("Decode test", "Fixed duration".to_owned()));
-    facts.push((
-        "Time per measurement",
-        format::seconds(run.window_duration_s),
-    ));
+    facts.push(("Time per measurement", format::seconds(run.window_s)));
     facts.push((
         "Max output",
         format!("{} tokens", format::count(run.max_output_tokens.get())),
@@ -456,7 +453,7 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
          decoding tokens / their decoding time inside the window (so total ≈ N × per request); \
          time between tokens spreads a chunk of k tokens evenly over its gap; average active \
          requests is time-weighted.",
-        format::seconds(report.run.window_duration_s)
+        format::seconds(report.run.window_s)
     ));
     notes.push(match report.run.prefill_mode {
         PrefillMode::Cold => "Prefill: prompt tok/s = server-reported prompt tokens / TTFT of a \

@@ -5,25 +5,13 @@ use std::time::Duration;
 use speedmatrix_metrics::TokensPerSecond;
 use speedmatrix_units::{Concurrency, Tokens};
 
-pub use speedmatrix_units::{Api, PromptSharing};
-
-/// How the prefill rows are measured.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PrefillMode {
-    /// One separate request per prefill context with a never-seen prompt,
-    /// before the decode cells.
-    #[default]
-    Cold,
-    /// The first warm-up request of the first cell of each context, sent
-    /// alone with nothing of its prompt cached (the seed page's "Measured
-    /// during decode warm-up"); prefill contexts without a decode row of
-    /// their own are measured cold.
-    Warmup,
-}
+pub use speedmatrix_units::{Api, LoadKind, PrefillMode, PromptSharing};
 
 /// A named set of contexts, concurrencies and timings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum Preset {
     /// A reduced matrix (contexts 0/1K/4K × 1/4/16/64, 10 s windows, prefill 4K/8K):
     /// about two minutes against the simulator.
@@ -46,9 +34,9 @@ pub struct MatrixSpec {
     /// Separate cold requests, or the decode cells' first warm-up requests.
     pub prefill_mode: PrefillMode,
     /// Length of each decode cell's measurement window.
-    pub duration: Duration,
-    /// `max_tokens` of every decode request.
-    pub max_tokens: Tokens,
+    pub window: Duration,
+    /// The most output tokens of every decode request (its `max_tokens`).
+    pub max_output: Tokens,
     /// What the cells over `contexts` measure: the sustained-decode window
     /// (over `concurrencies`), bursts, or an open-loop request rate.
     pub load: LoadMode,
@@ -192,13 +180,13 @@ pub enum RateLength {
 }
 
 impl LoadMode {
-    /// `sustained`, `burst` or `rate`.
-    pub fn name(&self) -> &'static str {
+    /// The kind of load: `sustained`, `burst`, `rate` or `conversation`.
+    pub fn kind(&self) -> LoadKind {
         match self {
-            LoadMode::Sustained => "sustained",
-            LoadMode::Burst(_) => "burst",
-            LoadMode::Rate(_) => "rate",
-            LoadMode::Conversation(_) => "conversation",
+            LoadMode::Sustained => LoadKind::Sustained,
+            LoadMode::Burst(_) => LoadKind::Burst,
+            LoadMode::Rate(_) => LoadKind::Rate,
+            LoadMode::Conversation(_) => LoadKind::Conversation,
         }
     }
 }
@@ -217,8 +205,8 @@ impl Preset {
                 prefill_contexts: vec![Tokens::kibi(4), Tokens::kibi(8)],
                 prefill_repeats: 1,
                 prefill_mode: PrefillMode::Cold,
-                duration: Duration::from_secs(10),
-                max_tokens: Tokens::new(8192),
+                window: Duration::from_secs(10),
+                max_output: Tokens::new(8192),
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,
@@ -231,8 +219,8 @@ impl Preset {
                 prefill_contexts: [8, 16, 32, 64, 128].map(Tokens::kibi).to_vec(),
                 prefill_repeats: 1,
                 prefill_mode: PrefillMode::Cold,
-                duration: Duration::from_secs(30),
-                max_tokens: Tokens::new(8192),
+                window: Duration::from_secs(30),
+                max_output: Tokens::new(8192),
                 load: LoadMode::Sustained,
                 slo: None,
                 search: None,

@@ -18,7 +18,7 @@ use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
 use crate::estimate::tokenize_texts;
-use crate::observer::{Event, Phase};
+use crate::observer::{Event, StepPhase};
 use crate::outcome::{
     Failure, FailureKind, Latency, LoadOutcome, LoadPoint, PrefixCacheCheck, StepId, StepStatus,
     TurnResult,
@@ -58,7 +58,7 @@ pub(crate) async fn run_conversation_cell(
 ) -> Result<LoadOutcome, RunError> {
     observer.event(Event::Phase {
         step: spec.step,
-        phase: Phase::Measuring,
+        phase: StepPhase::Measuring,
     });
     let epoch = Instant::now();
     let before = if server.has_metrics() {

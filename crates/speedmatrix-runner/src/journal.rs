@@ -61,6 +61,24 @@ impl Journal {
         })
     }
 
+    /// Opens the journal at `path` to add records after whatever it holds, creating it when
+    /// missing (a study's journal, whose reader keeps every readable line).
+    pub fn open_append(path: &Path) -> Result<Journal, RunError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| RunError::Journal {
+                path: path.to_owned(),
+                action: "open",
+                source,
+            })?;
+        Ok(Journal {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
     /// Opens an existing journal to continue it: reads the valid prefix,
     /// cuts off a damaged tail (returned so the caller can report it) and
     /// positions new records after the last good one.

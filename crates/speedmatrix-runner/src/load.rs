@@ -15,12 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use speedmatrix_metrics::{LoadMetrics, LoadRequest, Slo, Summary, Timestamp, load_metrics};
-use speedmatrix_units::{Concurrency, Tokens};
+use speedmatrix_units::{Concurrency, RequestRate, Tokens};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{RateLength, RateSpec};
 use crate::estimate::tokenize_texts;
-use crate::observer::{Event, Phase};
+use crate::observer::{Event, StepPhase};
 use crate::outcome::{
     Failure, FailureKind, Latency, LoadOutcome, LoadPoint, LoadResult, Notice, PrefixCacheCheck,
     SloTermVerdict, SloVerdict, StepId, StepStatus,
@@ -58,6 +59,30 @@ pub(crate) struct PrefixWarm {
     pub(crate) intended_hit_rate: Option<f64>,
 }
 
+/// How long a burst's requests may run after they are all sent.
+pub(crate) const BURST_DRAIN: Duration = Duration::from_secs(3_600);
+
+/// A rate cell's send times: drawn from the run's seed mixed with the cell's
+/// context and rate (cells are independent, runs repeatable); at least one.
+pub(crate) fn rate_schedule(
+    r: &RateSpec,
+    context: Tokens,
+    rate: RequestRate,
+) -> Result<Vec<Duration>, RunError> {
+    let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
+    let arrivals = speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed)
+        .map_err(RunError::Arrivals)?;
+    let times = match r.length {
+        RateLength::Duration(d) => arrivals.within(d),
+        RateLength::Requests(n) => arrivals.first(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    Ok(if times.is_empty() {
+        arrivals.first(1)
+    } else {
+        times
+    })
+}
+
 /// Counts requests in flight and the most at once.
 #[derive(Default)]
 struct InFlight {
@@ -90,13 +115,13 @@ pub(crate) async fn run_load_cell(
     };
     let epoch = Instant::now();
     if spec.warm_cache {
-        phase(Phase::WarmingCache);
+        phase(StepPhase::WarmingCache);
         if let Some(failure) = warm(server, &spec, epoch, cancel).await {
             return Ok(outcome(&spec, failed_status(failure, 0), None, Vec::new()));
         }
     }
     if let Some(prefix) = &spec.prefix {
-        phase(Phase::WarmingCache);
+        phase(StepPhase::WarmingCache);
         let shape = spec.shape.for_one_token();
         let r = record_one(&server.client, &shape, &prefix.prompt, epoch, cancel, None).await;
         if let Some(failure) = r.error {
@@ -111,7 +136,7 @@ pub(crate) async fn run_load_cell(
         (Some(_), true) => read_counters(server.client.clone()).await,
         _ => None,
     };
-    phase(Phase::Measuring);
+    phase(StepPhase::Measuring);
     let stop = CancellationToken::new();
     let in_flight = Arc::new(InFlight::default());
     let slots = spec
@@ -150,7 +175,7 @@ pub(crate) async fn run_load_cell(
         while tasks.join_next().await.is_some() {}
         return Err(RunError::Cancelled);
     }
-    phase(Phase::Draining);
+    phase(StepPhase::Draining);
     let mut recorded: Vec<(Instant, Recorded)> = Vec::with_capacity(spec.prompts.len());
     let drain_until = tokio::time::Instant::now() + spec.drain;
     loop {

@@ -11,7 +11,7 @@ use crate::plan::CapacityPlan;
 /// What a step is doing now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Phase {
+pub enum StepPhase {
     /// Building the step's exact-length prompts.
     BuildingPrompts,
     /// Sending the prompts once so the server's prefix cache holds them.
@@ -61,7 +61,7 @@ pub enum Event<'a> {
         /// Which step.
         step: StepId,
         /// Its new phase.
-        phase: Phase,
+        phase: StepPhase,
     },
     /// A prefill point ended (also one measured on a decode cell's warm-up).
     PrefillFinished(&'a PrefillOutcome),

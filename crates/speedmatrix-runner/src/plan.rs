@@ -101,7 +101,7 @@ pub fn capacity_plan(
         let grid_spec = GridSpec {
             contexts: spec.contexts.iter().map(|&c| prompt_len(c)).collect(),
             concurrencies: spec.concurrencies.clone(),
-            max_output: spec.max_tokens,
+            max_output: spec.max_output,
         };
         let grid =
             capacity_grid(predicted, measured, limits, &grid_spec).map_err(RunError::Capacity)?;
@@ -239,11 +239,11 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
         for &concurrency in &spec.concurrencies {
             let len = prompt_len(context)
                 .get()
-                .saturating_add(spec.max_tokens.get());
+                .saturating_add(spec.max_output.get());
             let excluded =
                 too_long(Tokens::new(len), TooLong::ContextPlusMaxOutput).or_else(|| {
                     let pool = capacity.pool.as_ref()?;
-                    over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_tokens))
+                    over_capacity(&pool.check(prompt_len(context), concurrency, spec.max_output))
                 });
             cells.push(PlannedCell {
                 context,
@@ -321,11 +321,11 @@ pub(crate) fn load_exclusion(
     // A conversation's last turn carries every earlier answer and question.
     let earlier = match &spec.load {
         LoadMode::Conversation(c) => u64::from(c.turns.saturating_sub(1))
-            .saturating_mul(spec.max_tokens.get().saturating_add(c.question.get())),
+            .saturating_mul(spec.max_output.get().saturating_add(c.question.get())),
         _ => 0,
     };
     let prompt = Tokens::new(prompt_len(context).get().saturating_add(earlier));
-    let len = Tokens::new(prompt.get().saturating_add(spec.max_tokens.get()));
+    let len = Tokens::new(prompt.get().saturating_add(spec.max_output.get()));
     if let Some(limit) = max_model_len
         && len > limit
     {
@@ -344,7 +344,7 @@ pub(crate) fn load_exclusion(
         _ => None,
     }?;
     let pool = capacity.pool.as_ref()?;
-    over_capacity(&pool.check(prompt, at_once, spec.max_tokens))
+    over_capacity(&pool.check(prompt, at_once, spec.max_output))
 }
 
 /// Rough time of the load cells: each request's prefill at the assumed
@@ -352,7 +352,7 @@ pub(crate) fn load_exclusion(
 /// a rate cell its sending time plus one request's time.
 fn estimate_load(spec: &MatrixSpec, cells: &[PlannedLoad]) -> Duration {
     let one = |context: Tokens| {
-        context.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S + spec.max_tokens.get() as f64 / 30.0
+        context.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S + spec.max_output.get() as f64 / 30.0
     };
     let secs: f64 = cells
         .iter()
@@ -409,7 +409,7 @@ fn estimate(
         .map(|c| {
             let warm = c.context.get() as f64 * f64::from(c.concurrency.get())
                 / ASSUMED_PREFILL_TOKENS_PER_S;
-            warm + spec.duration.as_secs_f64() + CELL_OVERHEAD.as_secs_f64()
+            warm + spec.window.as_secs_f64() + CELL_OVERHEAD.as_secs_f64()
         })
         .sum();
     Duration::from_secs_f64(prefill_s + decode_s)
@@ -485,7 +485,7 @@ mod tests {
         use crate::config::{BurstSpec, RateSpec};
         let mut spec = Preset::Quick.matrix();
         spec.contexts = vec![Tokens::kibi(1)];
-        spec.max_tokens = Tokens::new(1_024);
+        spec.max_output = Tokens::new(1_024);
         spec.load = LoadMode::Burst(BurstSpec {
             requests: vec![1, 8, 64],
             max_concurrency: None,

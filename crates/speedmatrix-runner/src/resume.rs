@@ -311,8 +311,8 @@ impl ResumeKey {
             prefill_contexts: m.prefill_contexts.clone(),
             prefill_repeats: m.prefill_repeats,
             prefill_mode: m.prefill_mode,
-            window_ns: u64::try_from(m.duration.as_nanos()).unwrap_or(u64::MAX),
-            max_tokens: m.max_tokens,
+            window_ns: u64::try_from(m.window.as_nanos()).unwrap_or(u64::MAX),
+            max_tokens: m.max_output,
             min_tokens: config.send_min_tokens,
             load: LoadKey::of(m),
             inject: m

@@ -10,6 +10,13 @@
 //! them, keeping what it found. It assumes the objective is met at low load
 //! and missed at high (a server that meets it again higher up is not
 //! looked for).
+//!
+//! The run's side is here too: a load point as the search's integer, the
+//! bound, and judging each try's cell (did it meet the objective, is it below
+//! the boundary, which try is the answer). `steps.rs` runs the cells.
+
+use crate::config::{LoadMode, MatrixSpec, SearchGoal};
+use crate::outcome::{KneeTry, LoadOutcome, LoadPoint};
 
 /// Why the search ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -108,6 +115,115 @@ impl KneeSearch {
     }
 }
 
+/// A load point as the search's integer: requests in a burst, thousandths
+/// of a request per second, or conversations.
+pub(crate) fn load_units(p: LoadPoint) -> u64 {
+    match p {
+        LoadPoint::Burst { requests } => u64::from(requests.get()),
+        LoadPoint::Rate { rate } => rate.milli(),
+        LoadPoint::Conversations { count } => u64::from(count.get()),
+    }
+}
+
+/// The load point of `units`, of the same kind as `like`; `None` when
+/// `units` is out of that kind's range.
+pub(crate) fn point_of(like: LoadPoint, units: u64) -> Option<LoadPoint> {
+    match like {
+        LoadPoint::Burst { .. } => {
+            speedmatrix_units::Concurrency::new(u32::try_from(units).unwrap_or(u32::MAX))
+                .map(|requests| LoadPoint::Burst { requests })
+        }
+        LoadPoint::Rate { .. } => {
+            speedmatrix_units::RequestRate::from_milli(units).map(|rate| LoadPoint::Rate { rate })
+        }
+        LoadPoint::Conversations { .. } => {
+            speedmatrix_units::Concurrency::new(u32::try_from(units).unwrap_or(u32::MAX))
+                .map(|count| LoadPoint::Conversations { count })
+        }
+    }
+}
+
+/// The highest load a search from `first` may try: the highest load the
+/// matrix gives, or, with one given load, far above it (no bound of the
+/// user's).
+pub(crate) fn upper_bound(m: &MatrixSpec, first: u64) -> u64 {
+    let given: Vec<u64> = match &m.load {
+        LoadMode::Burst(b) => b.requests.iter().map(|&n| u64::from(n)).collect(),
+        LoadMode::Rate(r) => r.rates.iter().map(|r| r.milli()).collect(),
+        LoadMode::Conversation(_) => m.concurrencies.iter().map(|n| u64::from(n.get())).collect(),
+        LoadMode::Sustained => Vec::new(),
+    };
+    let top = given.iter().copied().max().unwrap_or(first);
+    if top > first {
+        top
+    } else {
+        first.saturating_mul(1 << 20)
+    }
+}
+
+/// One search try's verdict and figures. A cell that could not run or
+/// measure meets nothing.
+pub(crate) fn judge(point: LoadPoint, cell: &LoadOutcome, goal: SearchGoal) -> KneeTry {
+    let result = cell.result.as_ref().filter(|_| cell.status.is_measured());
+    let total = result.map(|r| r.output_tokens_per_s);
+    let per_request = result
+        .and_then(|r| r.tpot)
+        .map(|t| t.p50.as_secs_f64())
+        .filter(|s| *s > 0.0)
+        .map(|s| 1.0 / s);
+    // Without --slo a floor search has no objective beyond the floor.
+    let slo_met = result.is_some_and(|r| r.slo.as_ref().is_none_or(|v| v.met));
+    let met = match goal {
+        SearchGoal::MostLoadMeetingSlo => {
+            result.is_some_and(|r| r.slo.as_ref().is_some_and(|v| v.met))
+        }
+        SearchGoal::PerRequestAtFloor { floor } => {
+            slo_met && total.is_some_and(|t| t >= floor.get())
+        }
+    };
+    KneeTry {
+        point,
+        met,
+        total_tokens_per_s: total,
+        per_request_tokens_per_s: per_request,
+    }
+}
+
+/// Whether a try is below the boundary the search looks for (the bracket's
+/// "pass"): meeting the objective, or (for a floor) not reaching it yet.
+pub(crate) fn below_boundary(goal: SearchGoal, tried: &KneeTry) -> bool {
+    match goal {
+        SearchGoal::MostLoadMeetingSlo => tried.met,
+        SearchGoal::PerRequestAtFloor { floor } => {
+            tried.total_tokens_per_s.is_some_and(|t| t < floor.get())
+        }
+    }
+}
+
+/// The search's answer: the highest load that met the objective, or the try
+/// with the fastest requests at the floor. `like` gives the points' kind.
+pub(crate) fn knee_of(
+    goal: SearchGoal,
+    search: &KneeSearch,
+    like: LoadPoint,
+    path: &[KneeTry],
+) -> Option<LoadPoint> {
+    match goal {
+        SearchGoal::MostLoadMeetingSlo => search.knee().and_then(|u| point_of(like, u)),
+        SearchGoal::PerRequestAtFloor { .. } => fastest_at_floor(path),
+    }
+}
+
+/// The try with the fastest requests among those that met the floor (and
+/// the objective); ties go to the lower load.
+fn fastest_at_floor(path: &[KneeTry]) -> Option<LoadPoint> {
+    path.iter()
+        .filter(|t| t.met)
+        .filter_map(|t| Some((t, t.per_request_tokens_per_s?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.point.cmp(&a.0.point)))
+        .map(|(t, _)| t.point)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +261,47 @@ mod tests {
         let short = run(KneeSearch::new(1, 1_000_000, 1, 0.0, 3), 500_000);
         assert_eq!(short.end(), Some(SearchEnd::StepLimit));
         assert_eq!(short.path().len(), 3);
+    }
+
+    fn burst(n: u32) -> LoadPoint {
+        LoadPoint::Burst {
+            requests: speedmatrix_units::Concurrency::new(n).unwrap(),
+        }
+    }
+
+    #[test]
+    fn load_points_round_trip_through_the_search_units() {
+        for p in [
+            burst(12),
+            LoadPoint::Rate {
+                rate: speedmatrix_units::RequestRate::from_milli(2_500).unwrap(),
+            },
+            LoadPoint::Conversations {
+                count: speedmatrix_units::Concurrency::new(3).unwrap(),
+            },
+        ] {
+            assert_eq!(point_of(p, load_units(p)), Some(p));
+        }
+        assert_eq!(point_of(burst(1), 0), None);
+    }
+
+    #[test]
+    fn the_fastest_try_at_the_floor_is_the_knee_and_ties_go_to_the_lower_load() {
+        let tried = |n, met, speed| KneeTry {
+            point: burst(n),
+            met,
+            total_tokens_per_s: Some(100.0),
+            per_request_tokens_per_s: speed,
+        };
+        let path = [
+            tried(8, true, Some(40.0)),
+            tried(4, true, Some(50.0)),
+            tried(2, true, Some(50.0)),
+            tried(1, false, Some(90.0)),
+            tried(16, true, None),
+        ];
+        assert_eq!(fastest_at_floor(&path), Some(burst(2)));
+        assert_eq!(fastest_at_floor(&path[3..]), None);
     }
 
     proptest! {

@@ -9,19 +9,21 @@ use speedmatrix_units::{Concurrency, Tokens};
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConversationSpec, LoadMode, RateLength, RateSpec, SearchGoal, SearchSpec};
+use crate::config::{ConversationSpec, LoadMode, SearchSpec};
 use crate::journal::Journal;
-use crate::observer::{Event, NotRun, Phase};
+use crate::observer::{Event, NotRun, StepPhase};
 use crate::outcome::{
-    CellOutcome, Exclusion, KneePath, KneeTry, LoadOutcome, LoadPoint, Notice, PrefillOutcome,
-    SkipReason, StepId, StepStatus, StopReason,
+    CellOutcome, Exclusion, KneePath, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason,
+    StepId, StepStatus, StopReason,
 };
 use crate::plan::{
     Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, load_exclusion, prompt_len,
 };
 use crate::request::RequestShape;
 use crate::resume::{Done, JournalRecord, record};
-use crate::search::KneeSearch;
+use crate::search::{
+    KneeSearch, below_boundary, judge, knee_of, load_units, point_of, upper_bound,
+};
 use crate::server::Server;
 use crate::telemetry::RunTelemetry;
 use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, prefill};
@@ -212,20 +214,11 @@ impl Session<'_> {
                 self.prompt(context, key).map(|p| p.text)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let row =
-            match prefill::run_prefill(self.server, &self.shape, context, &prompts, self.cancel)
-                .await
-            {
-                Ok((row, content_type)) => {
-                    self.note_content_type(content_type);
-                    row
-                }
-                Err(RunError::Cancelled) => {
-                    *stopped = Some(StopReason::Cancelled);
-                    return Ok(skipped_prefill(context, SkipReason::Interrupted));
-                }
-                Err(e) => return Err(e),
-            };
+        let ran = prefill::run_prefill(self.server, &self.shape, context, &prompts, self.cancel);
+        let Some((row, content_type)) = unless_cancelled(ran.await, stopped)? else {
+            return Ok(skipped_prefill(context, SkipReason::Interrupted));
+        };
+        self.note_content_type(content_type);
         self.observer.event(Event::PrefillFinished(&row));
         record(&mut self.journal, &JournalRecord::prefill(row.clone()))?;
         if let StepStatus::Failed { failure, .. } = &row.status
@@ -272,11 +265,11 @@ impl Session<'_> {
         }
         self.observer.event(Event::StepStarted {
             step,
-            expected: self.config.matrix.duration,
+            expected: self.config.matrix.window,
         });
         self.observer.event(Event::Phase {
             step,
-            phase: Phase::BuildingPrompts,
+            phase: StepPhase::BuildingPrompts,
         });
         let len = prompt_len(planned.context);
         let spec = decode::DecodeCellSpec {
@@ -286,7 +279,7 @@ impl Session<'_> {
             concurrency: planned.concurrency,
             context: planned.context,
             shape: self.shape.clone(),
-            duration: self.config.matrix.duration,
+            window: self.config.matrix.window,
             measure_first_warmup: prefill.is_some(),
             tokenizer: &self.config.tokenizer,
             metrics_interval: self.config.telemetry.metrics_interval,
@@ -308,21 +301,15 @@ impl Session<'_> {
                 None => None,
             },
         };
-        let result = match decode::run_cell(
+        let ran = decode::run_cell(
             self.server,
             spec,
             self.telemetry,
             self.observer,
             self.cancel,
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(RunError::Cancelled) => {
-                *stopped = Some(StopReason::Cancelled);
-                return Ok(skipped_cell(planned, SkipReason::Interrupted));
-            }
-            Err(e) => return Err(e),
+        );
+        let Some(result) = unless_cancelled(ran.await, stopped)? else {
+            return Ok(skipped_cell(planned, SkipReason::Interrupted));
         };
         self.note_content_type(result.unexpected_content_type.clone());
         if let (Some(context), Some(first)) = (prefill, &result.first_warmup) {
@@ -363,42 +350,14 @@ impl Session<'_> {
         stopped: &mut Option<StopReason>,
     ) -> Result<KneePath, RunError> {
         let m = &self.config.matrix;
-        let units = |p: LoadPoint| match p {
-            LoadPoint::Burst { requests } => u64::from(requests.get()),
-            LoadPoint::Rate { rate } => rate.milli(),
-            LoadPoint::Conversations { count } => u64::from(count.get()),
-        };
-        let given: Vec<u64> = match &m.load {
-            LoadMode::Burst(b) => b.requests.iter().map(|&n| u64::from(n)).collect(),
-            LoadMode::Rate(r) => r.rates.iter().map(|r| r.milli()).collect(),
-            LoadMode::Conversation(_) => {
-                m.concurrencies.iter().map(|n| u64::from(n.get())).collect()
-            }
-            LoadMode::Sustained => Vec::new(),
-        };
-        let first = units(start.point);
-        let top = given.iter().copied().max().unwrap_or(first);
-        // One given load: search upward without a bound of the user's.
-        let max = if top > first {
-            top
-        } else {
-            first.saturating_mul(1 << 20)
-        };
-        let point_of = |u: u64| match start.point {
-            LoadPoint::Burst { .. } => Concurrency::new(u32::try_from(u).unwrap_or(u32::MAX))
-                .map(|requests| LoadPoint::Burst { requests }),
-            LoadPoint::Rate { .. } => {
-                speedmatrix_units::RequestRate::from_milli(u).map(|rate| LoadPoint::Rate { rate })
-            }
-            LoadPoint::Conversations { .. } => {
-                Concurrency::new(u32::try_from(u).unwrap_or(u32::MAX))
-                    .map(|count| LoadPoint::Conversations { count })
-            }
-        };
+        let first = load_units(start.point);
+        let max = upper_bound(m, first);
         let mut search = KneeSearch::new(first, max, 1, spec.relative_tolerance, spec.max_steps);
         let mut path = Vec::new();
         while let Some(u) = search.next() {
-            let Some(point) = point_of(u) else { break };
+            let Some(point) = point_of(start.point, u) else {
+                break;
+            };
             if stopped.is_some() {
                 break;
             }
@@ -420,21 +379,10 @@ impl Session<'_> {
             if interrupted {
                 break;
             }
-            // The bracket's "pass" is below the boundary it looks for: meeting
-            // the objective, or (for a floor) not reaching it yet.
-            let below = match spec.goal {
-                SearchGoal::MostLoadMeetingSlo => tried.met,
-                SearchGoal::PerRequestAtFloor { floor } => {
-                    tried.total_tokens_per_s.is_some_and(|t| t < floor.get())
-                }
-            };
-            search.record(u, below);
+            search.record(u, below_boundary(spec.goal, &tried));
             path.push(tried);
         }
-        let knee = match spec.goal {
-            SearchGoal::MostLoadMeetingSlo => search.knee().and_then(point_of),
-            SearchGoal::PerRequestAtFloor { .. } => fastest_at_floor(&path),
-        };
+        let knee = knee_of(spec.goal, &search, start.point, &path);
         Ok(KneePath {
             context: start.context,
             goal: spec.goal,
@@ -483,11 +431,11 @@ impl Session<'_> {
             (LoadMode::Burst(b), LoadPoint::Burst { requests }) => (
                 vec![Duration::ZERO; requests.get() as usize],
                 b.max_concurrency,
-                BURST_DRAIN,
+                crate::load::BURST_DRAIN,
                 b.warm_cache,
             ),
             (LoadMode::Rate(r), LoadPoint::Rate { rate }) => (
-                rate_schedule(r, planned.context, rate)?,
+                crate::load::rate_schedule(r, planned.context, rate)?,
                 r.max_in_flight,
                 r.drain,
                 r.warm_cache,
@@ -500,7 +448,7 @@ impl Session<'_> {
         });
         self.observer.event(Event::Phase {
             step,
-            phase: Phase::BuildingPrompts,
+            phase: StepPhase::BuildingPrompts,
         });
         let len = prompt_len(planned.context);
         let cell_id = self.nonce.wrapping_add(1_000_000 + i as u64);
@@ -552,15 +500,10 @@ impl Session<'_> {
             slo: m.slo.as_ref(),
             tokenizer: &self.config.tokenizer,
         };
-        let cell =
-            match crate::load::run_load_cell(self.server, spec, self.observer, self.cancel).await {
-                Ok(cell) => cell,
-                Err(RunError::Cancelled) => {
-                    *stopped = Some(StopReason::Cancelled);
-                    return Ok(skipped_load(planned, SkipReason::Interrupted));
-                }
-                Err(e) => return Err(e),
-            };
+        let ran = crate::load::run_load_cell(self.server, spec, self.observer, self.cancel);
+        let Some(cell) = unless_cancelled(ran.await, stopped)? else {
+            return Ok(skipped_load(planned, SkipReason::Interrupted));
+        };
         for n in &cell.notices {
             self.observer.event(Event::Notice(n));
         }
@@ -594,7 +537,7 @@ impl Session<'_> {
         });
         self.observer.event(Event::Phase {
             step,
-            phase: Phase::BuildingPrompts,
+            phase: StepPhase::BuildingPrompts,
         });
         let len = prompt_len(planned.context);
         let cell_id = self.nonce.wrapping_add(3_000_000 + i as u64);
@@ -624,20 +567,14 @@ impl Session<'_> {
             slo: self.config.matrix.slo.as_ref(),
             block_tokens: self.block_tokens,
         };
-        let cell = match crate::conversation::run_conversation_cell(
+        let ran = crate::conversation::run_conversation_cell(
             self.server,
             spec,
             self.observer,
             self.cancel,
-        )
-        .await
-        {
-            Ok(cell) => cell,
-            Err(RunError::Cancelled) => {
-                *stopped = Some(StopReason::Cancelled);
-                return Ok(skipped_load(planned, SkipReason::Interrupted));
-            }
-            Err(e) => return Err(e),
+        );
+        let Some(cell) = unless_cancelled(ran.await, stopped)? else {
+            return Ok(skipped_load(planned, SkipReason::Interrupted));
         };
         if let StepStatus::Failed { failure, .. } = &cell.status
             && !self.server.is_alive().await
@@ -682,7 +619,7 @@ impl Session<'_> {
             });
         }
         let engine = self.server.info.engine();
-        let fields = engine.stream_fields();
+        let fields = speedmatrix_engines::EngineHabits::stream_fields(engine);
         if !fields.is_empty() {
             notices.push(Notice::EngineFields {
                 engine: engine.name().to_owned(),
@@ -704,28 +641,19 @@ impl Session<'_> {
     }
 }
 
-/// How long a burst's requests may run after they are all sent.
-const BURST_DRAIN: Duration = Duration::from_secs(3_600);
-
-/// A rate cell's send times: drawn from the run's seed mixed with the cell's
-/// context and rate (cells are independent, runs repeatable); at least one.
-fn rate_schedule(
-    r: &RateSpec,
-    context: Tokens,
-    rate: speedmatrix_units::RequestRate,
-) -> Result<Vec<Duration>, RunError> {
-    let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
-    let arrivals = speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed)
-        .map_err(RunError::Arrivals)?;
-    let times = match r.length {
-        RateLength::Duration(d) => arrivals.within(d),
-        RateLength::Requests(n) => arrivals.first(usize::try_from(n).unwrap_or(usize::MAX)),
-    };
-    Ok(if times.is_empty() {
-        arrivals.first(1)
-    } else {
-        times
-    })
+/// A step's result, or `None` when the run was cancelled during the step:
+/// `stopped` then says so, and the caller records the step as interrupted.
+fn unless_cancelled<T>(
+    result: Result<T, RunError>,
+    stopped: &mut Option<StopReason>,
+) -> Result<Option<T>, RunError> {
+    match result {
+        Err(RunError::Cancelled) => {
+            *stopped = Some(StopReason::Cancelled);
+            Ok(None)
+        }
+        other => other.map(Some),
+    }
 }
 
 fn load_without_numbers(planned: &PlannedLoad, status: StepStatus) -> LoadOutcome {
@@ -762,42 +690,4 @@ fn cell_without_numbers(planned: &PlannedCell, status: StepStatus) -> CellOutcom
         window: None,
         notices: Vec::new(),
     }
-}
-
-/// One search try's verdict and figures. A cell that could not run or
-/// measure meets nothing.
-fn judge(point: LoadPoint, cell: &LoadOutcome, goal: SearchGoal) -> KneeTry {
-    let result = cell.result.as_ref().filter(|_| cell.status.is_measured());
-    let total = result.map(|r| r.output_tokens_per_s);
-    let per_request = result
-        .and_then(|r| r.tpot)
-        .map(|t| t.p50.as_secs_f64())
-        .filter(|s| *s > 0.0)
-        .map(|s| 1.0 / s);
-    // Without --slo a floor search has no objective beyond the floor.
-    let slo_met = result.is_some_and(|r| r.slo.as_ref().is_none_or(|v| v.met));
-    let met = match goal {
-        SearchGoal::MostLoadMeetingSlo => {
-            result.is_some_and(|r| r.slo.as_ref().is_some_and(|v| v.met))
-        }
-        SearchGoal::PerRequestAtFloor { floor } => {
-            slo_met && total.is_some_and(|t| t >= floor.get())
-        }
-    };
-    KneeTry {
-        point,
-        met,
-        total_tokens_per_s: total,
-        per_request_tokens_per_s: per_request,
-    }
-}
-
-/// The try with the fastest requests among those that met the floor (and
-/// the objective); ties go to the lower load.
-fn fastest_at_floor(path: &[KneeTry]) -> Option<LoadPoint> {
-    path.iter()
-        .filter(|t| t.met)
-        .filter_map(|t| Some((t, t.per_request_tokens_per_s?)))
-        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.point.cmp(&a.0.point)))
-        .map(|(t, _)| t.point)
 }

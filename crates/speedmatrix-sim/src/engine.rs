@@ -1,7 +1,7 @@
 //! The pure engine: a vLLM-v1-like scheduler over a paged KV cache, stepping in virtual time.
 //!
 //! Nothing here knows about clocks, sockets or text: [`Engine::step`] schedules one step,
-//! "runs" it by computing its duration from the [`CostModel`], and returns the tokens it produced.
+//! "runs" it by computing its duration from the [`StepCost`], and returns the tokens it produced.
 //! The server drives it in (scaled) real time; tests drive it as fast as they like.
 
 use std::collections::{HashMap, VecDeque};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::blocks::{BlockId, BlockPool, block_hash};
-use crate::profile::{CostModel, Profile};
+use crate::profile::{Profile, StepCost};
 
 /// An engine-wide request id.
 pub(crate) type ReqId = u64;
@@ -190,7 +190,7 @@ pub(crate) struct Engine {
     max_num_seqs: usize,
     token_budget: usize,
     eos_after: Option<u32>,
-    cost: CostModel,
+    cost: StepCost,
     pool: BlockPool,
     reqs: HashMap<ReqId, Req>,
     waiting: VecDeque<ReqId>,

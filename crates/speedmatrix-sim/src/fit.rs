@@ -1,4 +1,4 @@
-//! Fits the simulator's [`CostModel`] to step times and TTFTs, from a
+//! Fits the simulator's [`StepCost`] to step times and TTFTs, from a
 //! measured run (`speedmatrix calibrate`) or a prediction (`speedmatrix
 //! predict --simulate`).
 //!
@@ -16,7 +16,7 @@ use std::time::Duration;
 use nalgebra::{DMatrix, DVector};
 
 use crate::SimError;
-use crate::profile::CostModel;
+use crate::profile::StepCost;
 
 /// The mean time between a stream's tokens with `batch` streams at `context`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,7 +45,7 @@ pub struct PrefillObservation {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FittedCost {
     /// The model.
-    pub cost: CostModel,
+    pub cost: StepCost,
     /// `model / observed − 1` per decode observation, in order.
     pub decode_errors: Vec<f64>,
     /// The same per prefill observation.
@@ -65,7 +65,7 @@ pub fn fit_cost(
             "no decode figure to fit: the run has no measured decode cell".into(),
         ));
     }
-    let mut best: Option<(f64, CostModel)> = None;
+    let mut best: Option<(f64, StepCost)> = None;
     for k in 0..=60 {
         let e = f64::from(k) * 0.01;
         let Some(cost) = fit_decode(decode, e) else {
@@ -101,20 +101,20 @@ pub fn fit_cost(
 }
 
 /// A cold request alone: the front end, then its chunks.
-pub fn cold_ttft(cost: &CostModel, prompt: u64, chunk: u64) -> Duration {
+pub fn cold_ttft(cost: &StepCost, prompt: u64, chunk: u64) -> Duration {
     cost.frontend(prompt) + cost.prefill(prompt, chunk)
 }
 
 /// The median of `batch` warm requests sent together: the median one waits
 /// for `(batch + 1)/2` front-end passes, then a step.
-pub fn warm_ttft(cost: &CostModel, batch: u64, prompt: u64, step: Duration) -> Duration {
+pub fn warm_ttft(cost: &StepCost, batch: u64, prompt: u64, step: Duration) -> Duration {
     cost.frontend(prompt)
         .mul_f64((batch.max(1) as f64 + 1.0) / 2.0)
         + step
 }
 
 /// The front end from the decode cells' warm TTFTs (left at zero without them).
-fn fit_frontend(cost: &mut CostModel, decode: &[DecodeObservation]) {
+fn fit_frontend(cost: &mut StepCost, decode: &[DecodeObservation]) {
     let rows: Vec<(Vec<f64>, f64)> = decode
         .iter()
         .filter_map(|d| {
@@ -145,7 +145,7 @@ fn rms(v: &[f64]) -> f64 {
     (v.iter().map(|x| x * x).sum::<f64>() / v.len().max(1) as f64).sqrt()
 }
 
-fn decode_errors(cost: &CostModel, decode: &[DecodeObservation]) -> Vec<f64> {
+fn decode_errors(cost: &StepCost, decode: &[DecodeObservation]) -> Vec<f64> {
     decode
         .iter()
         .map(|d| ratio(cost.decode_step(d.batch, d.context), d.step))
@@ -174,7 +174,7 @@ fn solve(rows: &[(Vec<f64>, f64)], mut keep: Vec<usize>) -> Option<Vec<f64>> {
     }
 }
 
-fn fit_decode(decode: &[DecodeObservation], exponent: f64) -> Option<CostModel> {
+fn fit_decode(decode: &[DecodeObservation], exponent: f64) -> Option<StepCost> {
     let rows: Vec<(Vec<f64>, f64)> = decode
         .iter()
         .map(|d| {
@@ -184,7 +184,7 @@ fn fit_decode(decode: &[DecodeObservation], exponent: f64) -> Option<CostModel> 
         })
         .collect();
     let x = solve(&rows, vec![0, 1, 2])?;
-    Some(CostModel {
+    Some(StepCost {
         step_base_us: x[0] * 1e6,
         decode_per_seq_us: x[1] * 1e6,
         decode_per_context_token_ns: x[2] * 1e9,
@@ -197,7 +197,7 @@ fn fit_decode(decode: &[DecodeObservation], exponent: f64) -> Option<CostModel> 
 }
 
 fn fit_prefill(
-    cost: &mut CostModel,
+    cost: &mut StepCost,
     prefill: &[PrefillObservation],
     chunk: u64,
 ) -> Result<(), SimError> {
@@ -233,7 +233,7 @@ mod tests {
     /// Figures made by a known model are fitted back to it.
     #[test]
     fn recovers_a_known_model() {
-        let truth = CostModel {
+        let truth = StepCost {
             step_base_us: 8_000.0,
             prefill_per_token_us: 80.0,
             prefill_per_token_context_ns: 1.5,

@@ -30,7 +30,7 @@
 //!    (`max_num_seqs`), budget and enough free blocks. On admission the prompt's full blocks are
 //!    looked up in the prefix cache (chained hashes of the token ids of each full block); hits
 //!    skip prefill. At least one token is always computed.
-//! 3. The step's duration comes from the [`CostModel`] (see there for the formula). When it has
+//! 3. The step's duration comes from the [`StepCost`] (see there for the formula). When it has
 //!    elapsed (scaled by `time_scale`, or not at all when `free_running`), every request whose
 //!    computed tokens reached its end emits one token.
 //!
@@ -87,8 +87,8 @@ mod wire;
 pub use error::SimError;
 pub use fault::Fault;
 pub use profile::{
-    CapacityApi, CostModel, Dialect, FREE_RUNNING, Profile, ProfileModel, ProfileOrigin,
-    RTX3090_QWEN35_4B_FP8, TINY, TextStyle,
+    CapacityApi, Dialect, FREE_RUNNING, OriginKind, Profile, ProfileModel, ProfileOrigin,
+    RTX3090_QWEN35_4B_FP8, StepCost, TINY, TextStyle,
 };
 pub use server::{RunningSim, SimServer, VERSION};
 

@@ -1,6 +1,9 @@
-//! What can be wrong with a study.
+//! What can be wrong with a study, or stop one.
 
-/// Why a study file cannot be used.
+use std::path::PathBuf;
+
+/// Why a study file cannot be used, or a study cannot go on. A point that fails is no error:
+/// it is recorded, and the study goes on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StudyError {
@@ -29,4 +32,18 @@ pub enum StudyError {
         /// What was wrong.
         reason: String,
     },
+    /// A file or folder of the study could not be used.
+    #[error("could not {action} {}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runner could not record the study (its journal).
+    #[error("{0}")]
+    Run(#[source] speedmatrix_runner::RunError),
 }

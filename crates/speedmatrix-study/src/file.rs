@@ -100,13 +100,22 @@ pub enum StopSignal {
     Int,
 }
 
-/// What each point measures: `speedmatrix run`'s flags (no `--url`, `--out` or `--resume`:
-/// the study gives those).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunSpec {
-    /// The flags, templates too: `["--contexts", "0,16k", "--concurrency", "1,8", "--model-config", "{config}"]`.
-    pub args: Vec<String>,
+/// What each point measures: `speedmatrix run`'s options, each flag a key without its dashes
+/// (`contexts = "0,16k"`, `max-tokens = 64`, `kv-cache-dtype = "{kv}"`, `enable-prefix-caching =
+/// true`), templates too; no `url`, `out`, `resume` or `sim-profile`: the study gives those.
+/// The older form, `args = ["--contexts", "0,16k", …]`, is still read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunSpec(pub toml::Table);
+
+impl JsonSchema for RunSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RunOptions".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <speedmatrix_runner::options::RunOptions as JsonSchema>::json_schema(generator)
+    }
 }
 
 fn default_health() -> String {
@@ -142,9 +151,6 @@ mod duration_text {
         })
     }
 }
-
-/// Flags the study sets itself and a point may not.
-const STUDY_FLAGS: [&str; 4] = ["--url", "--out", "--resume", "--sim-profile"];
 
 impl Study {
     /// Parses and checks a study file's TOML text.
@@ -183,14 +189,9 @@ impl Study {
                 "no points: give [parameters] (every combination) or [[points]]".into(),
             );
         }
-        if let Some(flag) = self.run.args.iter().find(|a| {
-            STUDY_FLAGS
-                .iter()
-                .any(|f| a == f || a.starts_with(&format!("{f}=")))
-        }) {
-            return invalid(format!(
-                "[run] args give {flag}: the study sets it for each point"
-            ));
+        // Every point's run options must read, before anything starts.
+        for point in self.points()? {
+            self.run_options(&point, 0)?;
         }
         Ok(())
     }

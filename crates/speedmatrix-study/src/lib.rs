@@ -1,9 +1,10 @@
-//! Studies: one matrix per server configuration, many configurations in one
-//! comparison. The crate is the study file (a server command template, a
-//! parameter grid or list, readiness and shutdown rules, the matrix to run),
-//! its points with their templates filled in, and the journal a study
-//! resumes from. It does no I/O: `speedmatrix study` starts the servers and
-//! runs the matrices.
+//! Studies: one matrix per server configuration, many configurations in one comparison.
+//! The crate is the study file (a server command template, a parameter grid or list,
+//! readiness and shutdown rules, and the run's options as `speedmatrix run`'s flags), its
+//! points with their templates filled in and their typed run options, the journal a study
+//! resumes from, the study as Kubernetes manifests, and the study loop itself
+//! ([`run_study`]): each point's server started in its own process group, the matrix measured
+//! in this process by `speedmatrix-runner`, the server stopped.
 //!
 //! ```
 //! use speedmatrix_study::Study;
@@ -16,7 +17,10 @@
 //!     [parameters]
 //!     kv = ["auto", "fp8"]
 //!     [run]
-//!     args = ["--contexts", "0,16k", "--concurrency", "1,8,32"]
+//!     tokenizer = "my-model"
+//!     contexts = "0,16k"
+//!     concurrency = [1, 8, 32]
+//!     kv-cache-dtype = "{kv}"
 //! "#)?;
 //! let points = study.points()?;
 //! assert_eq!(points.len(), 2);
@@ -24,6 +28,9 @@
 //!     points[1].fill(&study.server.command, 8001)?,
 //!     "vllm serve my-model --kv-cache-dtype fp8 --port 8001"
 //! );
+//! let options = study.run_options(&points[1], 8001)?;
+//! assert_eq!(options.url.as_deref(), Some("http://127.0.0.1:8001"));
+//! assert_eq!(options.engine_options.kv_cache_dtype, "fp8");
 //! # Ok::<(), speedmatrix_study::StudyError>(())
 //! ```
 
@@ -31,10 +38,17 @@ mod error;
 mod file;
 mod journal;
 mod k8s;
+mod options;
 mod points;
+mod run;
+mod server;
 
 pub use crate::error::StudyError;
 pub use crate::file::{ParamValue, RunSpec, ServerSpec, StopSignal, Study};
 pub use crate::journal::{PointOutcome, PointRecord};
 pub use crate::k8s::{K8sOptions, k8s_manifests};
+pub use crate::options::shown_flags;
 pub use crate::points::Point;
+pub use crate::run::{
+    POINT_OUTCOME, STUDY_FILE, STUDY_JOURNAL, StudyObserver, StudySettings, run_one, run_study,
+};

@@ -3,22 +3,24 @@
 
 use std::collections::BTreeMap;
 
-use crate::{Study, StudyError};
+use crate::{ParamValue, Study, StudyError};
 
 /// One server configuration of a study.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Point {
     /// Its name: a folder name (letters, digits, `-`, `_`, `.`, `=`).
     pub name: String,
     /// Its parameter values as they go into templates.
     pub values: BTreeMap<String, String>,
+    /// The same values as the study file types them (a whole-value placeholder keeps its type).
+    pub typed: BTreeMap<String, ParamValue>,
 }
 
 impl Study {
     /// Every point: the grid's combinations in order (the last parameter
     /// varies fastest), then the listed points.
     pub fn points(&self) -> Result<Vec<Point>, StudyError> {
-        let mut combos: Vec<BTreeMap<String, String>> = Vec::new();
+        let mut combos: Vec<BTreeMap<String, ParamValue>> = Vec::new();
         if !self.parameters.is_empty() {
             combos.push(BTreeMap::new());
             for (key, values) in &self.parameters {
@@ -27,7 +29,7 @@ impl Study {
                     .flat_map(|c| {
                         values.iter().map(move |v| {
                             let mut c = c.clone();
-                            c.insert(key.clone(), v.render());
+                            c.insert(key.clone(), v.clone());
                             c
                         })
                     })
@@ -35,11 +37,14 @@ impl Study {
             }
         }
         for p in &self.points {
-            combos.push(p.iter().map(|(k, v)| (k.clone(), v.render())).collect());
+            combos.push(p.clone());
         }
         let mut points = Vec::with_capacity(combos.len());
-        for mut values in combos {
-            let name = match values.remove("name") {
+        for mut typed in combos {
+            let given = typed.remove("name").map(|n| n.render());
+            let values: BTreeMap<String, String> =
+                typed.iter().map(|(k, v)| (k.clone(), v.render())).collect();
+            let name = match given {
                 Some(n) => n,
                 None => match &self.point_name {
                     Some(t) => fill(t, &values, None, None)?,
@@ -56,7 +61,11 @@ impl Study {
                     "two points are both named `{name}`: give them a `name` or a point_name template"
                 )));
             }
-            points.push(Point { name, values });
+            points.push(Point {
+                name,
+                values,
+                typed,
+            });
         }
         Ok(points)
     }

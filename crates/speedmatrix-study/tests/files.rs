@@ -38,9 +38,7 @@ fn the_example_studies_are_valid_and_their_templates_fill() {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for p in study.points().unwrap() {
             p.fill(&study.server.command, 8000).unwrap();
-            for a in &study.run.args {
-                p.fill(a, 8000).unwrap();
-            }
+            study.run_options(&p, 8000).unwrap();
         }
         seen += 1;
     }

@@ -1,6 +1,6 @@
-//! The host: CPU time per core from `/proc/stat` and memory from
-//! `/proc/meminfo` (proc(5)). The parsers are pure; [`read_host`] reads the
-//! two files.
+//! The host: CPU time per core from `/proc/stat`, memory from `/proc/meminfo`, and which
+//! local process listens on a TCP port (`/proc/net/tcp{,6}` and the processes' open sockets),
+//! all per proc(5). The parsers are pure; [`read_host`] and [`local_listener`] read the files.
 
 use serde::Serialize;
 use speedmatrix_units::ByteSize;
@@ -133,6 +133,86 @@ pub fn core_utilization(before: &[CpuTimes], after: &[CpuTimes]) -> Vec<f64> {
         .collect()
 }
 
+/// A process of this host listening on a TCP port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// Its process id.
+    pub pid: u32,
+    /// The cores it may run on, as `/proc/PID/status` lists them (`0-3,8`).
+    pub cpus_allowed: String,
+}
+
+/// The process (other than this one) listening on TCP `port` of this host, found through
+/// `/proc/net/tcp{,6}` and the processes' open sockets. `None` when it cannot be seen
+/// (another user's process, no /proc).
+pub fn local_listener(port: u16) -> Option<Listener> {
+    let inodes: std::collections::BTreeSet<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|table| listening_inodes(&table, port))
+        .collect();
+    if inodes.is_empty() {
+        return None;
+    }
+    let me = std::process::id();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .ok()
+                .and_then(|l| socket_inode(&l.to_string_lossy()))
+                .is_some_and(|i| inodes.contains(&i))
+        });
+        if holds {
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let cpus_allowed = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+                .trim()
+                .to_owned();
+            return Some(Listener { pid, cpus_allowed });
+        }
+    }
+    None
+}
+
+/// Inodes of the sockets in LISTEN state on `port` in a `/proc/net/tcp` table.
+pub fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+    const LISTEN: &str = "0A";
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit_once(':')?.1;
+            let listening = *f.get(3)? == LISTEN;
+            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| f.get(9)?.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// The inode of a `/proc/PID/fd/N` link to a socket (`socket:[4242]`).
+fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -188,5 +268,16 @@ mod tests {
                 prop_assert!((0.0..=1.0).contains(&u));
             }
         }
+    }
+
+    #[test]
+    fn listening_sockets_are_found_by_port() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   \
+            0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000 100 0 0 10 0\n   \
+            1: 0100007F:1F90 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 4243 1 0000 100 0 0 10 0\n";
+        assert_eq!(listening_inodes(table, 8080), vec![4242]);
+        assert!(listening_inodes(table, 8000).is_empty());
+        assert_eq!(socket_inode("socket:[4242]"), Some(4242));
+        assert_eq!(socket_inode("/dev/null"), None);
     }
 }

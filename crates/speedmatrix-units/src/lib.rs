@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 mod vocabulary;
 
-pub use crate::vocabulary::{Api, PromptSharing};
+pub use crate::vocabulary::{Api, Engine, LoadKind, PrefillMode, PromptSharing};
 
 /// Why a unit could not be parsed from text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

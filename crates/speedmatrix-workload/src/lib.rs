@@ -52,7 +52,7 @@ pub use arrivals::{ArrivalError, ArrivalProcess, Arrivals};
 pub use error::Error;
 pub use hf::{HfCache, TokenizerConfig};
 pub use prompt::{
-    Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Phase, Prompt, PromptBuilder,
+    Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Prompt, PromptBuilder, PromptRole,
 };
 pub use text::TextGenerator;
 pub use tokenizer::{BUNDLED_NAME, Tokenizer};

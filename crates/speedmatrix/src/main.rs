@@ -6,9 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod assets;
-mod client_host;
 mod cmd;
-mod hardware;
 
 use std::process::ExitCode;
 

@@ -161,6 +161,21 @@ pub enum Quantization {
     Mxfp4Experts,
 }
 
+impl std::fmt::Display for Quantization {
+    /// How a report names the weights' format: `FP8`, `INT4 (groups of 128)`, `unquantized`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Quantization::None => f.write_str("unquantized"),
+            Quantization::Fp8 => f.write_str("FP8"),
+            Quantization::Int { bits, group_size } => {
+                write!(f, "INT{bits} (groups of {group_size})")
+            }
+            Quantization::Nvfp4 => f.write_str("NVFP4"),
+            Quantization::Mxfp4Experts => f.write_str("MXFP4 (experts)"),
+        }
+    }
+}
+
 impl Quantization {
     /// Bytes per quantized linear weight, scales included.
     pub fn bytes_per_weight(self, model: Dtype) -> f64 {

@@ -87,6 +87,31 @@ impl VllmStartupLog {
         log
     }
 
+    /// Each layout figure the log has beside vLLM's arithmetic from the log's own
+    /// "Available KV cache memory" (the weights and the budget left out): a check of the
+    /// layout apart from the memory estimate. `None` when the log has no such line.
+    pub fn compare_given_memory(
+        &self,
+        p: &VllmPrediction,
+        flags: &super::VllmFlags,
+    ) -> Option<Vec<LoggedFigure>> {
+        let gib = self.available_kv_gib?;
+        let max_len = self.max_model_len.unwrap_or(p.max_model_len);
+        let given = super::capacity_from_budget(
+            p.layout.clone(),
+            super::budget_from_available_gib(gib),
+            max_len,
+            p.max_num_seqs,
+            flags,
+        );
+        Some(
+            self.compare(&given)
+                .into_iter()
+                .filter(|f| !f.figure.starts_with("weights") && !f.figure.starts_with("available"))
+                .collect(),
+        )
+    }
+
     /// Each figure the log has beside the prediction's.
     pub fn compare(&self, p: &VllmPrediction) -> Vec<LoggedFigure> {
         let mut out = Beside::default();

@@ -4,7 +4,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use speedmatrix_units::Tokens;
+use speedmatrix_units::{LoadKind, Tokens};
 
 use super::{CellStatus, Percentiles, TokenCountSource};
 
@@ -13,8 +13,9 @@ use super::{CellStatus, Percentiles, TokenCountSource};
 #[serde(deny_unknown_fields)]
 pub struct LoadRun {
     /// `burst` (N requests at once per cell), `rate` (requests arriving at a
-    /// rate) or `conversation` (N multi-turn conversations at once).
-    pub mode: String,
+    /// rate) or `conversation` (N multi-turn conversations at once); never
+    /// `sustained`, whose cells are the document's `decode`.
+    pub mode: LoadKind,
     /// How arrivals were drawn, for `rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrival: Option<ArrivalSetup>,

@@ -1,6 +1,6 @@
 //! The run document: what was measured, on what, how, and the numbers.
 //!
-//! Every field that carries a unit names it (`ttft_ms`, `window_duration_s`,
+//! Every field that carries a unit names it (`ttft_ms`, `window_s`,
 //! `total_tokens_per_s`); token counts are [`Tokens`], request counts are
 //! [`Concurrency`] or plain integers, memory is [`ByteSize`] in bytes.
 
@@ -33,9 +33,10 @@ pub use self::telemetry::{
 /// partial cells, estimated token counts and the prefill mode; version 3 the
 /// client's setup and its CPU use per cell; version 4 telemetry (GPUs, host
 /// and server counters per cell, verdicts) and load runs (bursts and
-/// open-loop request rates). Older documents are still read
-/// (see [`Report::from_json`]).
-pub const SCHEMA_VERSION: u32 = 4;
+/// open-loop request rates); version 5 names the window `window_s` (it was
+/// `window_duration_s`) as every crate names it. Older documents are still
+/// read (see [`Report::from_json`]), each version by a test of its own.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest document version [`Report::from_json`] reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
@@ -49,7 +50,7 @@ pub struct Report {
     /// The machine the server ran on.
     pub hardware: Hardware,
     /// The inference engine as the server reports it and as it was launched.
-    pub engine: Engine,
+    pub engine: EngineInfo,
     /// What was asked of the server.
     pub run: RunSettings,
     /// How the benchmark client ran: its threads and cores, and a server
@@ -166,7 +167,7 @@ pub struct Gpu {
 /// The inference engine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Engine {
+pub struct EngineInfo {
     /// Engine name as the server reports it, e.g. `vllm`.
     pub name: String,
     /// Engine version as the server reports it, e.g. `0.32.0`.
@@ -189,7 +190,7 @@ pub struct Engine {
     pub launch_command: Option<String>,
 }
 
-pub use speedmatrix_units::Api;
+pub use speedmatrix_units::{Api, LoadKind, PrefillMode};
 
 /// The benchmark tool that produced the document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -236,9 +237,11 @@ pub struct RunSettings {
     /// (cold) warm-up request of each context's decode cells.
     #[serde(default)]
     pub prefill_mode: PrefillMode,
-    /// Length of each decode cell's measurement window in seconds.
-    pub window_duration_s: f64,
-    /// `max_tokens` of every decode request.
+    /// Length of each decode cell's measurement window in seconds (before
+    /// version 5: `window_duration_s`).
+    #[serde(alias = "window_duration_s")]
+    pub window_s: f64,
+    /// The most output tokens of every decode request (its `max_tokens`).
     #[schemars(with = "u64")]
     pub max_output_tokens: Tokens,
     /// Whether each decode cell's prompts were sent once before its window, so the
@@ -248,28 +251,6 @@ pub struct RunSettings {
     pub started_at: String,
     /// When the run finished, RFC 3339.
     pub finished_at: String,
-}
-
-/// How the prefill rows were measured.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PrefillMode {
-    /// One separate request per context with a never-seen prompt.
-    #[default]
-    Cold,
-    /// The first warm-up request of the first cell of each context (nothing
-    /// of its prompt cached), as the seed page's "Measured during decode warm-up".
-    Warmup,
-}
-
-impl PrefillMode {
-    /// The words the report shows, as the seed page spells its mode.
-    pub fn describe(self) -> &'static str {
-        match self {
-            PrefillMode::Cold => "Separate cold request",
-            PrefillMode::Warmup => "Measured during decode warm-up",
-        }
-    }
 }
 
 /// How many tokens the server's KV cache holds, by measurement and by prediction.

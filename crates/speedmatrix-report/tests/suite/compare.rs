@@ -2,7 +2,7 @@
 
 use crate::common;
 
-use speedmatrix_report::{CellStatus, Phase, Report, Threshold, Verdict, compare};
+use speedmatrix_report::{CellStatus, Report, Section, Threshold, Verdict, compare};
 use speedmatrix_units::{Concurrency, Tokens};
 
 fn at(r: &mut Report, ctx: u64, n: u32) -> &mut speedmatrix_report::DecodeCell {
@@ -43,13 +43,15 @@ fn changed() -> Report {
 
 fn row(
     c: &speedmatrix_report::Comparison,
-    phase: Phase,
+    section: Section,
     ctx: u64,
     n: u32,
 ) -> &speedmatrix_report::CellComparison {
     c.cells
         .iter()
-        .find(|r| r.phase == phase && r.context == Tokens::kibi(ctx) && r.concurrency.get() == n)
+        .find(|r| {
+            r.section == section && r.context == Tokens::kibi(ctx) && r.concurrency.get() == n
+        })
         .unwrap()
 }
 
@@ -62,7 +64,7 @@ fn ratios_and_verdicts_at_five_percent() {
     let (a, b) = (common::seed(), changed());
     let c = compare(&a, &b, Threshold::DEFAULT);
     assert_eq!(c.cells.len(), 5 + 48);
-    let r = row(&c, Phase::Decode, 0, 1);
+    let r = row(&c, Section::Decode, 0, 1);
     assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 0.9));
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.0));
     assert_eq!(
@@ -71,7 +73,7 @@ fn ratios_and_verdicts_at_five_percent() {
             why: "tok/s -10.0%".into()
         }
     );
-    let r = row(&c, Phase::Decode, 16, 2);
+    let r = row(&c, Section::Decode, 16, 2);
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 1.2));
     assert_eq!(
         r.verdict,
@@ -79,11 +81,11 @@ fn ratios_and_verdicts_at_five_percent() {
             why: "TTFT +20.0%".into()
         }
     );
-    let r = row(&c, Phase::Decode, 32, 4);
+    let r = row(&c, Section::Decode, 32, 4);
     assert!(close(r.tokens_per_s.unwrap().ratio().unwrap(), 1.03));
     assert_eq!(r.verdict, Verdict::Within);
-    assert_eq!(row(&c, Phase::Decode, 64, 1).verdict, Verdict::Improved);
-    let r = row(&c, Phase::Decode, 248, 1);
+    assert_eq!(row(&c, Section::Decode, 64, 1).verdict, Verdict::Improved);
+    let r = row(&c, Section::Decode, 248, 1);
     assert_eq!(
         r.verdict,
         Verdict::Regressed {
@@ -91,11 +93,11 @@ fn ratios_and_verdicts_at_five_percent() {
         }
     );
     assert_eq!(r.tokens_per_s, None);
-    let r = row(&c, Phase::Prefill, 8, 1);
+    let r = row(&c, Section::Prefill, 8, 1);
     assert!(close(r.ttft_ms.unwrap().ratio().unwrap(), 0.5));
     assert_eq!(r.verdict, Verdict::Improved);
     assert!(matches!(
-        row(&c, Phase::Decode, 0, 128).verdict,
+        row(&c, Section::Decode, 0, 128).verdict,
         Verdict::Unmeasured { .. }
     ));
     assert_eq!(c.regressions().count(), 3);
@@ -216,7 +218,7 @@ fn burst_run() -> Report {
         }),
     };
     r.load = Some(LoadRun {
-        mode: "burst".into(),
+        mode: speedmatrix_report::LoadKind::Burst,
         arrival: None,
         max_in_flight: None,
         slo: None,
@@ -238,7 +240,11 @@ fn bursts_compare_by_size_on_output_rate_and_ttft() {
         p99: 450.0,
     });
     let c = compare(&a, &b, Threshold::DEFAULT);
-    let bursts: Vec<_> = c.cells.iter().filter(|r| r.phase == Phase::Burst).collect();
+    let bursts: Vec<_> = c
+        .cells
+        .iter()
+        .filter(|r| r.section == Section::Burst)
+        .collect();
     assert_eq!(bursts.len(), 2);
     assert_eq!(bursts[0].verdict, Verdict::Within);
     assert!(matches!(&bursts[1].verdict, Verdict::Regressed { why } if why.contains("TTFT")));
@@ -253,7 +259,7 @@ fn bursts_compare_by_size_on_output_rate_and_ttft() {
 fn conversation_cells_compare_as_conversations() {
     let conversations = || {
         let mut r = burst_run();
-        r.load.as_mut().unwrap().mode = "conversation".into();
+        r.load.as_mut().unwrap().mode = speedmatrix_report::LoadKind::Conversation;
         r
     };
     let a = conversations();
@@ -267,7 +273,7 @@ fn conversation_cells_compare_as_conversations() {
     let rows: Vec<_> = c
         .cells
         .iter()
-        .filter(|r| r.phase == Phase::Conversation)
+        .filter(|r| r.section == Section::Conversation)
         .collect();
     assert_eq!(rows.len(), 2, "no burst rows: {:?}", c.cells);
     assert!(matches!(&rows[0].verdict, Verdict::Regressed { .. }));

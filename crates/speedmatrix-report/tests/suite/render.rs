@@ -528,7 +528,7 @@ fn with_load() -> speedmatrix_report::Report {
         p99,
     };
     report.load = Some(LoadRun {
-        mode: "rate".into(),
+        mode: speedmatrix_report::LoadKind::Rate,
         arrival: Some(ArrivalSetup {
             process: "poisson".into(),
             burstiness: None,

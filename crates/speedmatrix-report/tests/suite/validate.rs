@@ -36,7 +36,7 @@ fn json_round_trips() {
         let json = report.to_json().unwrap();
         assert_eq!(Report::from_json(&json).unwrap(), report);
         assert!(json.contains("\"ttft_ms\""));
-        assert!(json.contains("\"window_duration_s\""));
+        assert!(json.contains("\"window_s\""));
         assert!(json.contains("\"total_tokens_per_s\""));
     }
 }
@@ -138,11 +138,13 @@ fn bad_files_say_what_is_wrong_and_what_to_do() {
     assert!(text.contains("line 2"), "{text}");
     assert!(text.contains("speedmatrix run"), "{text}");
 
-    let err = Report::from_json("{\"schema_version\": 5}").unwrap_err();
+    // A version newer than this reader's.
+    let newer = SCHEMA_VERSION + 1;
+    let err = Report::from_json(&format!("{{\"schema_version\": {newer}}}")).unwrap_err();
     assert_eq!(
         err,
         ReportError::UnsupportedVersion {
-            found: "5".into(),
+            found: newer.to_string(),
             supported: SCHEMA_VERSION
         }
     );
@@ -215,4 +217,42 @@ fn version_1_documents_still_read_as_the_current_version() {
             .as_ref()
             .is_none_or(|m| m.token_count.is_none())
     }));
+}
+
+/// Documents of schema version 4 (the last to call the window `window_duration_s`),
+/// written by a real earlier release (`tests/fixtures/compat/README.md`).
+#[test]
+fn version_4_documents_still_read_as_the_current_version() {
+    let compat =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/compat");
+    for (run, window, mode) in [
+        ("sustained", "1.0", None),
+        ("rate", "1.0", Some(speedmatrix_report::LoadKind::Rate)),
+        ("burst", "10.0", Some(speedmatrix_report::LoadKind::Burst)),
+    ] {
+        let text = std::fs::read_to_string(compat.join(run).join("run.json")).unwrap();
+        assert!(
+            text.contains("\"schema_version\": 4"),
+            "{run} is a version 4 file"
+        );
+        assert!(
+            text.contains(&format!("\"window_duration_s\": {window}")),
+            "{run}"
+        );
+        let r = Report::from_json(&text).unwrap();
+        assert_eq!(r.schema_version, SCHEMA_VERSION, "{run}");
+        assert_eq!(
+            r.run.window_s.to_string(),
+            window.trim_end_matches(".0"),
+            "{run}"
+        );
+        assert_eq!(r.load.as_ref().map(|l| l.mode), mode, "{run}");
+        // Written again, it is a current document that reads back the same.
+        let again = r.to_json().unwrap();
+        assert!(
+            again.contains(&format!("\"window_s\": {window}"))
+                && !again.contains("window_duration_s")
+        );
+        assert_eq!(Report::from_json(&again).unwrap(), r, "{run}");
+    }
 }

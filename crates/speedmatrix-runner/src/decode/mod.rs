@@ -14,7 +14,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::client_load::{ClientLoad, CpuReading, runtime_threads};
-use crate::observer::{Event, Phase};
+use crate::observer::{Event, StepPhase};
 use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{CounterReading, Drain, EdgeReading, Server, read_counters};
@@ -33,7 +33,7 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) concurrency: Concurrency,
     pub(crate) context: Tokens,
     pub(crate) shape: RequestShape,
-    pub(crate) duration: Duration,
+    pub(crate) window: Duration,
     /// Send the first warm-up request alone and hand it back: it is the
     /// context's prefill measurement (prefill mode `warmup`).
     pub(crate) measure_first_warmup: bool,
@@ -98,7 +98,7 @@ pub(crate) async fn run_cell(
     let mut notices = Vec::new();
     let epoch = Instant::now();
 
-    phase(Phase::WarmingCache);
+    phase(StepPhase::WarmingCache);
     let (first_warmup, warm_failure) = warm_up(server, &spec, epoch, cancel).await;
     if cancel.is_cancelled() {
         return Err(RunError::Cancelled);
@@ -123,7 +123,7 @@ pub(crate) async fn run_cell(
         None => None,
     };
 
-    phase(Phase::StartingStreams);
+    phase(StepPhase::StartingStreams);
     // The cell's own requests look their prompts up as they start: the
     // prefix-cache counters are read before them (outside the window).
     let at_streams = if server.has_metrics() {
@@ -161,7 +161,7 @@ pub(crate) async fn run_cell(
     let mut edges: (Option<EdgeReading>, Option<EdgeReading>) = (None, None);
     let window_opened = !matches!(ready, Readiness::StreamsDied);
     if window_opened {
-        phase(Phase::Measuring);
+        phase(StepPhase::Measuring);
         // The counter scrapes run beside the window, never inside its timing.
         let opening = server
             .has_metrics()
@@ -170,7 +170,7 @@ pub(crate) async fn run_cell(
         gauges = measure_window(
             server,
             window_start,
-            spec.duration,
+            spec.window,
             spec.metrics_interval,
             cancel,
         )
@@ -221,14 +221,14 @@ pub(crate) async fn run_cell(
     if cancel.is_cancelled() {
         return Err(RunError::Cancelled);
     }
-    phase(Phase::Draining);
+    phase(StepPhase::Draining);
     if server.drain(DRAIN_LIMIT).await == Drain::Busy {
         notices.push(Notice::StillBusyAfterDrain {
             step: spec.step,
             waited: DRAIN_LIMIT,
         });
     }
-    let window = match Window::new(Timestamp::from_instant(epoch, window_start), spec.duration) {
+    let window = match Window::new(Timestamp::from_instant(epoch, window_start), spec.window) {
         Ok(w) => w,
         Err(e) => {
             let status = StepStatus::failed(FailureKind::Metrics, e.to_string());
@@ -250,7 +250,7 @@ pub(crate) async fn run_cell(
         w.client = client;
         w.telemetry = Some(telemetry.cell(&CellWindow {
             start: window_start,
-            end: window_start + spec.duration,
+            end: window_start + spec.window,
             output_tokens: w.output_tokens,
             concurrency: spec.concurrency.get(),
             gauges: &gauges,

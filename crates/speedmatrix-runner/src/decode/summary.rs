@@ -15,7 +15,7 @@ use super::streams::SlotRecord;
 use super::{DecodeCellSpec, DecodeOutcome, InjectRecord, failed};
 use crate::Observer;
 use crate::estimate::{calibration_requests, tokenize_texts};
-use crate::observer::{Event, Phase};
+use crate::observer::{Event, StepPhase};
 use crate::outcome::{
     CellOutcome, Failure, FailureKind, Interference, Latency, Notice, StepStatus, TokenCounting,
     WindowResult,
@@ -84,7 +84,7 @@ impl Cell<'_, '_> {
         if m.token_count.calibration.is_some_and(|c| c.requests < 2) && !cancel.is_cancelled() {
             observer.event(Event::Phase {
                 step: spec.step,
-                phase: Phase::Calibrating,
+                phase: StepPhase::Calibrating,
             });
             let extra = calibration_requests(
                 server,

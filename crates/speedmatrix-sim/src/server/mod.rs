@@ -131,7 +131,7 @@ struct State {
     text: Arc<TextModel>,
     engine: EngineHandle,
     next_id: AtomicU64,
-    /// The front end passes one request at a time (see `CostModel::frontend_per_request_us`).
+    /// The front end passes one request at a time (see `StepCost::frontend_per_request_us`).
     frontend: tokio::sync::Mutex<()>,
 }
 

@@ -40,7 +40,7 @@ pub enum CacheMode {
 /// cache for the measured ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum PromptRole {
     /// A request whose timings are kept.
     #[default]
     Measured,
@@ -52,7 +52,7 @@ pub enum Phase {
 pub use speedmatrix_units::Api;
 
 /// Identifies one request for cache control: which cell, stream and request
-/// it is, how it may share the cache, and its phase.
+/// it is, how it may share the cache, and its role (measured or warm-up).
 ///
 /// The marker a prompt starts with is written from these fields (and the
 /// seed) without hashing, so distinct keys always give distinct markers.
@@ -71,7 +71,7 @@ pub struct CacheKey {
     /// How prompts share the cache.
     pub mode: CacheMode,
     /// Measured or warm-up.
-    pub phase: Phase,
+    pub role: PromptRole,
     /// The matrix cell (any number unique within a run).
     pub cell: u64,
     /// The stream (simultaneous request slot) within the cell.
@@ -85,7 +85,7 @@ impl CacheKey {
     pub fn unique(cell: u64, stream: u64, request: u64) -> Self {
         CacheKey {
             mode: CacheMode::Unique,
-            phase: Phase::Measured,
+            role: PromptRole::Measured,
             cell,
             stream,
             request,
@@ -111,7 +111,7 @@ impl CacheKey {
     /// The same key for a warm-up request.
     pub fn warm_up(self) -> Self {
         CacheKey {
-            phase: Phase::WarmUp,
+            role: PromptRole::WarmUp,
             ..self
         }
     }
@@ -124,9 +124,9 @@ impl CacheKey {
     /// For [`CacheMode::SharedPrefix`] this is the shared part's marker; the
     /// unique part has its own (see [`CacheKey::suffix_marker`]).
     pub fn marker(&self, seed: u64) -> String {
-        let tag = match self.phase {
-            Phase::Measured => "run",
-            Phase::WarmUp => "warmup",
+        let tag = match self.role {
+            PromptRole::Measured => "run",
+            PromptRole::WarmUp => "warmup",
         };
         let fields = match self.mode {
             CacheMode::Unique => format!(
@@ -140,7 +140,7 @@ impl CacheKey {
         };
         let hash = fields
             .bytes()
-            .fold(mix64(self.phase as u64), |h, b| mix64(h ^ u64::from(b)));
+            .fold(mix64(self.role as u64), |h, b| mix64(h ^ u64::from(b)));
         format!("[{tag} {:08x} {fields}]", hash >> 32)
     }
 
@@ -154,7 +154,7 @@ impl CacheKey {
         let fields: &[u64] = if shared_part || self.mode == CacheMode::Shared {
             &[self.cell]
         } else {
-            &[self.cell, self.stream, self.request, self.phase as u64]
+            &[self.cell, self.stream, self.request, self.role as u64]
         };
         for f in fields {
             h = mix64(h ^ f);

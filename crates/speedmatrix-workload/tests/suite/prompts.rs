@@ -5,7 +5,7 @@ use crate::common;
 use common::{bundled_builder, unigram_builder, wordpiece_builder};
 use proptest::prelude::*;
 use speedmatrix_units::Tokens;
-use speedmatrix_workload::{CacheKey, CacheMode, Error, Phase, PromptBuilder};
+use speedmatrix_workload::{CacheKey, CacheMode, Error, PromptBuilder, PromptRole};
 
 /// Prompt sizes: mostly small, some around the matrix's context sizes, some anywhere.
 fn sizes() -> impl Strategy<Value = u64> {
@@ -60,7 +60,7 @@ proptest! {
         // Distinct prompts too, from their first tokens on, once they hold the marker.
         let pa = bundled_builder().prompt(Tokens::new(100), seed, &a).unwrap();
         let pb = bundled_builder().prompt(Tokens::new(100), seed, &b).unwrap();
-        if a.mode == CacheMode::Shared && b.mode == CacheMode::Shared && a.phase == b.phase && a.cell == b.cell {
+        if a.mode == CacheMode::Shared && b.mode == CacheMode::Shared && a.role == b.role && a.cell == b.cell {
             prop_assert_eq!(pa.text, pb.text);
         } else {
             prop_assert_ne!(pa.text, pb.text);
@@ -76,11 +76,11 @@ fn keys() -> impl Strategy<Value = CacheKey> {
             prefix: Tokens::new(k)
         }),
     ];
-    let phase = prop_oneof![Just(Phase::Measured), Just(Phase::WarmUp)];
-    (mode, phase, 0..4_u64, 0..4_u64, 0..4_u64).prop_map(|(mode, phase, cell, stream, request)| {
+    let role = prop_oneof![Just(PromptRole::Measured), Just(PromptRole::WarmUp)];
+    (mode, role, 0..4_u64, 0..4_u64, 0..4_u64).prop_map(|(mode, role, cell, stream, request)| {
         let key = CacheKey {
             mode,
-            phase,
+            role,
             cell,
             stream,
             request,

@@ -1,21 +1,20 @@
-//! `speedmatrix capacity`: which matrix cells fit a server's KV cache, predicted
-//! offline from config.json, a GPU and the engine's flags.
+//! `speedmatrix capacity`: which matrix cells fit a server's KV cache, predicted offline from
+//! config.json, a GPU and the engine's flags (speedmatrix-capacity), printed as text or JSON.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use speedmatrix_capacity::text::BesideLog;
 use speedmatrix_capacity::{
-    CapacityError, CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, LoggedFigure,
-    MeasuredCapacity, ModelConfig, Prediction, ServerLimits, SglangStartupLog, TermKind, VllmFlags,
-    VllmPrediction, VllmStartupLog, budget_from_available_gib, capacity_from_budget, capacity_grid,
-    predict,
+    EngineFlags, GridSpec, MeasuredCapacity, ModelConfig, Prediction, ServerLimits,
+    SglangStartupLog, VllmStartupLog, capacity_grid, predict,
 };
-use speedmatrix_units::{Concurrency, Tokens, group_thousands};
+use speedmatrix_runner::options::EngineOptions;
+use speedmatrix_units::{Concurrency, Engine, Tokens};
 
 use crate::cmd::UsageError;
-use crate::cmd::engine_flags::{EngineArgs, PredictedEngine};
+use crate::cmd::run::words;
 
 /// Flags of `speedmatrix capacity`.
 #[derive(Debug, clap::Args)]
@@ -27,9 +26,9 @@ pub(crate) struct Args {
     /// runtime sees it and where that figure comes from, bandwidth, peak dense bf16/fp8/fp4.
     #[arg(long)]
     list_gpus: bool,
-    /// Inference engine whose KV rules to follow.
+    /// Inference engine whose KV rules to follow: vllm, sglang or llama.cpp.
     #[arg(long, value_enum, default_value = "vllm")]
-    engine: PredictedEngine,
+    engine: Engine,
     /// Emit JSON (prediction, measured vs predicted, every cell) instead of tables.
     #[arg(long)]
     json: bool,
@@ -58,7 +57,7 @@ pub(crate) struct Flags {
     max_tokens: Tokens,
 
     #[command(flatten)]
-    engine: EngineArgs,
+    engine: EngineOptions,
 
     /// Measured vLLM num_gpu_blocks (from vllm:cache_config_info): decide cells from it.
     #[arg(long, requires = "measured_block_size")]
@@ -72,21 +71,21 @@ pub(crate) struct Flags {
 }
 
 /// Runs `speedmatrix capacity`.
-pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Some(config) = args.config.as_ref().filter(|_| !args.list_gpus) else {
-        let gpus = args.flags.engine.gpu_catalog()?.gpus();
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    let Some(config) = args.config.clone().filter(|_| !args.list_gpus) else {
+        let gpus = options(args.flags.engine.gpu_catalog())?.gpus();
         if args.json {
             let text =
                 serde_json::to_string_pretty(&gpus).context("serializing the GPU catalog")?;
             println!("{text}");
         } else {
-            print!("{}", render_catalog(&gpus));
+            print!("{}", speedmatrix_capacity::text::catalog(&gpus));
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let text = std::fs::read_to_string(config)
+    let text = std::fs::read_to_string(&config)
         .map_err(|e| UsageError(format!("cannot read --config {}: {e}", config.display())))?;
-    let model = ModelConfig::from_json(&text).map_err(usage)?;
+    let model = ModelConfig::from_json(&text).map_err(|e| UsageError(e.to_string()))?;
     let log_text =
         match &args.from_log {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
@@ -96,30 +95,27 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
     let log = log_text
         .as_deref()
-        .filter(|_| args.engine == PredictedEngine::Vllm)
+        .filter(|_| args.engine == Engine::Vllm)
         .map(VllmStartupLog::parse);
     let sglang_log = log_text
         .as_deref()
-        .filter(|_| args.engine == PredictedEngine::Sglang)
+        .filter(|_| args.engine == Engine::Sglang)
         .map(SglangStartupLog::parse);
-    let mut args = args;
-    if let Some(v) = log.as_ref().and_then(|l| l.version.clone())
-        && args.flags.engine.vllm_version.is_none()
-    {
-        args.flags.engine.vllm_version = Some(v);
+    // The log's own version and length are the ones modelled unless the flags say otherwise.
+    let engine = &mut args.flags.engine;
+    if engine.vllm_version.is_none() {
+        engine.vllm_version = log.as_ref().and_then(|l| l.version.clone());
     }
-    if let Some(len) = log
-        .as_ref()
-        .and_then(|l| l.max_model_len)
-        .or(sglang_log.as_ref().and_then(|l| l.context_len))
-        && args.flags.engine.max_model_len.is_none()
-    {
-        args.flags.engine.max_model_len = Some(Tokens::new(len));
+    if engine.max_model_len.is_none() {
+        engine.max_model_len = log
+            .as_ref()
+            .and_then(|l| l.max_model_len)
+            .or(sglang_log.as_ref().and_then(|l| l.context_len))
+            .map(Tokens::new);
     }
-    let gpu = args.flags.engine.gpu()?;
-    let flags = args.flags.engine.engine_flags(args.engine)?;
-    let prediction = predict(&model, &gpu, &flags).map_err(usage)?;
-    let measured = measured(&args.flags);
+    let gpu = options(args.flags.engine.gpu())?;
+    let flags = options(args.flags.engine.engine_flags(args.engine))?;
+    let prediction = predict(&model, &gpu, &flags).map_err(|e| UsageError(e.to_string()))?;
     let f = &args.flags;
     let spec = GridSpec {
         contexts: f.contexts.clone(),
@@ -128,25 +124,27 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let grid = capacity_grid(
         Some(&prediction),
-        measured.as_ref(),
+        measured(f).as_ref(),
         ServerLimits::default(),
         &spec,
     )
-    .map_err(usage)?;
+    .map_err(|e| UsageError(e.to_string()))?;
     let beside_log = match (&log, &sglang_log, &prediction, &flags) {
-        (Some(log), _, Prediction::Vllm(p), EngineFlags::Vllm(vflags)) => {
-            Some(log_figures(log, p, vflags))
-        }
+        (Some(log), _, Prediction::Vllm(p), EngineFlags::Vllm(vflags)) => Some(BesideLog {
+            full: log.compare(p),
+            given_memory: log.compare_given_memory(p, vflags),
+            engine: Engine::Vllm,
+        }),
         (_, Some(log), Prediction::Sglang(p), _) => Some(BesideLog {
             full: log.compare(p),
             given_memory: None,
-            engine: "SGLang",
+            engine: Engine::Sglang,
         }),
         _ => None,
     };
     if args.from_log.is_some() && beside_log.is_none() {
         eprintln!(
-            "note: --from-log reads vLLM and SGLang startup logs, not {:?} ones",
+            "note: --from-log reads vLLM and SGLang startup logs, not {} ones",
             args.engine
         );
     }
@@ -160,85 +158,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&out).context("serializing the capacity report")?
         );
     } else {
-        print!("{}", render(&model, &gpu, &prediction, &grid, &spec));
+        let text = speedmatrix_capacity::text::prediction(&model, &gpu, &prediction, &grid, &spec);
+        print!("{text}");
         if let Some(b) = &beside_log {
-            print!("{}", render_log(b));
+            print!("{}", speedmatrix_capacity::text::beside_log(b));
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The log's figures beside the full prediction, and beside the layout
-/// arithmetic from the log's own available KV memory.
-#[derive(Debug, serde::Serialize)]
-struct BesideLog {
-    full: Vec<LoggedFigure>,
-    given_memory: Option<Vec<LoggedFigure>>,
-    engine: &'static str,
+/// An option error, as the command line says it.
+fn options<T>(r: Result<T, speedmatrix_runner::RunError>) -> anyhow::Result<T> {
+    r.map_err(|e| words::error(e, None))
 }
 
-fn log_figures(log: &VllmStartupLog, p: &VllmPrediction, flags: &VllmFlags) -> BesideLog {
-    let given_memory = log.available_kv_gib.map(|gib| {
-        let max_len = log.max_model_len.unwrap_or(p.max_model_len);
-        let given = capacity_from_budget(
-            p.layout.clone(),
-            budget_from_available_gib(gib),
-            max_len,
-            p.max_num_seqs,
-            flags,
-        );
-        log.compare(&given)
-            .into_iter()
-            .filter(|f| !f.figure.starts_with("weights") && !f.figure.starts_with("available"))
-            .collect()
-    });
-    BesideLog {
-        full: log.compare(p),
-        given_memory,
-        engine: "vLLM",
-    }
-}
-
-fn render_log(b: &BesideLog) -> String {
-    let mut out = String::new();
-    let table = |out: &mut String, title: &str, figures: &[LoggedFigure]| {
-        let _ = writeln!(out, "\n{title}");
-        if figures.is_empty() {
-            let _ = writeln!(out, "  (the log has none of these figures)");
-        }
-        for f in figures {
-            let error = f
-                .error_pct()
-                .map_or_else(|| "—".to_owned(), |e| format!("{e:+.2} %"));
-            let _ = writeln!(
-                out,
-                "  {:<34} predicted {:>12.2}  logged {:>12.2}  error {error}",
-                f.figure, f.predicted, f.logged
-            );
-        }
-    };
-    table(&mut out, "Startup log beside the full prediction:", &b.full);
-    match &b.given_memory {
-        Some(g) => table(
-            &mut out,
-            "Startup log beside the layout arithmetic from its own available KV memory:",
-            g,
-        ),
-        None if b.engine == "vLLM" => {
-            let _ = writeln!(
-                out,
-                "\n(the log has no \"Available KV cache memory\" line: no given-memory check)"
-            );
-        }
-        None => {}
-    }
-    out
-}
-
-fn usage(e: CapacityError) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
+/// A capacity the flags say was measured.
 fn measured(args: &Flags) -> Option<MeasuredCapacity> {
     if let (Some(num_gpu_blocks), Some(block_size)) =
         (args.measured_blocks, args.measured_block_size)
@@ -252,340 +186,4 @@ fn measured(args: &Flags) -> Option<MeasuredCapacity> {
         max_total_num_tokens: t,
         max_running_requests: args.engine.max_running_requests,
     })
-}
-
-/// One line per GPU: what `--gpu` accepts and what the predictors use.
-fn render_catalog(gpus: &[Gpu]) -> String {
-    let mut out = String::from(
-        "key                    memory (runtime)      GB/s  bf16/fp8/fp4 dense TFLOPS  name\n",
-    );
-    let tf = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
-    for g in gpus {
-        let _ = writeln!(
-            out,
-            "{:<22} {:>9.2} GiB {:<9} {:>5} {:>26}  {}",
-            g.key,
-            g.memory.as_gib_f64(),
-            if g.memory_estimated {
-                "(est.)"
-            } else {
-                "(seen)"
-            },
-            g.bandwidth_gb_s
-                .map_or_else(|| "-".to_owned(), |b| format!("{b:.0}")),
-            format!(
-                "{}/{}/{}",
-                tf(g.dense_tflops.bf16),
-                tf(g.dense_tflops.fp8),
-                tf(g.dense_tflops.fp4)
-            ),
-            g.name
-        );
-    }
-    out.push_str(
-        "\n(seen): the total a runtime printed on that GPU; (est.): derived, e.g. nvidia-smi's \
-         total less 0.5 GiB. Every figure's source: `--json` or speedmatrix-capacity's data/gpus.json.\n",
-    );
-    out
-}
-
-fn render(
-    model: &ModelConfig,
-    gpu: &Gpu,
-    prediction: &Prediction,
-    grid: &CapacityGrid,
-    spec: &GridSpec,
-) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Model: {} ({} layers: {})",
-        display_arch(model),
-        model.layers.len(),
-        layer_summary(model)
-    );
-    let _ = writeln!(
-        out,
-        "GPU: {} — {} visible to the runtime ({}{})",
-        gpu.name,
-        gpu.memory,
-        if gpu.memory_estimated {
-            "estimated: "
-        } else {
-            ""
-        },
-        gpu.memory_source
-    );
-    if gpu.unified_memory {
-        let _ = writeln!(
-            out,
-            "  unified memory: CPU and GPU share it, so vLLM checks the requested share against \
-             the memory the OS has available at startup, not the GPU's free memory; other \
-             processes and the page cache count against it (DGX Spark recipes use \
-             --gpu-memory-utilization 0.80-0.85)"
-        );
-    }
-    match prediction {
-        Prediction::Vllm(v) => vllm_breakdown(&mut out, v),
-        Prediction::Sglang(s) => {
-            let _ = writeln!(
-                out,
-                "\nSGLang: mem_fraction_static {:.3} ({})",
-                s.mem_fraction_static, s.mem_fraction_basis
-            );
-            let _ = writeln!(
-                out,
-                "  free before weights {} (estimate), weights {}, rest {}",
-                s.free_before_weights, s.weights, s.rest
-            );
-            let _ = writeln!(
-                out,
-                "  cell size {} B/token; max_total_num_tokens {}",
-                group_thousands(s.cell_bytes),
-                group_thousands(s.max_total_num_tokens)
-            );
-            if let Some(slots) = s.mamba_slots {
-                let _ = writeln!(
-                    out,
-                    "  recurrent-state slots (max_mamba_cache_size): {slots}"
-                );
-            }
-        }
-        Prediction::LlamaCpp(l) => {
-            let _ = writeln!(
-                out,
-                "\nllama.cpp: n_ctx {} ({} per slot × {} slots{}), KV {}",
-                group_thousands(l.n_ctx),
-                group_thousands(l.n_ctx_seq),
-                l.n_parallel,
-                if l.unified { ", unified" } else { "" },
-                l.kv_bytes
-            );
-            if let Some(swa) = l.swa_cells {
-                let _ = writeln!(
-                    out,
-                    "  sliding-window layers keep {} cells per stream (window + one ubatch)",
-                    group_thousands(swa)
-                );
-            }
-            if l.recurrent_bytes.get() > 0 {
-                let _ = writeln!(
-                    out,
-                    "  recurrent states {} (f32, one per slot)",
-                    l.recurrent_bytes
-                );
-            }
-        }
-        _ => {}
-    }
-    if let Some(c) = &grid.comparison {
-        let _ = writeln!(
-            out,
-            "\nMeasured vs predicted pool: {} vs {} tokens ({:+} tokens, {:+.1}%)",
-            group_thousands(c.measured_tokens),
-            group_thousands(c.predicted_tokens),
-            c.difference_tokens,
-            c.difference_pct
-        );
-        if let (Some(mb), Some(pb)) = (c.measured_blocks, c.predicted_blocks) {
-            let _ = writeln!(
-                out,
-                "  blocks {mb} measured vs {pb} predicted; block size {:?} vs {:?}",
-                c.measured_block_size, c.predicted_block_size
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nCells ({:?} capacity, max output {} tokens; ℓ = context + max output):",
-        grid.source,
-        group_thousands(spec.max_output.get())
-    );
-    table(&mut out, grid, spec);
-    out
-}
-
-fn display_arch(model: &ModelConfig) -> String {
-    if model.architecture.is_empty() {
-        model.model_type.clone()
-    } else {
-        model.architecture.clone()
-    }
-}
-
-fn layer_summary(model: &ModelConfig) -> String {
-    model
-        .layer_counts()
-        .iter()
-        .map(|(k, n)| format!("{n} {k:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn vllm_breakdown(out: &mut String, v: &VllmPrediction) {
-    let b = &v.budget;
-    let _ = writeln!(out, "\nvLLM memory budget (per GPU):");
-    let _ = writeln!(
-        out,
-        "  requested = ceil({} × {}) = {}",
-        b.device_total, b.utilization, b.requested
-    );
-    for (name, e) in [
-        ("weights", &b.weights),
-        ("activation peak", &b.activation_peak),
-        ("non-torch", &b.non_torch),
-        ("CUDA graphs", &b.cudagraph),
-    ] {
-        let tag = match e.kind {
-            TermKind::Measured => "measured",
-            TermKind::Derived => "derived",
-            TermKind::Estimated => "ESTIMATE",
-            TermKind::Given => "given",
-        };
-        let _ = writeln!(
-            out,
-            "  − {name:<16} {:>10}  [{tag}] {}",
-            e.bytes.to_string(),
-            e.basis
-        );
-    }
-    let _ = writeln!(
-        out,
-        "  = available KV  {:>10}  ({:?})",
-        b.available_kv.to_string(),
-        b.source
-    );
-    let _ = writeln!(out, "\nvLLM rules for v{}:", v.version);
-    if let Some(assumed) = &v.version_assumption {
-        let _ = writeln!(out, "  note: {assumed}");
-    }
-    for r in &v.rules {
-        let replaced = r.rule.until.filter(|u| v.version.has(*u));
-        let (mark, until) = match (r.applied, replaced) {
-            (true, _) => ("applied", String::new()),
-            (false, Some(u)) => ("replaced", format!(" until v{u}")),
-            (false, None) => ("not yet", String::new()),
-        };
-        let _ = writeln!(
-            out,
-            "  [{mark}] since v{}{until}: {} ({})",
-            r.rule.since, r.rule.what, r.rule.source
-        );
-    }
-    let l = &v.layout;
-    let _ = writeln!(out, "\nKV layout:");
-    for c in &l.layer_costs {
-        match (c.bytes_per_token, c.state_bytes) {
-            (Some(t), _) => {
-                let _ = writeln!(
-                    out,
-                    "  {:>3} × {:?}: {} B per token per layer",
-                    c.layers,
-                    c.kind,
-                    group_thousands(t)
-                );
-            }
-            (_, Some(s)) => {
-                let _ = writeln!(
-                    out,
-                    "  {:>3} × {:?}: {} B state per sequence per layer",
-                    c.layers,
-                    c.kind,
-                    group_thousands(s)
-                );
-            }
-            _ => {}
-        }
-    }
-    let _ = writeln!(
-        out,
-        "  block size {} tokens: {}",
-        l.block_size, l.block_size_reason
-    );
-    let _ = writeln!(
-        out,
-        "  {} groups ({}), {} padding layers; page {} B, {} B per block",
-        l.groups.len(),
-        l.groups
-            .iter()
-            .map(|g| format!("{:?}×{}", g.kind, g.layers))
-            .collect::<Vec<_>>()
-            .join(", "),
-        l.padding_layers,
-        group_thousands(l.page_bytes),
-        group_thousands(l.bytes_per_block)
-    );
-    let _ = writeln!(
-        out,
-        "  num_gpu_blocks {} (block 0 is the null block)",
-        group_thousands(v.num_blocks)
-    );
-    let _ = writeln!(
-        out,
-        "  blocks per request of max_model_len {}: {}",
-        group_thousands(v.max_model_len),
-        v.blocks_per_request_at_max_len
-    );
-    let _ = writeln!(
-        out,
-        "  log: \"GPU KV cache size: {} tokens\" ({:?})",
-        group_thousands(v.kv_cache_size_tokens),
-        v.log_formula
-    );
-    let _ = writeln!(
-        out,
-        "  log: \"Maximum concurrency for {} tokens per request: {:.2}x\"",
-        group_thousands(v.max_model_len),
-        v.max_concurrency
-    );
-    if !v.startup.fits {
-        let _ = writeln!(
-            out,
-            "  vLLM would NOT start: one max-length request needs {} but {} is usable; estimated maximum model length {}",
-            v.startup.needed,
-            v.startup.usable,
-            group_thousands(v.startup.estimated_max_model_len)
-        );
-    }
-}
-
-fn table(out: &mut String, grid: &CapacityGrid, spec: &GridSpec) {
-    let _ = write!(out, "| Context |");
-    for n in &spec.concurrencies {
-        let _ = write!(out, " {n} |");
-    }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "|---|{}", "---|".repeat(spec.concurrencies.len()));
-    let width = spec.concurrencies.len().max(1);
-    for row in grid.cells.chunks(width) {
-        let Some(first) = row.first() else { continue };
-        let _ = write!(out, "| {} |", first.context);
-        for cell in row {
-            let _ = write!(out, " {} |", cell_text(cell));
-        }
-        let _ = writeln!(out);
-    }
-    let _ = writeln!(out, "\nDeciding rules:");
-    let mut seen = Vec::new();
-    for c in &grid.cells {
-        if !seen.contains(&c.rule) {
-            seen.push(c.rule);
-            let _ = writeln!(
-                out,
-                "  {:?}: {} ({})",
-                c.rule,
-                c.rule.describe(),
-                c.rule.unit()
-            );
-        }
-    }
-}
-
-fn cell_text(cell: &CellVerdict) -> String {
-    let state = if cell.fits { "Valid" } else { "Over capacity" };
-    format!(
-        "{state} ({}/{})",
-        group_thousands(cell.needed),
-        group_thousands(cell.limit)
-    )
 }

@@ -7,7 +7,6 @@ use clap::Subcommand;
 mod calibrate;
 mod capacity;
 mod compare;
-mod engine_flags;
 mod predict;
 mod probe;
 mod prompt;

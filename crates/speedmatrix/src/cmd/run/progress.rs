@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use speedmatrix_runner::{Event, NotRun, Observer, Phase};
+use speedmatrix_runner::{Event, NotRun, Observer, StepPhase};
 
 use super::words;
 
@@ -137,14 +137,14 @@ impl Observer for Progress {
     }
 }
 
-fn phase_words(phase: Phase) -> &'static str {
+fn phase_words(phase: StepPhase) -> &'static str {
     match phase {
-        Phase::BuildingPrompts => "building prompts",
-        Phase::WarmingCache => "warming the prefix cache",
-        Phase::StartingStreams => "starting streams",
-        Phase::Measuring => "measuring",
-        Phase::Draining => "waiting for the server to drain",
-        Phase::Calibrating => "calibrating the token estimate",
+        StepPhase::BuildingPrompts => "building prompts",
+        StepPhase::WarmingCache => "warming the prefix cache",
+        StepPhase::StartingStreams => "starting streams",
+        StepPhase::Measuring => "measuring",
+        StepPhase::Draining => "waiting for the server to drain",
+        StepPhase::Calibrating => "calibrating the token estimate",
         _ => "working",
     }
 }

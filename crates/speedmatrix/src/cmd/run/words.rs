@@ -24,6 +24,7 @@ pub(crate) fn error(e: RunError, key: Option<&speedmatrix_client::ApiKey>) -> an
     let usage = |text: String| UsageError(redact(text)).into();
     match e {
         RunError::InvalidConfig(p) => usage(config_problem(&p)),
+        RunError::BadOption(message) => usage(message),
         RunError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
         RunError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
         RunError::ResumeMismatch { .. } => usage(format!(
@@ -165,8 +166,8 @@ pub(crate) fn plan(plan: &Plan, matrix: &MatrixSpec) -> String {
     let _ = writeln!(
         out,
         "\nSustained decode ({} s window, max_tokens {}):",
-        matrix.duration.as_secs_f64(),
-        matrix.max_tokens
+        matrix.window.as_secs_f64(),
+        matrix.max_output
     );
     for cell in &plan.cells {
         let verdict = cell.excluded.as_ref().map_or("run".to_owned(), verdict);
@@ -194,7 +195,7 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
             b.max_concurrency
                 .map(|c| format!(", at most {c} in flight"))
                 .unwrap_or_default(),
-            matrix.max_tokens,
+            matrix.max_output,
             if b.warm_cache { "warm" } else { "cold" }
         ),
         LoadMode::Rate(r) => format!(
@@ -205,14 +206,14 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
                 RateLength::Duration(d) => format!("sending for {} s", d.as_secs_f64()),
                 RateLength::Requests(n) => format!("{n} requests a cell"),
             },
-            matrix.max_tokens,
+            matrix.max_output,
             r.max_in_flight
                 .map(|c| format!(", at most {c} in flight"))
                 .unwrap_or_default()
         ),
         LoadMode::Conversation(c) => format!(
             "Multi-turn conversations ({} turns, new questions of {} tokens, max_tokens {}):",
-            c.turns, c.question, matrix.max_tokens
+            c.turns, c.question, matrix.max_output
         ),
         LoadMode::Sustained => String::new(),
     };
@@ -247,7 +248,7 @@ fn load_plan(mut out: String, plan: &Plan, matrix: &MatrixSpec) -> String {
     let _ = write!(
         out,
         "\n{runs} {} cells to run; estimated duration {}",
-        matrix.load.name(),
+        matrix.load.kind(),
         humantime::format_duration(Duration::from_secs(plan.estimated.as_secs()))
     );
     out

@@ -1,28 +1,22 @@
-//! `speedmatrix study run STUDY.toml --out DIR`: for each point of a study,
-//! start its server, wait until it answers, measure the matrix into
-//! `DIR/POINT/run/`, stop the server by its process group, go on. A point
-//! whose server does not start or dies is recorded with its log's tail; the
-//! study goes on and is journaled (`DIR/study.jsonl`) so `--resume` skips
-//! what is done.
+//! `speedmatrix study`: run a study (the loop is `speedmatrix_study::run_study`: each point's
+//! server started, the matrix measured into `DIR/POINT/run/`, the server stopped, the point
+//! journaled), print its plan, its schema, its Kubernetes manifests, or collect its points.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context as _;
-use speedmatrix_study::{Point, PointOutcome, PointRecord, Study};
+use speedmatrix_runner::{Notice, Observer, RunOutcome};
+use speedmatrix_study::{Point, PointOutcome, PointRecord, Study, StudyObserver, StudySettings};
 
 use crate::cmd::UsageError;
+use crate::cmd::run::{Progress, cancel_on_ctrl_c, summarize, words};
 
 mod folder;
-mod server;
 
 pub(crate) use self::folder::{SiteArgs, site};
 use self::folder::{collect, k8s};
-use self::server::{free_port, spawn, stop_server, tail, wait_ready};
 
 /// `speedmatrix study`.
 #[derive(Debug, clap::Args)]
@@ -122,75 +116,84 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.study)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", args.study.display())))?;
-    let study = Study::from_toml(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", args.study.display())))?;
-    let points = study
-        .points()
-        .map_err(|e| UsageError(format!("{}: {e}", args.study.display())))?;
-    // Every template must fill before anything starts.
-    for p in &points {
-        p.fill(&study.server.command, 0)
-            .and_then(|_| args_of(&study, p, 0).map(|_| ()))
-            .map_err(|e| UsageError(format!("point {}: {e}", p.name)))?;
+/// A study file, read and checked (every point's run options included).
+pub(super) fn load(path: &Path) -> anyhow::Result<(Study, String)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+    let study =
+        Study::from_toml(&text).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    Ok((study, text))
+}
+
+/// What the study says as it goes: a line per point, the run's own summary, progress off.
+struct Lines(Progress);
+
+impl StudyObserver for Lines {
+    fn point_starting(&self, point: &Point) {
+        eprintln!("{}: starting its server …", point.name);
     }
+
+    fn point_skipped(&self, record: &PointRecord) {
+        eprintln!(
+            "{}: done before ({}), skipped",
+            record.point,
+            status(record)
+        );
+    }
+
+    fn run_ended(&self, dir: &Path, outcome: &RunOutcome) {
+        let _ = summarize(dir, outcome);
+    }
+
+    fn point_ended(&self, record: &PointRecord) {
+        eprintln!("{}: {}", record.point, status(record));
+    }
+
+    fn run_observer(&self) -> &dyn Observer {
+        &self.0
+    }
+
+    fn word(&self, notice: &Notice) -> String {
+        words::notice(notice)
+    }
+}
+
+async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let (study, text) = load(&args.study)?;
     if args.dry_run {
-        print!("{}", plan(&study, &points)?);
+        print!("{}", plan(&study)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let settings = StudySettings {
+        dir: args.out.clone(),
+        resume: args.resume,
+        retry_failed: args.retry_failed,
+        program: std::env::current_exe().ok(),
+    };
+    let observer = Lines(Progress::new(true));
+    let cancel = cancel_on_ctrl_c();
+    let study_error = |e: speedmatrix_study::StudyError| -> anyhow::Error {
+        match e {
+            speedmatrix_study::StudyError::Io { .. } | speedmatrix_study::StudyError::Run(_) => {
+                anyhow::Error::new(e)
+            }
+            other => UsageError(other.to_string()).into(),
+        }
+    };
     if let Some(i) = args.point_index {
-        let point = points.get(i).ok_or_else(|| {
-            UsageError(format!(
-                "--point-index {i}: the study has {} points (0 to {})",
-                points.len(),
-                points.len().saturating_sub(1)
-            ))
-        })?;
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("could not create {}", args.out.display()))?;
-        std::fs::write(args.out.join("study.toml"), &text)?;
-        let record = run_point(&study, point, &args).await?;
-        eprintln!("{}: {}", point.name, status(&record));
-        let path = args.out.join(&point.name).join("outcome.json");
-        std::fs::write(&path, record.to_line() + "\n")
-            .with_context(|| format!("could not write {}", path.display()))?;
+        let record = speedmatrix_study::run_one(&study, &text, i, &settings, &observer, &cancel)
+            .await
+            .map_err(study_error)?;
         return Ok(match record.outcome {
             PointOutcome::Measured { exit_code: 0 } => ExitCode::SUCCESS,
             _ => ExitCode::FAILURE,
         });
     }
-    let journal_path = args.out.join("study.jsonl");
-    let done = previous(&args, &journal_path)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("could not create {}", args.out.display()))?;
-    std::fs::write(args.out.join("study.toml"), &text)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            flag.store(true, Ordering::SeqCst);
-        }
-    });
-    let mut records = Vec::new();
-    for point in &points {
-        if let Some(r) = done.iter().find(|r| r.point == point.name) {
-            eprintln!("{}: done before ({}), skipped", point.name, status(r));
-            records.push(r.clone());
-            continue;
-        }
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        eprintln!("{}: starting its server …", point.name);
-        let record = run_point(&study, point, &args).await?;
-        eprintln!("{}: {}", point.name, status(&record));
-        append(&journal_path, &record)?;
-        records.push(record);
-    }
+    let records = speedmatrix_study::run_study(&study, &text, &settings, &observer, &cancel)
+        .await
+        .map_err(study_error)?;
     print!("{}", summary(&args.out, &records));
-    let all = records.len() == points.len()
+    let all = records.len() == study.points()?.len()
         && records
             .iter()
             .all(|r| matches!(r.outcome, PointOutcome::Measured { exit_code: 0 }));
@@ -209,118 +212,11 @@ pub(super) fn status(r: &PointRecord) -> String {
     }
 }
 
-/// The journal's records a resumed study keeps.
-fn previous(args: &RunArgs, journal: &Path) -> anyhow::Result<Vec<PointRecord>> {
-    if !args.resume {
-        if journal.exists() {
-            return Err(UsageError(format!(
-                "{} already holds a study: pass --resume to continue it, or another --out",
-                args.out.display()
-            ))
-            .into());
-        }
-        return Ok(Vec::new());
-    }
-    let text = std::fs::read_to_string(journal).unwrap_or_default();
-    let records = PointRecord::parse_all(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", journal.display())))?;
-    Ok(records
-        .into_iter()
-        .filter(|r| !(args.retry_failed && matches!(r.outcome, PointOutcome::Failed { .. })))
-        .collect())
-}
-
-fn append(journal: &Path, record: &PointRecord) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(journal)
-        .with_context(|| format!("could not open {}", journal.display()))?;
-    writeln!(f, "{}", record.to_line())?;
-    f.sync_data()?;
-    Ok(())
-}
-
-/// The run's flags for `point`: the study's, filled in.
-fn args_of(
-    study: &Study,
-    point: &Point,
-    port: u16,
-) -> Result<Vec<String>, speedmatrix_study::StudyError> {
-    study.run.args.iter().map(|a| point.fill(a, port)).collect()
-}
-
-fn url_of(
-    study: &Study,
-    point: &Point,
-    port: u16,
-) -> Result<String, speedmatrix_study::StudyError> {
-    match &study.server.url {
-        Some(t) => point.fill(t, port),
-        None => Ok(format!("http://127.0.0.1:{port}")),
-    }
-}
-
-/// One point, start to stop.
-async fn run_point(study: &Study, point: &Point, args: &RunArgs) -> anyhow::Result<PointRecord> {
-    let dir = args.out.join(&point.name);
-    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
-    let log = dir.join("server.log");
-    let port = free_port()?;
-    let command = point.fill(&study.server.command, port)?;
-    let url = url_of(study, point, port)?;
-    let started = Instant::now();
-    let failed = |reason: String| PointRecord {
-        point: point.name.clone(),
-        outcome: PointOutcome::Failed {
-            reason,
-            log_tail: tail(&log, 20),
-        },
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    let mut server = match spawn(study, point, &command, port, &log) {
-        Ok(s) => s,
-        Err(e) => return Ok(failed(format!("could not start `{command}`: {e}"))),
-    };
-    if let Err(reason) = wait_ready(&mut server, &url, study).await {
-        stop_server(&mut server, study).await;
-        return Ok(failed(reason));
-    }
-    let run_dir = dir.join("run");
-    let mut argv = args_of(study, point, port)?;
-    argv.extend(["--url".to_owned(), url.clone()]);
-    if !argv.iter().any(|a| a == "--quiet" || a == "-q") {
-        argv.push("--quiet".to_owned());
-    }
-    if run_dir.join("journal.jsonl").exists() {
-        argv.extend(["--resume".to_owned(), run_dir.display().to_string()]);
-    } else {
-        argv.extend(["--out".to_owned(), run_dir.display().to_string()]);
-    }
-    let outcome = match crate::cmd::run::parse_args(argv) {
-        Ok(run_args) => crate::cmd::run::run(run_args).await,
-        Err(e) => Err(UsageError(format!("[run] args: {e}")).into()),
-    };
-    let died = server.try_wait().ok().flatten();
-    stop_server(&mut server, study).await;
-    Ok(match (outcome, died) {
-        (Ok(code), None) => PointRecord {
-            point: point.name.clone(),
-            outcome: PointOutcome::Measured {
-                exit_code: if code == ExitCode::SUCCESS { 0 } else { 1 },
-            },
-            seconds: started.elapsed().as_secs_f64(),
-        },
-        (Ok(_), Some(status)) => failed(format!("the server exited ({status}) during the run")),
-        (Err(e), _) => failed(format!("the run failed: {e:#}")),
-    })
-}
-
-/// The dry run: every point, its command, its URL and its run flags.
-fn plan(study: &Study, points: &[Point]) -> anyhow::Result<String> {
+/// The dry run: every point, its command, its URL, its run flags and predicted grid.
+fn plan(study: &Study) -> anyhow::Result<String> {
+    let points = study.points()?;
     let mut out = format!("Study \"{}\": {} points\n", study.name, points.len());
-    for p in points {
+    for p in &points {
         let _ = writeln!(out, "\n{}", p.name);
         let url = match &study.server.url {
             Some(t) => p.fill_shown(t)?,
@@ -336,16 +232,15 @@ fn plan(study: &Study, points: &[Point]) -> anyhow::Result<String> {
         let _ = writeln!(
             out,
             "  run:     speedmatrix run {}",
-            args_of(study, p, 0)?.join(" ")
+            speedmatrix_study::shown_flags(study, p)?
         );
-        let run = crate::cmd::run::parse_args(args_of(study, p, 0)?)
-            .map_err(|e| UsageError(format!("point {}: [run] args: {e}", p.name)))?;
+        let run = study.run_options(p, 0)?;
         let _ = writeln!(out, "  cells:   {}", cells(&run));
-        match crate::cmd::run::predicted_grid(&run) {
+        match run.predicted_grid() {
             Ok(Some(grid)) => out.push_str(&grid_lines(&grid)),
             Ok(None) => {}
             Err(e) => {
-                let _ = writeln!(out, "  capacity: not predicted ({e:#})");
+                let _ = writeln!(out, "  capacity: not predicted ({})", words::error(e, None));
             }
         }
     }
@@ -376,11 +271,11 @@ fn grid_lines(grid: &speedmatrix_capacity::CapacityGrid) -> String {
     out
 }
 
-/// The run's size in words, from its flags.
-fn cells(run: &crate::cmd::run::Args) -> String {
+/// The run's size in words, from its options.
+fn cells(run: &speedmatrix_runner::options::RunOptions) -> String {
     match (&run.contexts, &run.concurrency) {
         (Some(c), Some(n)) => {
-            let window = run.duration.unwrap_or(Duration::from_secs(30));
+            let window = run.window.unwrap_or(Duration::from_secs(30));
             let cells = c.len() * n.len();
             format!(
                 "{cells} decode cells of {} (≈ {} of windows), plus warm-ups and prefill",

@@ -1,6 +1,6 @@
 //! The client's share of the machine: how many runtime threads it runs,
 //! which cores it may use, its open-file limit, and whether it shares cores
-//! with a server on the same host.
+//! with a server on the same host (found by `speedmatrix_telemetry::host`).
 //!
 //! On a GPU box the client runs beside the engine, whose API server is
 //! CPU-bound: a client spread over every core lowers the throughput it
@@ -22,7 +22,7 @@ const SPARE_FILES: u64 = 64;
 
 /// A set of CPU cores, as `0-3,8` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Cores(pub(crate) BTreeSet<usize>);
+pub struct Cores(pub BTreeSet<usize>);
 
 impl std::str::FromStr for Cores {
     type Err = String;
@@ -88,7 +88,7 @@ impl std::fmt::Display for Cores {
 }
 
 /// Pins this process (every thread started after the call) to `cores`.
-pub(crate) fn pin(cores: &Cores) -> Result<(), String> {
+pub fn pin(cores: &Cores) -> Result<(), String> {
     let mut set = rustix::thread::CpuSet::new();
     for &c in &cores.0 {
         set.set(c);
@@ -99,7 +99,7 @@ pub(crate) fn pin(cores: &Cores) -> Result<(), String> {
 }
 
 /// The cores this process may run on, `None` where the system does not say.
-pub(crate) fn allowed_cores() -> Option<Cores> {
+pub fn allowed_cores() -> Option<Cores> {
     let set = rustix::thread::sched_getaffinity(None).ok()?;
     let cores: BTreeSet<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
         .filter(|&c| set.is_set(c))
@@ -110,14 +110,14 @@ pub(crate) fn allowed_cores() -> Option<Cores> {
 /// Runtime threads for `streams` concurrent streams on `usable` cores: one
 /// per [`STREAMS_PER_THREAD`] streams, at most half the usable cores (the
 /// rest are the engine's), at least one, at most [`MOST_DEFAULT_THREADS`].
-pub(crate) fn default_threads(streams: u32, usable: usize) -> usize {
+pub fn default_threads(streams: u32, usable: usize) -> usize {
     let wanted = usize::try_from(streams.div_ceil(STREAMS_PER_THREAD)).unwrap_or(usize::MAX);
     wanted.min(usable / 2).clamp(1, MOST_DEFAULT_THREADS)
 }
 
 /// Raises the soft open-file limit to the hard one when `streams` sockets
 /// need more, and checks that they fit. Returns the limit now in force.
-pub(crate) fn open_files_for(streams: u64) -> Result<u64, String> {
+pub fn open_files_for(streams: u64) -> Result<u64, String> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     let (soft, hard) = (
@@ -156,79 +156,8 @@ fn open_files_wanted(streams: u64, soft: u64, hard: u64) -> Result<u64, String> 
     ))
 }
 
-/// The process listening on TCP `port` of this host, and the cores it may
-/// use: found through `/proc/net/tcp{,6}` and the processes' open sockets.
-/// `None` when it cannot be seen (another user's process, no /proc).
-pub(crate) fn local_listener(port: u16) -> Option<(u32, Cores)> {
-    let inodes: BTreeSet<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .flat_map(|table| listening_inodes(&table, port))
-        .collect();
-    if inodes.is_empty() {
-        return None;
-    }
-    let me = std::process::id();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path())
-                .ok()
-                .and_then(|l| socket_inode(&l.to_string_lossy()))
-                .is_some_and(|i| inodes.contains(&i))
-        });
-        if holds {
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let cores = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
-                .trim()
-                .parse()
-                .ok()?;
-            return Some((pid, cores));
-        }
-    }
-    None
-}
-
-/// Inodes of the sockets in LISTEN state on `port` in a `/proc/net/tcp` table.
-fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
-    const LISTEN: &str = "0A";
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local_port = f.get(1)?.rsplit_once(':')?.1;
-            let listening = *f.get(3)? == LISTEN;
-            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
-                .then(|| f.get(9)?.parse().ok())
-                .flatten()
-        })
-        .collect()
-}
-
-fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
-}
-
 /// Whether `url` names this host (a loopback address or `localhost`), and its port.
-pub(crate) fn loopback_port(url: &str) -> Option<u16> {
+pub fn loopback_port(url: &str) -> Option<u16> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next()?;
     let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
@@ -293,17 +222,6 @@ mod tests {
         assert_eq!(default_threads(1_024, 32), 2);
         assert_eq!(default_threads(100_000, 64), 4);
         assert_eq!(default_threads(4_096, 1), 1);
-    }
-
-    #[test]
-    fn listening_sockets_are_found_by_port() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   \
-            0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000 100 0 0 10 0\n   \
-            1: 0100007F:1F90 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 4243 1 0000 100 0 0 10 0\n";
-        assert_eq!(listening_inodes(table, 8080), vec![4242]);
-        assert!(listening_inodes(table, 8000).is_empty());
-        assert_eq!(socket_inode("socket:[4242]"), Some(4242));
-        assert_eq!(socket_inode("/dev/null"), None);
     }
 
     #[test]

@@ -1,5 +1,10 @@
-//! The result document, made once from the run's typed outcomes: the only
-//! place that knows the report crate's types.
+//! Every result document is built here: a run's, once, from its typed outcomes (this file);
+//! a prediction's (`predicted.rs`); and the what-if marking of a run on a fitted or predicted
+//! simulator profile (`what_if.rs`). `calibrate.rs` goes the other way, from a measured
+//! document to a simulator profile.
+
+pub(crate) mod predicted;
+pub(crate) mod what_if;
 
 use std::time::{Duration, SystemTime};
 
@@ -10,11 +15,11 @@ use crate::outcome::{
 use crate::plan::{CapacityPlan, CapacitySourceKind, Plan};
 use crate::server::Server;
 use crate::steps::Measured;
-use crate::{PrefillMode, RunConfig, Target};
+use crate::{RunConfig, Target};
 use speedmatrix_capacity::KvPool;
 use speedmatrix_metrics::{EstimateMethod, TokenSource};
 use speedmatrix_report::{
-    ArrivalSetup, Capacity, CellStatus, DecodeCell, DecodeMeasurements, Engine, KneeResult,
+    ArrivalSetup, Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, KneeResult,
     KneeStep, KvCapacity, LoadCell, LoadMeasurements, LoadRun, Percentiles, PrefillRow, Report,
     RunSettings, SCHEMA_VERSION, ServerCounter, SloResult, SloTermResult, TokenCount,
     TokenCountSource, Tool,
@@ -36,12 +41,12 @@ pub(crate) fn build_report(
     Report {
         schema_version: SCHEMA_VERSION,
         hardware: config.labels.hardware.clone(),
-        engine: Engine {
+        engine: EngineInfo {
             name: engine_name(config, server),
             version: server.info.version().map(str::to_owned),
             quantization: config.labels.quantization.clone(),
             launch_command: config.labels.launch_command.clone(),
-            ..Engine::default()
+            ..EngineInfo::default()
         },
         run: RunSettings {
             model: config
@@ -70,12 +75,9 @@ pub(crate) fn build_report(
             },
             prefill_contexts: m.prefill_contexts.clone(),
             prefill_repeats: m.prefill_repeats,
-            prefill_mode: match m.prefill_mode {
-                PrefillMode::Cold => speedmatrix_report::PrefillMode::Cold,
-                PrefillMode::Warmup => speedmatrix_report::PrefillMode::Warmup,
-            },
-            window_duration_s: m.duration.as_secs_f64(),
-            max_output_tokens: m.max_tokens,
+            prefill_mode: m.prefill_mode,
+            window_s: m.window.as_secs_f64(),
+            max_output_tokens: m.max_output,
             decode_cache_warmed: true,
             started_at,
             finished_at: now_rfc3339(),
@@ -127,7 +129,7 @@ fn load_run(
         ),
     };
     Some(LoadRun {
-        mode: m.load.name().into(),
+        mode: m.load.kind(),
         arrival,
         max_in_flight: max_in_flight.map(|n| n.get()),
         slo: m.slo.as_ref().map(ToString::to_string),

@@ -7,7 +7,7 @@ use speedmatrix_report::{CellStatus, PredictionInfo, Report};
 use speedmatrix_sim::ProfileOrigin;
 
 /// Marks `report` as simulated from `origin` and lists its extrapolated cells.
-pub(super) fn mark(report: &mut Report, origin: &ProfileOrigin) {
+pub(crate) fn mark(report: &mut Report, origin: &ProfileOrigin) {
     let beyond = |context: u64, n: u32| {
         origin.fitted_context_max.is_some_and(|c| context > c)
             || origin.fitted_concurrency_max.is_some_and(|m| n > m)

@@ -1,18 +1,18 @@
-//! Profiles: what the simulated engine is (KV cache, limits) and how fast it runs (cost model).
+//! Profiles: what the simulated engine is (KV cache, limits, stream shape), read and checked.
+
+mod builtin;
+mod cost;
+mod origin;
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::SimError;
 
-/// Name of the built-in profile calibrated to the seed matrix (RTX 3090, 4B FP8 model, vLLM 0.32).
-pub const RTX3090_QWEN35_4B_FP8: &str = "rtx3090-qwen3.5-4b-fp8";
-/// Name of the small, fast built-in profile for tests (millisecond steps, small KV cache).
-pub const TINY: &str = "tiny";
-/// Name of the built-in profile whose steps take no time at all, for client throughput benchmarks.
-pub const FREE_RUNNING: &str = "free-running";
+pub use builtin::{FREE_RUNNING, RTX3090_QWEN35_4B_FP8, TINY};
+pub use cost::StepCost;
+pub use origin::{OriginKind, ProfileOrigin};
 
 /// A simulated engine: its KV cache, its scheduler limits, its speed and its faults.
 ///
@@ -63,7 +63,7 @@ pub struct Profile {
     #[serde(default)]
     pub eos_after_tokens: Option<u32>,
     /// How long engine steps take.
-    pub cost: CostModel,
+    pub cost: StepCost,
     /// Virtual seconds per wall-clock second: 2.0 runs everything twice as fast. Ignored when
     /// `free_running` is set.
     #[serde(default = "one")]
@@ -163,7 +163,7 @@ pub enum TextStyle {
     TwoByteChars,
 }
 
-fn one_token_per_step() -> Vec<u32> {
+pub(super) fn one_token_per_step() -> Vec<u32> {
     vec![1]
 }
 
@@ -199,193 +199,13 @@ fn one_group() -> u32 {
 pub struct ProfileModel {
     /// The model's Hugging Face `config.json`, as is.
     pub config: serde_json::Value,
-    /// The launch in `speedmatrix capacity`'s flags (`--gpu rtx3090
-    /// --gpu-memory-utilization 0.94 …`).
-    pub capacity_flags: Vec<String>,
-}
-
-/// The seed page's model: Agents-A1-4B-FP8's config.json (a Qwen3.5 hybrid).
-const SEED_CONFIG: &str = include_str!("../data/agents-a1-4b-fp8.config.json");
-
-/// Where a fitted or predicted profile's speed came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileOrigin {
-    /// `calibrated` (fitted to a measured run) or `predicted`.
-    pub kind: String,
-    /// What it came from, in words (the run's model and hardware, or the
-    /// prediction's GPU and factors).
-    pub source: String,
-    /// The most streams of a measured cell it was fitted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fitted_concurrency_max: Option<u32>,
-    /// The longest context of a measured cell it was fitted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fitted_context_max: Option<u64>,
-    /// The longest cold prompt it was fitted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fitted_prompt_max: Option<u64>,
-}
-
-/// How long one engine step takes, as a function of what it computes.
-///
-/// A step runs prefill chunks and decode tokens together (continuous batching):
-///
-/// ```text
-/// step = step_base
-///      + Σ over prefill chunks of n new tokens after c cached ones:
-///            n · prefill_per_token + n · (c + n/2) · prefill_per_token_context
-///      + d · decode_per_seq + C · decode_per_context_token · d^(−decode_batch_exponent)
-/// ```
-///
-/// where `d` is the number of requests decoding one token in the step and `C` the total context
-/// (tokens already in the KV cache) of those requests. The prefill terms are the linear work
-/// (weights) and attention over the already-cached context (quadratic over a whole prompt). The
-/// decode terms are a fixed per-sequence cost and attention reads of the KV cache, which a larger
-/// batch reads more efficiently (an empirical exponent; 0 means no batching gain).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CostModel {
-    /// Fixed cost of any step, microseconds.
-    pub step_base_us: f64,
-    /// Prefill cost per new prompt token, microseconds.
-    pub prefill_per_token_us: f64,
-    /// Prefill attention cost per (new token × context token), nanoseconds.
-    pub prefill_per_token_context_ns: f64,
-    /// Decode cost per sequence in the batch, microseconds.
-    pub decode_per_seq_us: f64,
-    /// Decode attention cost per context token in the batch, nanoseconds (at batch size 1).
-    pub decode_per_context_token_ns: f64,
-    /// How much a larger batch reduces the per-context-token decode cost (`d^-exponent`).
-    pub decode_batch_exponent: f64,
-    /// Time the server's front end spends on each request before the engine sees it
-    /// (HTTP, tokenizing, scheduling: vLLM's API server), microseconds. Requests pass the
-    /// front end one at a time, so N arriving together reach the engine staggered: this is
-    /// what makes a warm request's TTFT grow with the number of requests sent with it.
-    #[serde(default)]
-    pub frontend_per_request_us: f64,
-    /// Front-end time per prompt token (tokenizing, hashing for the prefix cache), nanoseconds.
-    #[serde(default)]
-    pub frontend_per_prompt_token_ns: f64,
-}
-
-impl CostModel {
-    /// Time of a prefill chunk of `tokens` new tokens after `cached` tokens already in the cache,
-    /// without the step's base cost.
-    pub fn prefill_chunk(&self, tokens: u64, cached: u64) -> Duration {
-        let n = tokens as f64;
-        let attention_pairs = n * (cached as f64 + n / 2.0);
-        secs(
-            n * self.prefill_per_token_us * 1e-6
-                + attention_pairs * self.prefill_per_token_context_ns * 1e-9,
-        )
-    }
-
-    /// Time of the decode part of a step: `batch` sequences with `context_tokens` tokens of KV
-    /// cache between them, without the step's base cost.
-    pub fn decode(&self, batch: u64, context_tokens: u64) -> Duration {
-        if batch == 0 {
-            return Duration::ZERO;
-        }
-        let d = batch as f64;
-        let attention = context_tokens as f64
-            * self.decode_per_context_token_ns
-            * 1e-9
-            * d.powf(-self.decode_batch_exponent);
-        secs(d * self.decode_per_seq_us * 1e-6 + attention)
-    }
-
-    /// The front end's time on one request of `prompt` tokens.
-    pub fn frontend(&self, prompt: u64) -> Duration {
-        secs(
-            self.frontend_per_request_us * 1e-6
-                + prompt as f64 * self.frontend_per_prompt_token_ns * 1e-9,
-        )
-    }
-
-    /// The fixed cost of a step.
-    pub fn step_base(&self) -> Duration {
-        secs(self.step_base_us * 1e-6)
-    }
-
-    /// Time of one decode step (base included) for `batch` sequences of `context` tokens each.
-    pub fn decode_step(&self, batch: u64, context: u64) -> Duration {
-        self.step_base() + self.decode(batch, batch * context)
-    }
-
-    /// Time to prefill a `prompt`-token prompt alone, in chunks of `chunk` tokens, base included:
-    /// the simulated TTFT of one request on an idle server with a cold cache.
-    pub fn prefill(&self, prompt: u64, chunk: u64) -> Duration {
-        let chunk = chunk.max(1);
-        let mut done = 0;
-        let mut total = Duration::ZERO;
-        while done < prompt {
-            let n = chunk.min(prompt - done);
-            total += self.step_base() + self.prefill_chunk(n, done);
-            done += n;
-        }
-        total
-    }
-
-    fn check(&self) -> Result<(), String> {
-        let fields = [
-            ("step_base_us", self.step_base_us),
-            ("prefill_per_token_us", self.prefill_per_token_us),
-            (
-                "prefill_per_token_context_ns",
-                self.prefill_per_token_context_ns,
-            ),
-            ("decode_per_seq_us", self.decode_per_seq_us),
-            (
-                "decode_per_context_token_ns",
-                self.decode_per_context_token_ns,
-            ),
-            ("decode_batch_exponent", self.decode_batch_exponent),
-            ("frontend_per_request_us", self.frontend_per_request_us),
-            (
-                "frontend_per_prompt_token_ns",
-                self.frontend_per_prompt_token_ns,
-            ),
-        ];
-        for (name, value) in fields {
-            if !value.is_finite() || value < 0.0 {
-                return Err(format!(
-                    "cost.{name} must be a finite number ≥ 0, got {value}"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn secs(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+    /// The launch as `speedmatrix capacity`'s engine flags, each a key without its dashes
+    /// (`{"gpu": "rtx3090", "gpu-memory-utilization": 0.94, "enable-prefix-caching": true}`),
+    /// read by the runner's `EngineOptions` with every key checked.
+    pub capacity: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Profile {
-    /// The names of the built-in profiles.
-    pub const BUILTIN_NAMES: [&'static str; 3] = [RTX3090_QWEN35_4B_FP8, TINY, FREE_RUNNING];
-
-    /// A built-in profile by name, or `None`.
-    ///
-    /// - `rtx3090-qwen3.5-4b-fp8`: calibrated to the seed matrix (RTX 3090 24 GB, vLLM 0.32,
-    ///   `--max-model-len 262144 --max-num-seqs 128`, prefix caching on; the seed's hybrid model
-    ///   laid out as vLLM does: 1,003 blocks of 528 tokens, six of state per request).
-    /// - `tiny`: 2,048-token context, 65,536 KV tokens, 2–3 ms steps, for tests.
-    /// - `free-running`: `tiny` whose steps take no time, for client throughput benchmarks.
-    pub fn builtin(name: &str) -> Option<Profile> {
-        match name {
-            RTX3090_QWEN35_4B_FP8 => Some(rtx3090()),
-            TINY => Some(tiny()),
-            FREE_RUNNING => Some(Profile {
-                name: FREE_RUNNING.to_owned(),
-                free_running: true,
-                ..tiny()
-            }),
-            _ => None,
-        }
-    }
-
     /// Reads a profile from a JSON file.
     pub fn from_file(path: &Path) -> Result<Profile, SimError> {
         let text = std::fs::read_to_string(path).map_err(|source| SimError::ProfileRead {
@@ -557,131 +377,9 @@ impl Profile {
     }
 }
 
-fn rtx3090() -> Profile {
-    Profile {
-        name: RTX3090_QWEN35_4B_FP8.to_owned(),
-        served_model_name: "bench".to_owned(),
-        max_model_len: 262_144,
-        max_num_seqs: 128,
-        // vLLM's default for `vllm serve` on GPUs under 70 GiB.
-        max_num_batched_tokens: 2_048,
-        // The seed's model is a hybrid (24 Gated DeltaNet and 8 full-attention layers): vLLM
-        // raises the attention block to 528 tokens so one page holds a layer's recurrent state,
-        // and lays the layers out as three state groups and one attention group of eight
-        // (`speedmatrix capacity --config … --gpu rtx3090 --gpu-memory-utilization 0.94
-        // --max-model-len 262144 --language-model-only --enable-prefix-caching`).
-        block_size: 528,
-        num_gpu_blocks: 1_003,
-        enable_prefix_caching: true,
-        // Prefix caching puts the state groups in `align` mode: two blocks each.
-        state_blocks_per_request: 6,
-        attention_groups: 1,
-        sliding_groups: 0,
-        sliding_window: 0,
-        eos_after_tokens: Some(1_000),
-        // `speedmatrix calibrate` on the seed page (tests/fixtures/seed-run.json of the report
-        // crate); `calibration.rs` checks every cell.
-        cost: CostModel {
-            step_base_us: 8_272.5,
-            prefill_per_token_us: 80.90,
-            prefill_per_token_context_ns: 1.376,
-            decode_per_seq_us: 191.16,
-            decode_per_context_token_ns: 37.575,
-            decode_batch_exponent: 0.27,
-            frontend_per_request_us: 31_332.0,
-            frontend_per_prompt_token_ns: 1_324.2,
-        },
-        time_scale: 1.0,
-        free_running: false,
-        tokenizer: None,
-        faults: None,
-        capacity_api: CapacityApi::Vllm,
-        dialect: Dialect::Vllm,
-        tokens_per_step: one_token_per_step(),
-        num_speculative_tokens: None,
-        origin: None,
-        model: serde_json::from_str(SEED_CONFIG)
-            .ok()
-            .map(|config| ProfileModel {
-                config,
-                capacity_flags: [
-                    "--gpu",
-                    "rtx3090",
-                    "--gpu-memory-utilization",
-                    "0.94",
-                    "--max-model-len",
-                    "262144",
-                    "--max-num-seqs",
-                    "128",
-                    "--language-model-only",
-                    "--enable-prefix-caching",
-                    "--vllm-version",
-                    "0.32.0",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-            }),
-        text_style: TextStyle::Words,
-        hold_open_after_done_ms: None,
-        stream_content_type: None,
-    }
-}
-
-fn tiny() -> Profile {
-    Profile {
-        name: TINY.to_owned(),
-        served_model_name: "tiny".to_owned(),
-        max_model_len: 2_048,
-        max_num_seqs: 256,
-        max_num_batched_tokens: 1_024,
-        block_size: 16,
-        num_gpu_blocks: 4_097,
-        enable_prefix_caching: true,
-        state_blocks_per_request: 0,
-        attention_groups: 1,
-        sliding_groups: 0,
-        sliding_window: 0,
-        eos_after_tokens: Some(100),
-        cost: CostModel {
-            step_base_us: 2_000.0,
-            prefill_per_token_us: 1.0,
-            prefill_per_token_context_ns: 0.5,
-            decode_per_seq_us: 5.0,
-            decode_per_context_token_ns: 2.0,
-            decode_batch_exponent: 0.0,
-            frontend_per_request_us: 0.0,
-            frontend_per_prompt_token_ns: 0.0,
-        },
-        time_scale: 1.0,
-        free_running: false,
-        tokenizer: None,
-        faults: None,
-        capacity_api: CapacityApi::Vllm,
-        dialect: Dialect::Vllm,
-        tokens_per_step: one_token_per_step(),
-        num_speculative_tokens: None,
-        origin: None,
-        model: None,
-        text_style: TextStyle::Words,
-        hold_open_after_done_ms: None,
-        stream_content_type: None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn builtins_are_valid_and_round_trip_through_json() {
-        for name in Profile::BUILTIN_NAMES {
-            let p = Profile::builtin(name).unwrap();
-            p.validate().unwrap();
-            let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
-            assert_eq!(back, p);
-        }
-        assert!(Profile::builtin("nope").is_none());
-    }
 
     #[test]
     fn files_load_and_bad_profiles_say_what_is_wrong() {
@@ -739,21 +437,5 @@ mod tests {
         assert!(!p.fits(2, 262_144));
         assert!(p.fits(16, 24_576));
         assert!(!p.fits(129, 16), "max_num_seqs bounds concurrency");
-    }
-
-    #[test]
-    fn cost_model_terms() {
-        let c = Profile::builtin(RTX3090_QWEN35_4B_FP8).unwrap().cost;
-        assert_eq!(c.decode(0, 1_000), Duration::ZERO);
-        assert!(
-            c.decode(2, 2_000) < c.decode(1, 1_000) * 2,
-            "batching amortizes attention reads"
-        );
-        let one_chunk = c.prefill(2_048, 2_048);
-        assert_eq!(one_chunk, c.step_base() + c.prefill_chunk(2_048, 0));
-        assert!(
-            c.prefill(4_096, 2_048) > one_chunk * 2,
-            "later chunks attend to more context"
-        );
     }
 }

@@ -1,29 +1,37 @@
-//! A point's server: started in its own process group on a free port, polled
-//! until its health path answers, and stopped with the study's signal.
+//! A point's server: started by `sh -c` in its own process group on a free port, its output
+//! in the point's `server.log`, polled until its health path answers, and stopped with the
+//! study's signal, then killed after the grace period, group and all.
 
-use std::path::Path;
-
-use anyhow::Context as _;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use speedmatrix_study::{Point, StopSignal, Study};
+use crate::{Point, StopSignal, Study, StudyError};
 
 /// A port free now (the server binds it a moment later).
-pub(super) fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("no free local port")?;
-    Ok(l.local_addr()?.port())
+pub(crate) fn free_port() -> Result<u16, StudyError> {
+    let io = |source| StudyError::Io {
+        path: PathBuf::from("127.0.0.1:0"),
+        action: "bind a free port on",
+        source,
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    Ok(l.local_addr().map_err(io)?.port())
 }
 
-pub(super) fn spawn(
+/// Starts `command` for `point`; `program_dir`, when given, goes first on its PATH (the
+/// folder where `speedmatrix` is the running program).
+pub(crate) fn spawn(
     study: &Study,
     point: &Point,
     command: &str,
     port: u16,
     log: &Path,
-) -> anyhow::Result<tokio::process::Child> {
-    let out = std::fs::File::create(log)?;
-    let err = out.try_clone()?;
+    program_dir: Option<&Path>,
+) -> Result<tokio::process::Child, String> {
+    let out =
+        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
         .arg(command)
@@ -33,14 +41,22 @@ pub(super) fn spawn(
         // Its own process group: stopping it stops everything it started.
         .process_group(0)
         .kill_on_drop(true);
-    for (k, v) in &study.server.env {
-        cmd.env(k, point.fill(v, port)?);
+    if let Some(dir) = program_dir {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![dir.to_path_buf()];
+        dirs.extend(std::env::split_paths(&path));
+        if let Ok(joined) = std::env::join_paths(dirs) {
+            cmd.env("PATH", joined);
+        }
     }
-    Ok(cmd.spawn()?)
+    for (k, v) in &study.server.env {
+        cmd.env(k, point.fill(v, port).map_err(|e| e.to_string())?);
+    }
+    cmd.spawn().map_err(|e| e.to_string())
 }
 
 /// Polls the health path until it answers 2xx, the server exits, or the time is up.
-pub(super) async fn wait_ready(
+pub(crate) async fn wait_ready(
     server: &mut tokio::process::Child,
     url: &str,
     study: &Study,
@@ -76,7 +92,7 @@ pub(super) async fn wait_ready(
 }
 
 /// Asks the server's process group to stop, then kills it after the grace period.
-pub(super) async fn stop_server(server: &mut tokio::process::Child, study: &Study) {
+pub(crate) async fn stop_server(server: &mut tokio::process::Child, study: &Study) {
     let Some(pid) = server
         .id()
         .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?))
@@ -100,7 +116,7 @@ pub(super) async fn stop_server(server: &mut tokio::process::Child, study: &Stud
 }
 
 /// The last `n` lines of a log.
-pub(super) fn tail(path: &Path, n: usize) -> Vec<String> {
+pub(crate) fn tail(path: &Path, n: usize) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]

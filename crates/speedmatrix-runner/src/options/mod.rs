@@ -1,0 +1,739 @@
+//! What a run is asked to measure, as its user says it: [`RunOptions`], one definition for the
+//! `speedmatrix run` flags (clap, behind the `clap` feature), a study file's `[run]` table
+//! (serde, each value as the flag's text or the scalar that prints as it) and its JSON Schema
+//! (behind `schemars`). [`RunOptions::resolve`] turns them into the [`RunConfig`] the runner
+//! measures: it loads the tokenizer, reads the model's config.json, predicts the KV capacity and
+//! detects the hardware. Every message names the option as the command line spells it.
+
+mod engine;
+mod labels;
+mod load;
+pub(crate) mod text;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use speedmatrix_units::{Api, Concurrency, Engine, LoadKind, PrefillMode, PromptSharing, Tokens};
+
+pub use self::engine::{EngineOptions, MambaMode, Switch};
+pub use self::labels::{HostFacts, detect_hardware};
+pub use self::load::ArrivalKind;
+use crate::{
+    CapacityHints, MatrixSpec, Preset, RunConfig, RunError, SharedPrefix, Target, TelemetryConfig,
+    VllmInputs,
+};
+
+/// The built-in simulator profile a run without `--url` measures by default.
+pub const DEFAULT_SIM_PROFILE: &str = "rtx3090-qwen3.5-4b-fp8";
+
+/// A JSON object merged into every request body (`--extra-body`): JSON text on the command
+/// line, JSON text or a table in a study file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ExtraBody(pub serde_json::Map<String, serde_json::Value>);
+
+impl FromStr for ExtraBody {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(map)) => Ok(ExtraBody(map)),
+            Ok(_) => Err("--extra-body must be a JSON object, e.g. '{\"top_k\": 1}'".into()),
+            Err(e) => Err(format!("--extra-body is not valid JSON: {e}")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ExtraBody {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Object(map) => Ok(ExtraBody(map)),
+            serde_json::Value::String(text) => text.parse().map_err(serde::de::Error::custom),
+            _ => Err(serde::de::Error::custom(
+                "--extra-body must be a JSON object (a table) or its JSON text",
+            )),
+        }
+    }
+}
+
+/// A prefill context, or `none` (no prefill rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOrNone(pub Option<Tokens>);
+
+impl FromStr for ContextOrNone {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("none") {
+            return Ok(ContextOrNone(None));
+        }
+        s.parse::<Tokens>()
+            .map(|t| ContextOrNone(Some(t)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A share given as `5%` or `5` (0.05), at least 0 % and below 100 %.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Percent(pub f64);
+
+impl FromStr for Percent {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: f64 = s
+            .trim()
+            .trim_end_matches('%')
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a percentage such as 5%"))?;
+        if !(0.0..100.0).contains(&v) {
+            return Err(format!("`{s}` must be at least 0 % and below 100 %"));
+        }
+        Ok(Percent(v / 100.0))
+    }
+}
+
+impl FromStr for SharedPrefix {
+    type Err = String;
+
+    /// `50%` as a share of the prompt, else a number of tokens (`2k`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().ends_with('%') {
+            return s.parse::<Percent>().map(|p| SharedPrefix::Share(p.0));
+        }
+        s.parse::<Tokens>()
+            .map(SharedPrefix::Tokens)
+            .map_err(|e| format!("{e}; or a share of the prompt such as 50%"))
+    }
+}
+
+/// Everything `speedmatrix run` can be told about what to measure and against what; the
+/// command line's own concerns (output folder, resume, progress, the client's cores) are
+/// the binary's. The field docs are the flags' help.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RunOptions {
+    /// Base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:8000). Without it the
+    /// built-in simulator runs in-process (no GPU, no network).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "URL"))]
+    pub url: Option<String>,
+    /// Simulator profile used when no --url is given: a built-in name
+    /// (rtx3090-qwen3.5-4b-fp8, tiny, free-running) or a profile JSON file.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "NAME|FILE", default_value = DEFAULT_SIM_PROFILE))]
+    pub sim_profile: String,
+    /// Served model name; defaults to the first model the server lists.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: Option<String>,
+    /// API key sent as a bearer token; never written to logs or reports (never read from a
+    /// study file: give it in the environment).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "OPENAI_API_KEY", hide_env_values = true)
+    )]
+    #[serde(skip)]
+    #[cfg_attr(feature = "schemars", schemars(skip))]
+    pub api_key: Option<String>,
+    /// The served model's tokenizer: a tokenizer.json, a model folder, a Hugging Face id in the
+    /// local HF cache, or `bundled`. Prompts are sized with it, so it must match the server's.
+    /// Required with --url; the simulator uses `bundled`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PATH|HUB_ID|bundled"))]
+    pub tokenizer: Option<String>,
+    /// Endpoint for every request.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "completions"))]
+    pub api: Api,
+    /// Matrix preset; the flags below override its parts. Default: quick with the simulator,
+    /// seed with --url.
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub preset: Option<Preset>,
+    /// Decode context lengths (rows), e.g. 0,16k,32k,64k,128k,248k (k = 1,024 tokens).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
+    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
+    pub contexts: Option<Vec<Tokens>>,
+    /// Simultaneous requests (columns), e.g. 1,2,4,8,16,32,64,128.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', alias = "max-concurrency")
+    )]
+    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
+    pub concurrency: Option<Vec<Concurrency>>,
+    /// Cold prefill context lengths, e.g. 8k,16k,32k,64k,128k; `none` for no prefill rows.
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
+    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
+    pub prefill_contexts: Option<Vec<ContextOrNone>>,
+    /// Cold prefill requests per context; the median is reported.
+    #[cfg_attr(feature = "clap", arg(long))]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub prefill_repeats: Option<u32>,
+    /// How prefill is measured: `cold` (separate requests) or `warmup` (the first, cold warm-up
+    /// request of each context's decode cells, as the seed page).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "cold"))]
+    pub prefill_mode: PrefillMode,
+    /// Measurement window per decode cell, e.g. 30s, 2m.
+    #[cfg_attr(feature = "clap", arg(long = "duration", value_parser = humantime::parse_duration))]
+    #[serde(rename = "duration", deserialize_with = "text::opt_duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
+    pub window: Option<Duration>,
+    /// max_tokens of every decode request (ignore_eos is always set).
+    #[cfg_attr(feature = "clap", arg(long = "max-tokens"))]
+    #[serde(rename = "max-tokens", deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub max_output: Option<Tokens>,
+    /// Whether the streams of a cell share one prompt.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "unique"))]
+    pub prompt_sharing: PromptSharing,
+    /// Seed of the prompt text.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
+    pub seed: u64,
+    /// Also send min_tokens = max_tokens (for servers that ignore ignore_eos).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub min_tokens: bool,
+    /// A JSON object merged into every request body, for engine-specific fields, e.g.
+    /// '{"chat_template_kwargs": {"enable_thinking": false}}'. Its fields override speedmatrix's
+    /// own; it is recorded in the report.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "JSON"))]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<serde_json::Value>"))]
+    pub extra_body: Option<ExtraBody>,
+
+    /// KV cache capacity in tokens, when the server does not report it.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub kv_capacity_tokens: Option<Tokens>,
+    /// The model's config.json, to predict the KV capacity offline when the server does not
+    /// report it, by the rules of the engine --engine names (vLLM when none is named) with the
+    /// engine flags below, the same as `speedmatrix capacity` takes.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PATH"))]
+    pub model_config: Option<PathBuf>,
+    /// The engine's launch flags, for the capacity prediction.
+    #[cfg_attr(
+        feature = "clap",
+        command(
+            flatten,
+            next_help_heading = "Engine flags for the capacity prediction (with --model-config)"
+        )
+    )]
+    #[serde(flatten)]
+    pub engine_options: EngineOptions,
+
+    /// GPU telemetry beside every window: auto (NVIDIA's NVML, else nvidia-smi, else amd-smi,
+    /// else rocm-smi), nvml, smi (the command-line tools only) or off (no GPU and no host
+    /// sampling). Per cell the report then gives GPU utilization, power, energy and joules per
+    /// output token, the lowest clock, seconds throttled by reason, host CPU, the server's own
+    /// tok/s, KV usage, prefix-cache hit rate, speculative acceptance and preemptions, and
+    /// verdicts (throttled, client-bound, server queued, preempted, cache cold); every raw
+    /// sample goes to telemetry.jsonl. A missing driver or tool is recorded, never an error.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "MODE",
+            default_value = "auto",
+            help_heading = "Telemetry"
+        )
+    )]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub telemetry: speedmatrix_telemetry::TelemetryMode,
+    /// Time between GPU and host samples.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "250ms", help_heading = "Telemetry"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub telemetry_interval: Duration,
+    /// Time between scrapes of the server's /metrics inside a window (running, waiting and KV
+    /// usage); its counters are also read at each window's edges.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "1s", help_heading = "Telemetry"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub metrics_interval: Duration,
+
+    /// What each cell measures: `sustained` (N streams busy through a window), `burst` (N
+    /// requests at once, end to end), `rate` (requests arriving at a rate, each latency
+    /// measured from its drawn send time so a late client cannot hide queueing) or
+    /// `conversation` (multi-turn conversations). In burst and rate modes one --concurrency
+    /// value caps the requests in flight (a request past it waits, and the wait counts in its
+    /// latency).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            default_value = "sustained",
+            help_heading = "Load modes"
+        )
+    )]
+    pub mode: LoadKind,
+    /// Burst sizes, e.g. 1,8,64 (--mode burst); with --mode rate, one number: the requests each
+    /// rate cell sends, instead of sending for --duration.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            value_name = "N",
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
+    pub requests: Option<Vec<Concurrency>>,
+    /// Requests per second, e.g. 0.5,1,2,4 (--mode rate); each rate cell sends for --duration.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            value_name = "PER_S",
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
+    pub request_rate: Option<Vec<speedmatrix_units::RequestRate>>,
+    /// How arrivals are spaced (--mode rate).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            default_value = "poisson",
+            help_heading = "Load modes"
+        )
+    )]
+    pub arrival: ArrivalKind,
+    /// The gamma shape of --arrival gamma: 1 is Poisson, below 1 burstier, above 1 more even.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "B", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub burstiness: Option<f64>,
+    /// Seed of the arrival schedule (default: --seed); the same seed sends at the same times.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "S", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub arrival_seed: Option<u64>,
+    /// How long a rate cell waits, after its last send, for the requests still running; those
+    /// still running then are cancelled and counted as unfinished.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "120s", help_heading = "Load modes"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub drain: Duration,
+    /// Burst and rate modes: send every prompt once first (max_tokens 1) so that the prefix
+    /// cache holds it; by default every prompt is new to the server.
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Load modes"))]
+    pub warm_cache: bool,
+    /// A service-level objective for burst and rate cells, e.g. ttft_p99=2s,itl_p99=100ms
+    /// (latencies ttft, itl, tpot, e2e at any percentile). Each cell reports whether its
+    /// percentiles meet it, the share of requests that meet it on their own figures, and those
+    /// requests per second (goodput).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "TERMS", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
+    pub slo: Option<speedmatrix_metrics::Slo>,
+    /// Find, per context, the highest load that meets --slo instead of measuring each given
+    /// load: from the lowest --requests, --request-rate or --concurrency up to the highest
+    /// (without bound when one is given), doubling to bracket the knee and bisecting to it,
+    /// each try a journaled cell. Needs --slo (or --search-floor) and a load mode (burst,
+    /// rate, conversation).
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Load modes"))]
+    pub search: bool,
+    /// With --search: instead of the knee, find the load whose requests are fastest (median
+    /// decode speed, 1 / TPOT p50) while the cell's output still reaches this many tok/s
+    /// (and meets --slo, when given) — the lowest load that reaches the floor, by the same
+    /// bracketing and bisection.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "TOK/S", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub search_floor: Option<f64>,
+    /// Burst and rate modes: every request's prompt begins with a prefix shared by the cell's
+    /// requests, a share of the prompt (50%) or a number of tokens (2k), cached by one request
+    /// sent before the cell; each cell reports the hit rate that should give beside the
+    /// server's own (its counters over the cell).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "PCT|TOKENS", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub shared_prefix: Option<SharedPrefix>,
+    /// Turns of each conversation (--mode conversation).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "N",
+            default_value_t = 4,
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
+    pub turns: u32,
+    /// Tokens of each new question after a conversation's first turn (--mode conversation).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "TOKENS",
+            default_value = "128",
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
+    pub question_tokens: Tokens,
+    /// Sustained mode: after each cell's window, send one cold prompt of this many tokens
+    /// (max_tokens 1) into the running streams, e.g. 32k: its TTFT alone and under load, and
+    /// the streams' tok/s before, during and after it, their stall and the tokens they lost
+    /// (the seed tool's mixed-prefill phase).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "TOKENS", help_heading = "Load modes")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub inject: Option<Tokens>,
+    /// How long the streams are watched after the injected prompt's first token.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "3s", help_heading = "Load modes"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub inject_settle: Duration,
+    /// At most this many cells per context's search.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "N",
+            default_value_t = 12,
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
+    pub search_steps: usize,
+    /// The search stops when the lowest failing load is within this share of the highest
+    /// passing one, e.g. 5%.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "PCT",
+            default_value = "5%",
+            help_heading = "Load modes"
+        )
+    )]
+    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
+    pub search_tolerance: Percent,
+
+    /// Skip TLS certificate verification (recorded in the report).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub insecure: bool,
+    /// Connect timeout.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "10s"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub connect_timeout: Duration,
+    /// Longest silence allowed between two chunks of a stream (and before response headers).
+    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "120s"))]
+    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
+    pub idle_timeout: Duration,
+
+    /// The server's launch command, copied into the report.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub launch_command: Option<String>,
+    /// Weight quantization, for the report (e.g. FP8).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub quantization: Option<String>,
+    /// The engine, when the server does not tell (it names the engine in the report), and
+    /// with --model-config whose KV rules the prediction follows (default vllm): vllm, sglang,
+    /// llama.cpp, tgi or ollama.
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub engine: Option<Engine>,
+    /// GPU name for the report's hardware section (detected with nvidia-smi when present).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub hardware_gpu: Option<String>,
+}
+
+impl Default for RunOptions {
+    /// The flags' defaults: `speedmatrix run` with no flag.
+    fn default() -> Self {
+        RunOptions {
+            url: None,
+            sim_profile: DEFAULT_SIM_PROFILE.into(),
+            model: None,
+            api_key: None,
+            tokenizer: None,
+            api: Api::Completions,
+            preset: None,
+            contexts: None,
+            concurrency: None,
+            prefill_contexts: None,
+            prefill_repeats: None,
+            prefill_mode: PrefillMode::Cold,
+            window: None,
+            max_output: None,
+            prompt_sharing: PromptSharing::Unique,
+            seed: 0,
+            min_tokens: false,
+            extra_body: None,
+            kv_capacity_tokens: None,
+            model_config: None,
+            engine_options: EngineOptions::default(),
+            telemetry: speedmatrix_telemetry::TelemetryMode::Auto,
+            telemetry_interval: Duration::from_millis(250),
+            metrics_interval: Duration::from_secs(1),
+            mode: LoadKind::Sustained,
+            requests: None,
+            request_rate: None,
+            arrival: ArrivalKind::Poisson,
+            burstiness: None,
+            arrival_seed: None,
+            drain: Duration::from_secs(120),
+            warm_cache: false,
+            slo: None,
+            search: false,
+            search_floor: None,
+            shared_prefix: None,
+            turns: 4,
+            question_tokens: Tokens::new(128),
+            inject: None,
+            inject_settle: Duration::from_secs(3),
+            search_steps: 12,
+            search_tolerance: Percent(0.05),
+            insecure: false,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            launch_command: None,
+            quantization: None,
+            engine: None,
+            hardware_gpu: None,
+        }
+    }
+}
+
+/// An unusable option, in the flag's words.
+pub(crate) fn bad(message: impl Into<String>) -> RunError {
+    RunError::BadOption(message.into())
+}
+
+/// Reads `T` from a JSON value (a study's `[run]` table, a simulator profile's launch), every
+/// key checked: an unknown one is an error naming it, never ignored.
+pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    let mut unknown = Vec::new();
+    let parsed: T = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()))
+        .map_err(|e| e.to_string())?;
+    match unknown.first() {
+        None => Ok(parsed),
+        Some(key) => Err(format!(
+            "unknown option `{key}`: the keys are `speedmatrix run`'s flags without their dashes (see `speedmatrix run --help`)"
+        )),
+    }
+}
+
+impl RunOptions {
+    /// Options from a table of flag names and values (a study's `[run]`), every key checked.
+    pub fn from_value(value: serde_json::Value) -> Result<RunOptions, String> {
+        from_value(value)
+    }
+
+    /// Whether these options measure the built-in simulator (no `--url`).
+    pub fn embedded(&self) -> bool {
+        self.url.is_none()
+    }
+
+    /// The matrix these options ask for: a preset (quick on the simulator, seed against a
+    /// server) with each given part overriding it, and the load mode with its flags; flags of
+    /// another mode are refused.
+    pub fn matrix(&self) -> Result<MatrixSpec, RunError> {
+        load::matrix(self)
+    }
+
+    /// The capacity grid these options predict offline (`--model-config` and the engine
+    /// flags), `None` without a model config: for plans printed before any server is up.
+    pub fn predicted_grid(&self) -> Result<Option<speedmatrix_capacity::CapacityGrid>, RunError> {
+        let hints = self.capacity_hints()?;
+        let Some(prediction) = hints.prediction else {
+            return Ok(None);
+        };
+        let default = Preset::Seed.matrix();
+        let spec = speedmatrix_capacity::GridSpec {
+            contexts: self.contexts.clone().unwrap_or(default.contexts),
+            concurrencies: self.concurrency.clone().unwrap_or(default.concurrencies),
+            max_output: self.max_output.unwrap_or(default.max_output),
+        };
+        speedmatrix_capacity::capacity_grid(
+            Some(&prediction),
+            None,
+            speedmatrix_capacity::ServerLimits::default(),
+            &spec,
+        )
+        .map(Some)
+        .map_err(RunError::Capacity)
+    }
+
+    /// The configuration a run of these options measures: the tokenizer loaded, the
+    /// simulator's profile read (without `--url`), the KV capacity predicted (with
+    /// `--model-config`), the hardware detected and `host` recorded. Checked with
+    /// [`crate::validate`].
+    pub fn resolve(&self, host: &HostFacts) -> Result<RunConfig, RunError> {
+        let matrix = self.matrix()?;
+        let tokenizer = self.load_tokenizer()?;
+        let target = match &self.url {
+            Some(url) => Target::Url(url.clone()),
+            None => Target::Embedded(Box::new(self.sim_profile()?)),
+        };
+        let capacity = match (&target, &self.model_config) {
+            // A profile that stands for a real model (the built-in seed one, a hybrid) lays its
+            // KV cache out as that model would: its layout decides the cells.
+            (Target::Embedded(p), None) => match &p.model {
+                Some(m) => profile_capacity_hints(m)?,
+                None => self.capacity_hints()?,
+            },
+            _ => self.capacity_hints()?,
+        };
+        if self.telemetry_interval < Duration::from_millis(10) {
+            return Err(bad(
+                "--telemetry-interval must be at least 10ms; GPU counters do not change faster",
+            ));
+        }
+        if self.metrics_interval < Duration::from_millis(50) {
+            return Err(bad(
+                "--metrics-interval must be at least 50ms, or the scrapes would load the server",
+            ));
+        }
+        let config = RunConfig {
+            labels: labels::labels(self, &target, host),
+            target,
+            api_key: self.api_key.clone().map(speedmatrix_client::ApiKey::new),
+            insecure: self.insecure,
+            model: self.model.clone(),
+            tokenizer,
+            api: self.api,
+            matrix,
+            prompt_sharing: self.prompt_sharing,
+            seed: self.seed,
+            capacity,
+            timeouts: speedmatrix_client::Timeouts::new(
+                self.connect_timeout,
+                self.idle_timeout,
+                self.idle_timeout,
+            ),
+            send_min_tokens: self.min_tokens,
+            extra_body: self.extra_body.clone().unwrap_or_default().0,
+            telemetry: TelemetryConfig {
+                gpu: self.telemetry,
+                interval: self.telemetry_interval,
+                metrics_interval: self.metrics_interval,
+            },
+        };
+        crate::validate(&config)?;
+        Ok(config)
+    }
+
+    /// The simulator profile `--sim-profile` names.
+    pub fn sim_profile(&self) -> Result<speedmatrix_sim::Profile, RunError> {
+        speedmatrix_sim::Profile::load(&self.sim_profile)
+            .map_err(|e| bad(format!("--sim-profile {}: {e}", self.sim_profile)))
+    }
+
+    fn load_tokenizer(&self) -> Result<speedmatrix_workload::Tokenizer, RunError> {
+        let source = match (&self.tokenizer, self.embedded()) {
+            (Some(s), _) => s.as_str(),
+            (None, true) => speedmatrix_workload::BUNDLED_NAME,
+            (None, false) => {
+                return Err(bad(
+                    "with --url, pass --tokenizer: the served model's tokenizer.json, its model folder, \
+                     or its Hugging Face id in the local HF cache, so prompts have exact token counts",
+                ));
+            }
+        };
+        speedmatrix_workload::Tokenizer::load(source)
+            .map_err(|e| bad(format!("--tokenizer {source}: {e}")))
+    }
+
+    /// How the run learns the KV capacity when the server does not say: `--model-config`
+    /// with the engine flags, by the rules of `--engine` (vLLM when none is named), and
+    /// `--kv-capacity-tokens`.
+    pub fn capacity_hints(&self) -> Result<CapacityHints, RunError> {
+        let Some(path) = &self.model_config else {
+            return Ok(CapacityHints {
+                prediction: None,
+                vllm_inputs: None,
+                kv_capacity_tokens: self.kv_capacity_tokens,
+            });
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            bad(format!(
+                "--model-config {}: cannot read it ({e}); pass the path of the model's config.json",
+                path.display()
+            ))
+        })?;
+        let model = speedmatrix_capacity::ModelConfig::from_json(&text)
+            .map_err(|e| bad(format!("--model-config {}: {e}", path.display())))?;
+        let engine = self.engine.unwrap_or(Engine::Vllm);
+        let mut hints = hints_from(model, &self.engine_options, engine)?;
+        hints.kv_capacity_tokens = self.kv_capacity_tokens;
+        Ok(hints)
+    }
+}
+
+/// The capacity hints of a simulator profile that stands for a real model and launch (the
+/// built-in seed profile): its KV layout, as `--model-config` and the engine flags would give
+/// it against a real server.
+fn profile_capacity_hints(
+    model: &speedmatrix_sim::ProfileModel,
+) -> Result<CapacityHints, RunError> {
+    let launch: EngineOptions = from_value(serde_json::Value::Object(model.capacity.clone()))
+        .map_err(|e| bad(format!("the simulator profile's capacity options: {e}")))?;
+    let config = speedmatrix_capacity::ModelConfig::from_json(&model.config.to_string())
+        .map_err(|e| bad(format!("the simulator profile's model config: {e}")))?;
+    hints_from(config, &launch, Engine::Vllm)
+}
+
+fn hints_from(
+    model: speedmatrix_capacity::ModelConfig,
+    options: &EngineOptions,
+    engine: Engine,
+) -> Result<CapacityHints, RunError> {
+    let gpu = options.gpu()?;
+    let flags = options.engine_flags(engine)?;
+    let p = speedmatrix_capacity::predict(&model, &gpu, &flags)
+        .map_err(|e| bad(format!("could not predict the KV capacity: {e}")))?;
+    let vllm_inputs = match flags {
+        speedmatrix_capacity::EngineFlags::Vllm(vflags) => Some(VllmInputs {
+            model,
+            gpu,
+            flags: vflags,
+            version_given: options.vllm_version.is_some(),
+        }),
+        _ => None,
+    };
+    Ok(CapacityHints {
+        prediction: Some(p),
+        vllm_inputs,
+        kv_capacity_tokens: None,
+    })
+}

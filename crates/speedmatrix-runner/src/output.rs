@@ -1,0 +1,201 @@
+//! A run's folder: made (or resumed) before the run, then filled with its files — run.json,
+//! report.md, report.html, measurements.csv, telemetry.jsonl beside the journal. Every file is
+//! written to a temporary name and renamed into place, so an interrupted write leaves the old
+//! file whole and a link in the folder is replaced, never written through.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use speedmatrix_report::Report;
+use tokio_util::sync::CancellationToken;
+
+use crate::{JournalOptions, Notice, Observer, RunConfig, RunError, RunOutcome, Target};
+
+/// The journal's name in a run's folder.
+pub const JOURNAL: &str = "journal.jsonl";
+/// Every GPU and host sample of the run (see `speedmatrix_telemetry::SAMPLES_SCHEMA`).
+pub const TELEMETRY_SAMPLES: &str = "telemetry.jsonl";
+/// The result document.
+pub const RUN_JSON: &str = "run.json";
+/// The files every finished run writes besides the journal.
+pub const OUTPUTS: [&str; 4] = [RUN_JSON, "report.md", "report.html", "measurements.csv"];
+
+/// The folder a run writes into.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    path: PathBuf,
+    resume: bool,
+    created: bool,
+}
+
+impl RunDir {
+    /// A folder for a new run: made if missing; one that holds files is refused unless
+    /// `force` (then its journal is removed and its files are overwritten).
+    pub fn create(path: PathBuf, force: bool) -> Result<RunDir, RunError> {
+        let existed = path.exists();
+        if path.is_dir() {
+            let non_empty = std::fs::read_dir(&path)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false);
+            if non_empty && !force {
+                return Err(RunError::BadOption(format!(
+                    "--out {} already holds files; pass --force to overwrite them, --resume {} to continue that run, or choose another directory",
+                    path.display(),
+                    path.display()
+                )));
+            }
+            if force {
+                let _ = std::fs::remove_file(path.join(JOURNAL));
+            }
+        }
+        std::fs::create_dir_all(&path).map_err(|e| {
+            RunError::BadOption(format!(
+                "cannot create the output directory {}: {e}; choose a writable folder with --out",
+                path.display()
+            ))
+        })?;
+        let probe = path.join(".speedmatrix-write-test");
+        std::fs::write(&probe, b"").map_err(|e| {
+            RunError::BadOption(format!(
+                "cannot write into the output directory {}: {e}; choose a writable folder with --out",
+                path.display()
+            ))
+        })?;
+        let _ = std::fs::remove_file(probe);
+        Ok(RunDir {
+            path,
+            resume: false,
+            created: !existed,
+        })
+    }
+
+    /// The folder of an earlier run to continue: it must hold its journal.
+    pub fn resume(path: PathBuf) -> Result<RunDir, RunError> {
+        if !path.join(JOURNAL).is_file() {
+            return Err(RunError::BadOption(format!(
+                "--resume {}: no {JOURNAL} there; give the output directory of an earlier run",
+                path.display()
+            )));
+        }
+        Ok(RunDir {
+            path,
+            resume: true,
+            created: false,
+        })
+    }
+
+    /// The folder, or to continue a run the folder of an earlier one (whose journal it holds).
+    pub fn create_or_resume(path: PathBuf) -> Result<RunDir, RunError> {
+        if path.join(JOURNAL).is_file() {
+            RunDir::resume(path)
+        } else {
+            RunDir::create(path, false)
+        }
+    }
+
+    /// The folder's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the run continues an earlier one.
+    pub fn resumes(&self) -> bool {
+        self.resume
+    }
+
+    /// Where the journal is and whether to continue it.
+    pub fn journal(&self) -> JournalOptions {
+        JournalOptions {
+            path: Some(self.path.join(JOURNAL)),
+            resume: self.resume,
+        }
+    }
+
+    /// Writes the run's files: telemetry.jsonl (when sampled), then run.json, report.md,
+    /// report.html and measurements.csv. The report's notes are the notices as `word` says
+    /// them; a run on a fitted or predicted simulator profile is marked a what-if.
+    pub fn write(
+        &self,
+        outcome: &mut RunOutcome,
+        word: &dyn Fn(&Notice) -> String,
+    ) -> Result<(), RunError> {
+        if let (Some(samples), Some(t)) = (&outcome.telemetry, outcome.report.telemetry.as_mut()) {
+            write_file(&self.path, TELEMETRY_SAMPLES, &samples.to_jsonl())?;
+            t.samples_file = Some(TELEMETRY_SAMPLES.to_owned());
+        }
+        outcome.report.notes = outcome.notices.iter().map(word).collect();
+        if let Some(origin) = &outcome.simulated_from {
+            crate::report::what_if::mark(&mut outcome.report, origin);
+        }
+        write_report(&self.path, &outcome.report)
+    }
+}
+
+/// Runs `config` into `dir`: the journal there, then every file. A run that could not start
+/// leaves no folder it made behind.
+pub async fn run_into(
+    config: RunConfig,
+    dir: &RunDir,
+    observer: &dyn Observer,
+    cancel: CancellationToken,
+    word: &dyn Fn(&Notice) -> String,
+) -> Result<RunOutcome, RunError> {
+    let outcome = crate::run(config, dir.journal(), observer, cancel).await;
+    let mut outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            if dir.created {
+                // Nothing ran: leave no empty output directory behind (remove_dir
+                // refuses a folder that holds anything).
+                let _ = std::fs::remove_dir(&dir.path);
+            }
+            return Err(e);
+        }
+    };
+    dir.write(&mut outcome, word)?;
+    Ok(outcome)
+}
+
+/// Whether `target` is a simulator profile fitted or predicted rather than written by hand.
+pub(crate) fn simulated_from(target: &Target) -> Option<speedmatrix_sim::ProfileOrigin> {
+    match target {
+        Target::Embedded(p) => p.origin.clone(),
+        Target::Url(_) => None,
+    }
+}
+
+/// Writes a result document's four files into `dir`.
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunError> {
+    let json = report.to_json().map_err(RunError::Report)?;
+    write_file(dir, RUN_JSON, &json)?;
+    write_file(dir, "report.md", &speedmatrix_report::to_markdown(report))?;
+    write_file(dir, "report.html", &speedmatrix_report::to_html(report))?;
+    write_file(dir, "measurements.csv", &speedmatrix_report::to_csv(report))
+}
+
+/// Writes `text` as `dir/name`: into a new temporary file beside it, synced, then renamed over
+/// the name, so the file is whole or untouched and a link at the name is replaced.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<(), RunError> {
+    let path = dir.join(name);
+    let failed = |source: std::io::Error| RunError::Output {
+        path: path.clone(),
+        source,
+    };
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(failed)?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.sync_data());
+    drop(file);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(failed(e));
+    }
+    Ok(())
+}

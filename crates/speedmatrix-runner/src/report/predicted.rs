@@ -1,0 +1,228 @@
+//! A predicted matrix as a result document: every Valid cell's figures from the cost model,
+//! the cells the grid puts over capacity with their reason, and what the prediction assumed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule};
+use speedmatrix_predict::{CostModel, DecodeEstimate, EngineFactors, PrefillEstimate};
+use speedmatrix_report::{
+    Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
+    Percentiles, PredictionInfo, PrefillRow, Report, RunSettings, SCHEMA_VERSION, TokenCountSource,
+    Tool,
+};
+use speedmatrix_units::{PrefillMode, Tokens};
+
+use crate::predicted::{PredictInputs, factor_map};
+
+/// What the document is made from.
+pub(crate) struct Sources<'a> {
+    pub(crate) inputs: &'a PredictInputs,
+    pub(crate) cost: &'a CostModel,
+    pub(crate) factors: &'a EngineFactors,
+    pub(crate) fell_back: bool,
+    pub(crate) grid: &'a CapacityGrid,
+    pub(crate) prefill: &'a [PrefillEstimate],
+    pub(crate) decode: &'a [(DecodeEstimate, CellVerdict)],
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn flat(v: f64) -> Percentiles {
+    Percentiles {
+        p50: v,
+        p90: v,
+        p99: v,
+    }
+}
+
+/// The document.
+pub(crate) fn document(s: &Sources<'_>) -> Report {
+    let inputs = s.inputs;
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let tp = s.cost.machine.tensor_parallel;
+    Report {
+        schema_version: SCHEMA_VERSION,
+        hardware: Hardware {
+            kind: Some("Predicted (no machine ran)".into()),
+            gpus: vec![speedmatrix_report::Gpu {
+                name: inputs.gpu.name.clone(),
+                memory_bytes: Some(inputs.gpu.memory),
+                count: tp,
+            }],
+            ..Hardware::default()
+        },
+        engine: EngineInfo {
+            name: inputs.engine.name().to_owned(),
+            quantization: Some(inputs.model.quantization.to_string()),
+            ..EngineInfo::default()
+        },
+        run: RunSettings {
+            model: inputs.model_name.clone(),
+            served_model: inputs.model.architecture.clone(),
+            revision: None,
+            api: speedmatrix_report::Api::Completions,
+            prompt_mode: "predicted".into(),
+            tokenizer: None,
+            tool: Tool {
+                name: "speedmatrix predict".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            contexts: inputs.contexts.clone(),
+            concurrencies: inputs.concurrencies.clone(),
+            prefill_contexts: inputs.prefill_contexts.clone(),
+            prefill_repeats: 1,
+            prefill_mode: PrefillMode::default(),
+            window_s: inputs.window.as_secs_f64(),
+            max_output_tokens: inputs.max_output,
+            decode_cache_warmed: true,
+            started_at: now.clone(),
+            finished_at: now,
+        },
+        client: None,
+        telemetry: None,
+        capacity: Some(Capacity {
+            measured: None,
+            predicted: Some(KvCapacity {
+                kv_cache_tokens: Tokens::new(s.grid.pool_tokens),
+                source: format!("speedmatrix capacity's {} prediction", inputs.engine),
+            }),
+            rule: s.grid.cells.iter().find(|c| !c.fits).map_or_else(
+                || "every cell fits".to_owned(),
+                |c| c.rule.describe().to_owned(),
+            ),
+        }),
+        prefill: prefill_rows(s),
+        load: None,
+        decode: decode_cells(s),
+        notes: Vec::new(),
+        prediction: Some(PredictionInfo {
+            method: "speedmatrix's cost model (docs/predict.md)".into(),
+            factors: factor_map(s.factors),
+            fitted_on: s.factors.fitted_on.clone(),
+            assumptions: assumptions(s),
+        }),
+    }
+}
+
+fn prefill_rows(s: &Sources<'_>) -> Vec<PrefillRow> {
+    let max_len = decode_max_len(s.grid);
+    s.prefill
+        .iter()
+        .map(|p| {
+            let too_long = max_len.is_some_and(|m| p.context.get() + 1 > m);
+            PrefillRow {
+                context: p.context,
+                status: if too_long {
+                    CellStatus::OverCapacity {
+                        reason: format!("{} + 1 token > max_model_len", p.context),
+                    }
+                } else {
+                    CellStatus::Valid
+                },
+                prompt_tokens_per_s: (!too_long).then_some(p.prompt_tokens_per_s),
+                ttft_ms: (!too_long).then(|| ms(p.ttft)),
+                prompt_tokens_requested: p.context,
+                prompt_tokens_reported: None,
+                repeats: 1,
+            }
+        })
+        .collect()
+}
+
+fn decode_cells(s: &Sources<'_>) -> Vec<DecodeCell> {
+    let window = s.inputs.window.as_secs_f64();
+    s.decode
+        .iter()
+        .map(|(e, v)| DecodeCell {
+            context: e.context,
+            concurrency: e.concurrency,
+            status: if v.fits {
+                CellStatus::Valid
+            } else {
+                CellStatus::OverCapacity {
+                    reason: format!(
+                        "{} × {} needs {} {} > {}",
+                        v.concurrency,
+                        v.request_tokens,
+                        v.needed,
+                        v.rule.unit(),
+                        v.limit
+                    ),
+                }
+            },
+            measurements: v.fits.then(|| DecodeMeasurements {
+                total_tokens_per_s: e.total_tokens_per_s,
+                per_request_tokens_per_s: e.per_request_tokens_per_s,
+                ttft_ms: flat(ms(e.ttft)),
+                time_between_tokens_ms: flat(ms(e.time_between_tokens)),
+                average_active_requests: f64::from(e.concurrency.get()),
+                completed_requests: 0,
+                output_tokens: Tokens::new((e.total_tokens_per_s * window).round() as u64),
+                measured_s: window,
+                queueing_detected: false,
+                prompt_token_mismatches: 0,
+                token_count_source: TokenCountSource::UsagePerChunk,
+                token_count: None,
+                finish_reasons: BTreeMap::new(),
+                server_counter: None,
+                client: None,
+                telemetry: None,
+                interference: None,
+            }),
+        })
+        .collect()
+}
+
+fn assumptions(s: &Sources<'_>) -> Vec<String> {
+    let (cost, gpu, engine) = (s.cost, &s.inputs.gpu, s.inputs.engine);
+    let m = &cost.machine;
+    let mut assumptions = vec![
+        format!(
+            "GPU: {} × {}: {:.0} GB/s peak bandwidth, {:.0} TFLOPS dense {} ({}).",
+            gpu.name,
+            m.tensor_parallel,
+            m.bandwidth_bytes_s / 1e9,
+            m.peak_flops / 1e12,
+            m.compute_dtype,
+            gpu.spec_source
+        ),
+        format!(
+            "Per rank: {:.2} GB of weights every step reads, {} routed experts of {:.1} MB, \
+             {:.1} KB of KV per context token, {:.1} MB of recurrent state per sequence; \
+             prefill in chunks of {} tokens.",
+            cost.shape.params.dense_bytes / 1e9,
+            cost.shape.params.num_experts,
+            cost.shape.params.expert_bytes / 1e6,
+            cost.shape.kv_bytes(1) / 1e3,
+            cost.shape.state_bytes_per_sequence / 1e6,
+            cost.chunk
+        ),
+        "Decode cells: each step's time integrated over the window as the context grows; \
+         their TTFT is a warm-cache estimate (the last partial block prefilled plus one step)."
+            .to_owned(),
+        format!(
+            "The grid: speedmatrix capacity's prediction for {engine} ({} tokens of KV cache).",
+            s.grid.pool_tokens
+        ),
+        "Not modelled: speculative decoding, CPU offload, pipeline parallelism, enforce-eager, \
+         queueing past max_num_seqs."
+            .to_owned(),
+    ];
+    if s.fell_back {
+        assumptions.push(format!(
+            "{engine} has no fitted factors of its own: vLLM's are used."
+        ));
+    }
+    assumptions
+}
+
+/// The longest request the server takes, when the grid knows it.
+fn decode_max_len(grid: &CapacityGrid) -> Option<u64> {
+    grid.cells
+        .iter()
+        .find(|c| c.rule == FitRule::MaxModelLen && !c.fits)
+        .map(|c| c.limit)
+}

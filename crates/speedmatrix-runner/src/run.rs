@@ -1,0 +1,415 @@
+//! One run from start to end: check the configuration, connect and probe, plan, open or
+//! resume the journal, measure every step, and build the result ([`run`]); or only plan
+//! ([`dry_run`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use speedmatrix_capacity::{MeasuredCapacity, ServerLimits};
+use speedmatrix_engines::{EngineHabits as _, ReportedCapacity};
+use speedmatrix_report::Report;
+use speedmatrix_units::Tokens;
+use speedmatrix_workload::{ChatOverhead, PromptBuilder};
+use tokio_util::sync::CancellationToken;
+
+use crate::report::{build_report, now_rfc3339};
+use crate::request::{self, RequestShape};
+use crate::resume::{ResumeKey, open_journal};
+use crate::server::Server;
+use crate::steps::Session;
+use crate::{
+    Api, CellOutcome, ConfigProblem, CorruptTail, KneePath, LoadMode, LoadOutcome, Notice,
+    Observer, Plan, PrefillOutcome, RateLength, RunConfig, RunError, StepId, StopReason,
+    capacity_plan, plan, telemetry,
+};
+
+/// Where the journal lives and whether to continue it.
+#[derive(Debug, Clone, Default)]
+pub struct JournalOptions {
+    /// The journal file; no journal when `None`.
+    pub path: Option<PathBuf>,
+    /// Continue the journal at `path` instead of creating it.
+    pub resume: bool,
+}
+
+/// The result of a run: the typed outcomes, and the document made from them.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The result document (partial when `complete` is false); its notes are
+    /// the notices in neutral words.
+    pub report: Report,
+    /// Every prefill point, in the plan's order.
+    pub prefill: Vec<PrefillOutcome>,
+    /// Every decode cell, in the plan's order.
+    pub decode: Vec<CellOutcome>,
+    /// Every burst or rate cell, in the order run (a search's in its order of tries).
+    pub load: Vec<LoadOutcome>,
+    /// Each context's knee search, when the run searched.
+    pub knees: Vec<KneePath>,
+    /// Every notice: the cells' in order, then the run's.
+    pub notices: Vec<Notice>,
+    /// True when every planned step ran (whatever its status).
+    pub complete: bool,
+    /// Why the run stopped early.
+    pub stopped: Option<StopReason>,
+    /// The journal's damaged tail found on resume, if any.
+    pub journal_damage: Option<CorruptTail>,
+    /// The plan the run followed.
+    pub plan: Plan,
+    /// Every GPU and host sample of the run, when telemetry was on.
+    pub telemetry: Option<speedmatrix_telemetry::Recorded>,
+    /// Where the simulator profile the run measured was fitted or predicted from: the run
+    /// is then a what-if (see [`crate::output::RunDir::write`]).
+    pub simulated_from: Option<speedmatrix_sim::ProfileOrigin>,
+}
+
+impl RunOutcome {
+    /// Whether the run did its job: every planned step ran, and unless nothing failed,
+    /// something was measured (a run of which every step failed did not).
+    pub fn succeeded(&self) -> bool {
+        let r = &self.report;
+        let statuses = || {
+            r.prefill
+                .iter()
+                .map(|p| &p.status)
+                .chain(r.decode.iter().map(|c| &c.status))
+                .chain(
+                    r.load
+                        .iter()
+                        .flat_map(|l| l.cells.iter().map(|c| &c.status)),
+                )
+        };
+        let measured = statuses().any(|s| s.is_valid());
+        let failed = statuses().any(|s| matches!(s, speedmatrix_report::CellStatus::Error { .. }));
+        self.stopped.is_none() && (measured || !failed)
+    }
+}
+
+/// Checks a configuration without contacting any server.
+pub fn validate(config: &RunConfig) -> Result<(), RunError> {
+    let m = &config.matrix;
+    let no_load = match &m.load {
+        LoadMode::Sustained => false,
+        LoadMode::Burst(b) => b.requests.iter().all(|&n| n == 0),
+        LoadMode::Rate(r) => r.rates.is_empty(),
+        LoadMode::Conversation(c) => m.concurrencies.is_empty() || c.turns == 0,
+    };
+    let zero_length = match &m.load {
+        LoadMode::Rate(r) => {
+            r.drain.is_zero()
+                || matches!(r.length, RateLength::Duration(d) if d.is_zero())
+                || matches!(r.length, RateLength::Requests(0))
+        }
+        _ => false,
+    };
+    let problem = if m.contexts.is_empty() && m.prefill_contexts.is_empty() {
+        Some(ConfigProblem::NothingToMeasure)
+    } else if !m.contexts.is_empty() && no_load {
+        Some(ConfigProblem::NoLoad)
+    } else if zero_length {
+        Some(ConfigProblem::ZeroRateLength)
+    } else if !m.contexts.is_empty()
+        && m.concurrencies.is_empty()
+        && matches!(m.load, LoadMode::Sustained)
+    {
+        Some(ConfigProblem::NoConcurrency)
+    } else if m.window.is_zero() {
+        Some(ConfigProblem::ZeroWindow)
+    } else if m.max_output.get() == 0 {
+        Some(ConfigProblem::ZeroMaxTokens)
+    } else if m.prefill_repeats == 0 {
+        Some(ConfigProblem::ZeroPrefillRepeats)
+    } else if m.prefill_contexts.iter().any(|c| c.get() == 0) {
+        Some(ConfigProblem::ZeroPrefillContext)
+    } else {
+        None
+    };
+    problem.map_or(Ok(()), |p| Err(RunError::InvalidConfig(p)))
+}
+
+/// Runs the matrix. See the crate docs for the protocol.
+///
+/// The server is probed and the plan checked before the journal is touched,
+/// so a wrong URL, a wrong model or a matrix of which nothing can run leaves
+/// no half-started run behind.
+pub async fn run(
+    config: RunConfig,
+    journal: JournalOptions,
+    observer: &dyn Observer,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    validate(&config)?;
+    let started_at = now_rfc3339();
+    let server = Server::connect(&config).await?;
+    let result = plan_and_run(&config, &server, &journal, observer, &cancel, started_at).await;
+    server.shutdown().await;
+    result
+}
+
+async fn plan_and_run(
+    config: &RunConfig,
+    server: &Server,
+    journal: &JournalOptions,
+    observer: &dyn Observer,
+    cancel: &CancellationToken,
+    started_at: String,
+) -> Result<RunOutcome, RunError> {
+    let the_plan = plan_for(config, server)?;
+    ensure_something_runs(&the_plan)?;
+    let key = ResumeKey::of(config, &server.model, server.info.version());
+    let (journal, done, journal_damage) = open_journal(journal, key)?;
+    let overhead = match config.api {
+        Api::Chat => Some(chat_overhead(server, config).await?),
+        Api::Completions => None,
+    };
+    let telemetry = telemetry::RunTelemetry::start(config.telemetry);
+    let session = Session {
+        config,
+        server,
+        journal,
+        done,
+        observer,
+        cancel,
+        builder: PromptBuilder::new(config.tokenizer.clone()),
+        overhead,
+        shape: RequestShape {
+            model: server.model.clone(),
+            api: config.api,
+            max_tokens: config.matrix.max_output,
+            ignore_eos: true,
+            min_tokens: config.send_min_tokens,
+            secret: secret_of(config),
+            extra: Arc::new(request_fields(server, config)),
+            one_event_per_token: server.info.engine().one_event_per_token(),
+            keep_text: false,
+        },
+        nonce: run_nonce(),
+        unexpected_content_type: None,
+        telemetry: &telemetry,
+        block_tokens: match server.info.capacity() {
+            Some(ReportedCapacity::Blocks { block_size, .. }) => Some(block_size),
+            _ => None,
+        },
+    };
+    let measured = session.measure(&the_plan).await;
+    let (telemetry_setup, samples) = telemetry.finish();
+    let measured = measured?;
+    let notices: Vec<Notice> = measured
+        .decode
+        .iter()
+        .flat_map(|c| c.notices.iter().cloned())
+        .chain(measured.load.iter().flat_map(|c| c.notices.iter().cloned()))
+        .chain(measured.notices.iter().cloned())
+        .collect();
+    let mut report = build_report(config, server, &the_plan, &measured, &notices, started_at);
+    if config.telemetry.gpu != speedmatrix_telemetry::TelemetryMode::Off {
+        fill_hardware(&mut report.hardware, &telemetry_setup);
+        report.telemetry = Some(telemetry_setup);
+    }
+    Ok(RunOutcome {
+        report,
+        prefill: measured.prefill,
+        decode: measured.decode,
+        load: measured.load,
+        knees: measured.knees,
+        notices,
+        complete: measured.stopped.is_none(),
+        stopped: measured.stopped,
+        journal_damage,
+        plan: the_plan,
+        telemetry: samples,
+        simulated_from: crate::output::simulated_from(&config.target),
+    })
+}
+
+/// The report's GPUs from what the telemetry source read, when the caller
+/// gave none: identical GPUs are one entry with a count.
+fn fill_hardware(
+    hardware: &mut speedmatrix_report::Hardware,
+    setup: &speedmatrix_report::TelemetrySetup,
+) {
+    if !hardware.gpus.is_empty() || setup.gpus.is_empty() {
+        return;
+    }
+    for g in &setup.gpus {
+        match hardware
+            .gpus
+            .iter_mut()
+            .find(|h| h.name == g.name && h.memory_bytes == g.memory_bytes)
+        {
+            Some(h) => h.count += 1,
+            None => hardware.gpus.push(speedmatrix_report::Gpu {
+                name: g.name.clone(),
+                memory_bytes: g.memory_bytes,
+                count: 1,
+            }),
+        }
+    }
+    hardware.kind = Some("Discrete GPU".into());
+}
+
+/// Probes the server and plans the run without measuring anything.
+pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
+    validate(config)?;
+    let server = Server::connect(config).await?;
+    let planned = plan_for(config, &server);
+    server.shutdown().await;
+    planned
+}
+
+fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
+    if let (Some(inject), Some(limit)) = (config.matrix.inject, server.max_model_len) {
+        let tokens = Tokens::new(inject.tokens.get().saturating_add(1));
+        if tokens > limit {
+            return Err(RunError::InvalidConfig(ConfigProblem::InjectTooLong {
+                tokens,
+                max_model_len: limit,
+            }));
+        }
+    }
+    let measured = server.info.capacity().and_then(measured_capacity);
+    let limits = ServerLimits {
+        max_num_seqs: None,
+        max_model_len: server.max_model_len.map(Tokens::get),
+    };
+    let (hints, predicted_for) = plan::hints_for(&config.capacity, server.info.version());
+    let (mut capacity, _grid) = capacity_plan(measured.as_ref(), &hints, limits, &config.matrix)?;
+    capacity.predicted_for = predicted_for;
+    Ok(plan(capacity, &config.matrix, server.max_model_len))
+}
+
+/// A run of which every step is excluded would only produce an empty
+/// report: that is a mistake in the configuration, said before anything is written.
+fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
+    let prefill = the_plan
+        .prefill
+        .iter()
+        .map(|(context, ex)| (StepId::Prefill { context: *context }, ex.as_ref()));
+    let cells = the_plan.cells.iter().map(|c| {
+        let step = StepId::Decode {
+            context: c.context,
+            concurrency: c.concurrency,
+        };
+        (step, c.excluded.as_ref())
+    });
+    let load = the_plan.load.iter().map(|c| {
+        let step = StepId::Load {
+            context: c.context,
+            point: c.point,
+        };
+        (step, c.excluded.as_ref())
+    });
+    let mut steps = prefill.chain(cells).chain(load);
+    if steps.clone().any(|(_, ex)| ex.is_none()) {
+        return Ok(());
+    }
+    let example = steps
+        .next()
+        .and_then(|(step, ex)| Some((step, ex?.clone())));
+    Err(RunError::InvalidConfig(ConfigProblem::NothingCanRun {
+        example,
+    }))
+}
+
+/// A number that makes this run's cache markers differ from every earlier run's,
+/// so "cold" prefill requests really are cold on a long-running server.
+fn run_nonce() -> u64 {
+    let t = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+}
+
+/// The server's own account of its KV cache, from whichever engine's
+/// endpoint answered (see `speedmatrix_engines::Endpoints::capacity`), in
+/// the capacity crate's terms; `None` for an account it has no terms for.
+pub fn measured_capacity(reported: ReportedCapacity) -> Option<MeasuredCapacity> {
+    Some(match reported {
+        ReportedCapacity::Blocks {
+            num_gpu_blocks,
+            block_size,
+        } => MeasuredCapacity::Vllm {
+            num_gpu_blocks,
+            block_size,
+        },
+        ReportedCapacity::Slots {
+            pool_tokens,
+            slots,
+            unified,
+        } => MeasuredCapacity::LlamaCpp {
+            n_ctx: pool_tokens,
+            n_parallel: slots,
+            unified,
+        },
+        ReportedCapacity::TokenPool {
+            tokens,
+            max_running_requests,
+        } => MeasuredCapacity::Sglang {
+            max_total_num_tokens: tokens,
+            max_running_requests,
+        },
+        _ => return None,
+    })
+}
+
+async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhead, RunError> {
+    use speedmatrix_client::{Message, TokenizeRequest};
+    let messages = vec![Message::user(ChatOverhead::PROBE)];
+    let req = TokenizeRequest::chat(server.model.clone(), messages);
+    let count = match server.client.tokenize(&req).await {
+        Ok(Some(t)) => Some(t.count),
+        _ => None,
+    };
+    let count = match count {
+        Some(c) => c.get(),
+        None => {
+            let shape = RequestShape {
+                model: server.model.clone(),
+                api: Api::Chat,
+                max_tokens: Tokens::new(1),
+                ignore_eos: false,
+                min_tokens: false,
+                secret: secret_of(config),
+                extra: Arc::new(request_fields(server, config)),
+                one_event_per_token: false,
+                keep_text: false,
+            };
+            let r = request::record_one(
+                &server.client,
+                &shape,
+                ChatOverhead::PROBE,
+                std::time::Instant::now(),
+                &CancellationToken::new(),
+                None,
+            )
+            .await;
+            match (r.prompt_tokens_reported, r.error) {
+                (Some(n), _) => n.get(),
+                (None, error) => {
+                    return Err(RunError::InvalidConfig(
+                        ConfigProblem::ChatOverheadUnknown {
+                            error: error.map(|f| f.message),
+                        },
+                    ));
+                }
+            }
+        }
+    };
+    ChatOverhead::from_probe(&config.tokenizer, count).map_err(RunError::Workload)
+}
+
+/// The fields merged into every request body: those that make the engine
+/// count tokens on every chunk, then the user's `--extra-body`, which wins.
+pub(crate) fn request_fields(
+    server: &Server,
+    config: &RunConfig,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = server.info.engine().stream_fields();
+    fields.extend(config.extra_body.clone());
+    fields
+}
+
+fn secret_of(config: &RunConfig) -> Option<Arc<str>> {
+    config.api_key.as_ref().map(|k| Arc::from(k.expose()))
+}
