@@ -14,6 +14,7 @@
 mod capacity;
 mod cli_input;
 mod client;
+mod compat;
 mod engines;
 mod faults;
 mod load;

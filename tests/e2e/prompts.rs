@@ -3,7 +3,7 @@
 //! exactly the target, for completions and chat, from 1 token to 128K.
 
 use speedmatrix_client::{
-    ChatRequest, Client, ClientConfig, CompletionRequest, Error, Message, ResponseStream,
+    ChatRequest, Client, ClientConfig, ClientError, CompletionRequest, Message, ResponseStream,
     TokenizeRequest, Usage,
 };
 use speedmatrix_sim::{Profile, SimServer};
@@ -62,6 +62,6 @@ fn server_reported_prompt_tokens_equal_the_target() {
 }
 
 /// The final usage of a stream that must open and finish cleanly.
-async fn usage_of(stream: Result<ResponseStream, Error>) -> Option<Usage> {
+async fn usage_of(stream: Result<ResponseStream, ClientError>) -> Option<Usage> {
     stream.unwrap().collect().await.unwrap().usage
 }

@@ -10,7 +10,8 @@ pub(crate) struct Args {
     pub(crate) no_lint: bool,
 }
 
-/// Runs fmt, clippy, the whole test suite and the doc build, stopping at the first failure.
+/// Runs fmt, clippy (also on the runner without its simulator), the whole test suite and the
+/// doc build, stopping at the first failure.
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     if !args.no_lint {
         sh(&mut cargo(&["fmt", "--all", "--check"]))?;
@@ -18,6 +19,17 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        // The runner without its simulator, as an embedder that measures real servers builds it.
+        sh(&mut cargo(&[
+            "clippy",
+            "-p",
+            "speedmatrix-runner",
+            "--no-default-features",
             "--locked",
             "--",
             "-D",

@@ -105,6 +105,22 @@ pub struct ServerLimits {
 }
 
 impl MeasuredCapacity {
+    /// The KV cache in tokens as the engine counts it: blocks × block size (vLLM), the token
+    /// pool (SGLang), `n_ctx` (llama.cpp); `None` when the product overflows.
+    pub fn tokens(&self) -> Option<u64> {
+        match *self {
+            MeasuredCapacity::Vllm {
+                num_gpu_blocks,
+                block_size,
+            } => num_gpu_blocks.checked_mul(block_size),
+            MeasuredCapacity::Sglang {
+                max_total_num_tokens,
+                ..
+            } => Some(max_total_num_tokens),
+            MeasuredCapacity::LlamaCpp { n_ctx, .. } => Some(n_ctx),
+        }
+    }
+
     /// The pool a measurement describes. For vLLM, the predicted layout (if given)
     /// says how requests consume blocks — hybrid models need it; without it every
     /// block is taken to hold `block_size` tokens of one full-attention group.

@@ -19,7 +19,7 @@ use crate::error::{chain_text, server_message, snippet};
 use crate::request::{ChatRequest, CompletionRequest};
 use crate::stream::{RequestTimings, ResponseStream};
 use crate::wire::{StampingConnector, WireClock};
-use crate::{Error, sse};
+use crate::{ClientError, sse};
 
 /// An API key. Debug and Display print `***`, so it cannot leak into logs or reports.
 #[derive(Clone, PartialEq, Eq)]
@@ -225,7 +225,7 @@ const PROBE_BODY_LIMIT: usize = 32 * 1024 * 1024;
 
 impl Client {
     /// Builds a client. Needs a Tokio runtime only when requests are made.
-    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+    pub fn new(config: ClientConfig) -> Result<Client, ClientError> {
         let base = normalize_base(&config.base_url)?;
         let auth = config.api_key.as_ref().map(bearer).transpose()?;
         let mut http = HttpConnector::new();
@@ -270,7 +270,7 @@ impl Client {
     pub async fn stream_completion(
         &self,
         request: &CompletionRequest,
-    ) -> Result<ResponseStream, Error> {
+    ) -> Result<ResponseStream, ClientError> {
         let body = if request.generation.stream {
             request.to_body()?
         } else {
@@ -282,7 +282,7 @@ impl Client {
     }
 
     /// `POST /v1/chat/completions` as a stream (`stream: true` is forced).
-    pub async fn stream_chat(&self, request: &ChatRequest) -> Result<ResponseStream, Error> {
+    pub async fn stream_chat(&self, request: &ChatRequest) -> Result<ResponseStream, ClientError> {
         let body = if request.generation.stream {
             request.to_body()?
         } else {
@@ -294,11 +294,15 @@ impl Client {
     }
 
     /// Posts an already encoded JSON body to `path` and opens its event stream.
-    pub async fn stream_raw(&self, path: &str, body: Vec<u8>) -> Result<ResponseStream, Error> {
+    pub async fn stream_raw(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<ResponseStream, ClientError> {
         self.stream(path, body).await
     }
 
-    async fn stream(&self, path: &str, body: Vec<u8>) -> Result<ResponseStream, Error> {
+    async fn stream(&self, path: &str, body: Vec<u8>) -> Result<ResponseStream, ClientError> {
         let url = self.url(path);
         let request = self.request(Method::POST, &url, "text/event-stream", Some(body))?;
         let handed_over = Instant::now();
@@ -334,7 +338,7 @@ impl Client {
         // Content-Type: the body decides, and an HTML or JSON one is an error.
         match stream.sniff(&content_type).await? {
             None => Ok(stream),
-            Some(start) => Err(Error::UnexpectedContentType {
+            Some(start) => Err(ClientError::UnexpectedContentType {
                 url,
                 status: status.as_u16(),
                 content_type,
@@ -346,14 +350,18 @@ impl Client {
 
     /// `GET path`, kept verbatim whatever the status (for tools that record
     /// exchanges as fixtures). Fails only when no answer arrives.
-    pub async fn get_raw(&self, path: &str) -> Result<RawResponse, Error> {
+    pub async fn get_raw(&self, path: &str) -> Result<RawResponse, ClientError> {
         self.exchange(Method::GET, path, None).await
     }
 
     /// `POST path` with a JSON body, the answer kept verbatim whatever its
     /// status (an event stream is read to its end). Fails only when no whole
     /// answer arrives.
-    pub async fn post_json_raw(&self, path: &str, body: Vec<u8>) -> Result<RawResponse, Error> {
+    pub async fn post_json_raw(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<RawResponse, ClientError> {
         self.exchange(Method::POST, path, Some(body)).await
     }
 
@@ -362,7 +370,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<RawResponse, Error> {
+    ) -> Result<RawResponse, ClientError> {
         let url = self.url(path);
         let request = self.request(method, &url, "*/*", body)?;
         let response = self.send(request, &url).await?;
@@ -382,7 +390,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<Option<Bytes>, Error> {
+    ) -> Result<Option<Bytes>, ClientError> {
         let url = self.url(path);
         let request = self.request(
             method,
@@ -413,8 +421,8 @@ impl Client {
         url: &str,
         accept: &'static str,
         body: Option<Vec<u8>>,
-    ) -> Result<Request<Full<Bytes>>, Error> {
-        let uri: Uri = url.parse().map_err(|err| Error::InvalidConfig {
+    ) -> Result<Request<Full<Bytes>>, ClientError> {
+        let uri: Uri = url.parse().map_err(|err| ClientError::InvalidConfig {
             reason: format!("cannot build a URL from {url:?}: {err}"),
         })?;
         let mut builder = Request::builder()
@@ -435,49 +443,50 @@ impl Client {
             }
             None => Full::new(Bytes::new()),
         };
-        builder.body(body).map_err(|err| Error::InvalidRequest {
-            reason: format!("cannot build the HTTP request: {err}"),
-        })
+        builder
+            .body(body)
+            .map_err(|err| ClientError::InvalidRequest {
+                reason: format!("cannot build the HTTP request: {err}"),
+            })
     }
 
     async fn send(
         &self,
         request: Request<Full<Bytes>>,
         url: &str,
-    ) -> Result<Response<Incoming>, Error> {
+    ) -> Result<Response<Incoming>, ClientError> {
         let future = self.inner.http.request(request);
-        let result =
-            match self.inner.timeouts.headers {
-                Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
-                    Error::TimeoutHeaders {
-                        url: url.to_owned(),
-                        after: limit,
-                    }
-                })?,
-                None => future.await,
-            };
+        let result = match self.inner.timeouts.headers {
+            Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
+                ClientError::TimeoutHeaders {
+                    url: url.to_owned(),
+                    after: limit,
+                }
+            })?,
+            None => future.await,
+        };
         result.map_err(|err| self.transport_error(url, err))
     }
 
-    fn transport_error(&self, url: &str, err: hyper_util::client::legacy::Error) -> Error {
+    fn transport_error(&self, url: &str, err: hyper_util::client::legacy::Error) -> ClientError {
         let url = url.to_owned();
         if err.is_connect() {
             if let (true, Some(after)) = (is_timed_out(&err), self.inner.timeouts.connect) {
-                return Error::TimeoutConnect { url, after };
+                return ClientError::TimeoutConnect { url, after };
             }
-            return Error::Connect {
+            return ClientError::Connect {
                 url,
                 cause: chain_text(&err),
             };
         }
-        Error::Disconnected {
+        ClientError::Disconnected {
             url,
             reason: "the connection failed before the response head arrived".to_owned(),
             cause: Some(chain_text(&err)),
         }
     }
 
-    async fn status_error(&self, response: Response<Incoming>, url: String) -> Error {
+    async fn status_error(&self, response: Response<Incoming>, url: String) -> ClientError {
         let status = response.status().as_u16();
         let retry_after = retry_after_of(&response);
         let message = match self.read_limited(response, &url, ERROR_BODY_LIMIT).await {
@@ -485,7 +494,7 @@ impl Client {
             Ok(body) => server_message(&body).0,
             Err(err) => format!("(body unreadable: {err})"),
         };
-        Error::HttpStatus {
+        ClientError::HttpStatus {
             url,
             status,
             message,
@@ -499,14 +508,14 @@ impl Client {
         response: Response<Incoming>,
         url: &str,
         limit: usize,
-    ) -> Result<Bytes, Error> {
+    ) -> Result<Bytes, ClientError> {
         let mut body = response.into_body();
         let mut out = Vec::new();
         while out.len() < limit {
             let frame = match self.inner.timeouts.idle {
                 Some(after) => tokio::time::timeout(after, body.frame())
                     .await
-                    .map_err(|_| Error::TimeoutIdle {
+                    .map_err(|_| ClientError::TimeoutIdle {
                         url: url.to_owned(),
                         after,
                     })?,
@@ -515,7 +524,7 @@ impl Client {
             match frame {
                 None => break,
                 Some(Err(err)) => {
-                    return Err(Error::Disconnected {
+                    return Err(ClientError::Disconnected {
                         url: url.to_owned(),
                         reason: "the body ended abruptly".to_owned(),
                         cause: Some(chain_text(&err)),
@@ -542,9 +551,9 @@ fn content_type_of<B>(response: &Response<B>) -> String {
         .to_owned()
 }
 
-fn bearer(key: &ApiKey) -> Result<HeaderValue, Error> {
+fn bearer(key: &ApiKey) -> Result<HeaderValue, ClientError> {
     let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-        Error::InvalidConfig {
+        ClientError::InvalidConfig {
             reason: "the API key contains characters not allowed in an HTTP header".to_owned(),
         }
     })?;
@@ -566,10 +575,10 @@ fn is_timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// `http(s)://host[:port][/prefix]` without a trailing `/` or `/v1`.
-fn normalize_base(url: &str) -> Result<String, Error> {
+fn normalize_base(url: &str) -> Result<String, ClientError> {
     let trimmed = url.trim().trim_end_matches('/');
     let trimmed = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
-    let invalid = |why: &str| Error::InvalidConfig {
+    let invalid = |why: &str| ClientError::InvalidConfig {
         reason: format!("base URL {url:?} {why}; expected e.g. http://127.0.0.1:8000"),
     };
     let uri: Uri = trimmed.parse().map_err(|_| invalid("does not parse"))?;

@@ -5,11 +5,11 @@ use std::time::Duration;
 /// Everything that can go wrong talking to a server.
 ///
 /// Every variant names what failed and, where it helps, the URL, the HTTP
-/// status and a short snippet of what the server sent. Use [`Error::kind`] to
+/// status and a short snippet of what the server sent. Use [`ClientError::kind`] to
 /// group failures in reports: its string form is stable across releases.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ClientError {
     /// The client configuration cannot work (bad base URL, bad API key bytes, TLS setup).
     #[error("invalid client configuration: {reason}")]
     InvalidConfig {
@@ -129,33 +129,33 @@ pub enum Error {
     },
 }
 
-/// Stable category of an [`Error`], for grouping failures in reports.
+/// Stable category of an [`ClientError`], for grouping failures in reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// [`Error::InvalidConfig`].
+    /// [`ClientError::InvalidConfig`].
     Config,
-    /// [`Error::InvalidRequest`].
+    /// [`ClientError::InvalidRequest`].
     InvalidRequest,
-    /// [`Error::Connect`].
+    /// [`ClientError::Connect`].
     Connect,
-    /// [`Error::TimeoutConnect`].
+    /// [`ClientError::TimeoutConnect`].
     TimeoutConnect,
-    /// [`Error::TimeoutHeaders`].
+    /// [`ClientError::TimeoutHeaders`].
     TimeoutHeaders,
-    /// [`Error::TimeoutIdle`].
+    /// [`ClientError::TimeoutIdle`].
     TimeoutIdle,
-    /// [`Error::HttpStatus`].
+    /// [`ClientError::HttpStatus`].
     HttpStatus,
-    /// [`Error::UnexpectedContentType`].
+    /// [`ClientError::UnexpectedContentType`].
     ContentType,
-    /// [`Error::Protocol`].
+    /// [`ClientError::Protocol`].
     Protocol,
-    /// [`Error::SseLineTooLong`].
+    /// [`ClientError::SseLineTooLong`].
     SseLineTooLong,
-    /// [`Error::ServerErrorEvent`].
+    /// [`ClientError::ServerErrorEvent`].
     ServerErrorEvent,
-    /// [`Error::Disconnected`].
+    /// [`ClientError::Disconnected`].
     Disconnected,
 }
 
@@ -207,39 +207,38 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
-impl Error {
+impl ClientError {
     /// The stable category of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidConfig { .. } => ErrorKind::Config,
-            Error::InvalidRequest { .. } => ErrorKind::InvalidRequest,
-            Error::Connect { .. } => ErrorKind::Connect,
-            Error::TimeoutConnect { .. } => ErrorKind::TimeoutConnect,
-            Error::TimeoutHeaders { .. } => ErrorKind::TimeoutHeaders,
-            Error::TimeoutIdle { .. } => ErrorKind::TimeoutIdle,
-            Error::HttpStatus { .. } => ErrorKind::HttpStatus,
-            Error::UnexpectedContentType { .. } => ErrorKind::ContentType,
-            Error::Protocol { .. } => ErrorKind::Protocol,
-            Error::SseLineTooLong { .. } => ErrorKind::SseLineTooLong,
-            Error::ServerErrorEvent { .. } => ErrorKind::ServerErrorEvent,
-            Error::Disconnected { .. } => ErrorKind::Disconnected,
+            ClientError::InvalidConfig { .. } => ErrorKind::Config,
+            ClientError::InvalidRequest { .. } => ErrorKind::InvalidRequest,
+            ClientError::Connect { .. } => ErrorKind::Connect,
+            ClientError::TimeoutConnect { .. } => ErrorKind::TimeoutConnect,
+            ClientError::TimeoutHeaders { .. } => ErrorKind::TimeoutHeaders,
+            ClientError::TimeoutIdle { .. } => ErrorKind::TimeoutIdle,
+            ClientError::HttpStatus { .. } => ErrorKind::HttpStatus,
+            ClientError::UnexpectedContentType { .. } => ErrorKind::ContentType,
+            ClientError::Protocol { .. } => ErrorKind::Protocol,
+            ClientError::SseLineTooLong { .. } => ErrorKind::SseLineTooLong,
+            ClientError::ServerErrorEvent { .. } => ErrorKind::ServerErrorEvent,
+            ClientError::Disconnected { .. } => ErrorKind::Disconnected,
         }
     }
 
-    /// The HTTP status, for [`Error::HttpStatus`] and [`Error::UnexpectedContentType`].
+    /// The HTTP status, for [`ClientError::HttpStatus`] and [`ClientError::UnexpectedContentType`].
     pub fn status(&self) -> Option<u16> {
         match self {
-            Error::HttpStatus { status, .. } | Error::UnexpectedContentType { status, .. } => {
-                Some(*status)
-            }
+            ClientError::HttpStatus { status, .. }
+            | ClientError::UnexpectedContentType { status, .. } => Some(*status),
             _ => None,
         }
     }
 
-    /// The delay an [`Error::HttpStatus`] asked for with `Retry-After` (429 and 503 send it).
+    /// The delay an [`ClientError::HttpStatus`] asked for with `Retry-After` (429 and 503 send it).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::HttpStatus { retry_after, .. } => *retry_after,
+            ClientError::HttpStatus { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use speedmatrix_units::Tokens;
 
-use crate::Error;
+use crate::ClientError;
 use crate::error::{error_message_of, snippet};
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -130,14 +130,14 @@ impl StreamDecoder {
     }
 
     /// The next event, or `None` when more bytes are needed or `[DONE]` was seen.
-    pub fn next_event(&mut self) -> Option<Result<StreamEvent, Error>> {
+    pub fn next_event(&mut self) -> Option<Result<StreamEvent, ClientError>> {
         let mut event = empty_event(self.received_at);
         self.next_event_into(&mut event).map(|r| r.map(|()| event))
     }
 
     /// [`Self::next_event`] written into `event` (every field replaced), so
     /// a reader of millions of events reuses one and its strings' memory.
-    pub fn next_event_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), Error>> {
+    pub fn next_event_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), ClientError>> {
         while !self.done {
             let at = self.received_at;
             let parsed = match self.sse.next_event()? {
@@ -155,13 +155,13 @@ impl StreamDecoder {
     }
 
     /// Call at end of input: yields an event left without its closing blank line.
-    pub fn finish(&mut self) -> Option<Result<StreamEvent, Error>> {
+    pub fn finish(&mut self) -> Option<Result<StreamEvent, ClientError>> {
         let mut event = empty_event(self.received_at);
         self.finish_into(&mut event).map(|r| r.map(|()| event))
     }
 
     /// [`Self::finish`] written into `event`, as [`Self::next_event_into`].
-    pub fn finish_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), Error>> {
+    pub fn finish_into(&mut self, event: &mut StreamEvent) -> Option<Result<(), ClientError>> {
         if self.done {
             return None;
         }
@@ -209,7 +209,7 @@ fn parse_event(
     received_at: Instant,
     opening: &mut fast::Opening,
     event: &mut StreamEvent,
-) -> Result<Parsed, Error> {
+) -> Result<Parsed, ClientError> {
     if sse.is_done() {
         return Ok(Parsed::Done);
     }
@@ -221,7 +221,7 @@ fn parse_event(
     }
     // Validating UTF-8 once up front (SIMD-fast) lets serde_json borrow
     // strings without re-checking each one, which is measurably faster.
-    let text = std::str::from_utf8(sse.data).map_err(|err| Error::Protocol {
+    let text = std::str::from_utf8(sse.data).map_err(|err| ClientError::Protocol {
         reason: format!("stream chunk is not UTF-8 ({err})"),
         snippet: snippet(sse.data),
     })?;
@@ -230,7 +230,7 @@ fn parse_event(
         Some(is_error) => is_error,
         None => {
             reset(event, received_at);
-            parse_serde(text, event).map_err(|err| Error::Protocol {
+            parse_serde(text, event).map_err(|err| ClientError::Protocol {
                 reason: format!("stream chunk is not the expected JSON ({err})"),
                 snippet: snippet(sse.data),
             })?
@@ -265,19 +265,19 @@ pub(crate) fn empty_event(received_at: Instant) -> StreamEvent {
     }
 }
 
-fn error_event(data: &[u8]) -> Error {
+fn error_event(data: &[u8]) -> ClientError {
     let (message, code) = serde_json::from_slice::<serde_json::Value>(data)
         .ok()
         .and_then(|v| error_message_of(&v))
         .unwrap_or_else(|| (snippet(data), None));
-    Error::ServerErrorEvent { message, code }
+    ClientError::ServerErrorEvent { message, code }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn decode(bytes: &[u8]) -> Vec<Result<StreamEvent, Error>> {
+    fn decode(bytes: &[u8]) -> Vec<Result<StreamEvent, ClientError>> {
         let mut d = StreamDecoder::new();
         d.feed(bytes, Instant::now());
         std::iter::from_fn(|| d.next_event()).collect()
@@ -308,7 +308,7 @@ mod tests {
         ] {
             let events = decode(body);
             match &events[0] {
-                Err(Error::ServerErrorEvent { message, .. }) => assert_eq!(message, "boom"),
+                Err(ClientError::ServerErrorEvent { message, .. }) => assert_eq!(message, "boom"),
                 other => panic!("unexpected {other:?}"),
             }
         }

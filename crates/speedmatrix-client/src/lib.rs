@@ -9,7 +9,7 @@
 //! typed. [`RequestTimings`] records when the request was sent, when headers
 //! and the first body byte arrived, and when `[DONE]` came.
 //!
-//! Everything that can fail returns [`Error`], whose [`Error::kind`] is a
+//! Everything that can fail returns [`ClientError`], whose [`ClientError::kind`] is a
 //! stable key ([`ErrorKind::as_str`]) for grouping failures in reports.
 //!
 //! # Streaming
@@ -18,7 +18,7 @@
 //! use speedmatrix_client::{Client, ClientConfig, CompletionRequest};
 //! use speedmatrix_units::Tokens;
 //!
-//! # async fn demo() -> Result<(), speedmatrix_client::Error> {
+//! # async fn demo() -> Result<(), speedmatrix_client::ClientError> {
 //! let client = Client::new(ClientConfig::from_env("http://127.0.0.1:8000"))?;
 //! let request = CompletionRequest::new("my-model", "Once upon a time")
 //!     .max_tokens(Tokens::new(128))
@@ -77,7 +77,7 @@ mod tls;
 mod wire;
 
 pub use client::{ApiKey, Client, ClientConfig, RawResponse, Timeouts};
-pub use error::{Error, ErrorKind};
+pub use error::{ClientError, ErrorKind};
 pub use event::{StreamDecoder, StreamEvent, Usage};
 pub use probe::{ModelInfo, ServerInfo, TokenizeRequest, Tokenized};
 pub use request::{ChatRequest, CompletionRequest, Generation, Message, Prompt, StreamOptions};

@@ -10,7 +10,7 @@ use speedmatrix_engines::{
 
 use crate::error::snippet;
 use crate::request::Message;
-use crate::{Client, Error};
+use crate::{Client, ClientError};
 
 /// One entry of `GET /v1/models`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,8 +132,8 @@ struct ModelList {
     data: Vec<ModelInfo>,
 }
 
-fn decode<'a, T: Deserialize<'a>>(body: &'a [u8], what: &str) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(|err| Error::Protocol {
+fn decode<'a, T: Deserialize<'a>>(body: &'a [u8], what: &str) -> Result<T, ClientError> {
+    serde_json::from_slice(body).map_err(|err| ClientError::Protocol {
         reason: format!("{what} is not the expected JSON ({err})"),
         snippet: snippet(body),
     })
@@ -141,7 +141,7 @@ fn decode<'a, T: Deserialize<'a>>(body: &'a [u8], what: &str) -> Result<T, Error
 
 impl Client {
     /// `GET /v1/models`; `None` when the server has no such endpoint.
-    pub async fn models(&self) -> Result<Option<Vec<ModelInfo>>, Error> {
+    pub async fn models(&self) -> Result<Option<Vec<ModelInfo>>, ClientError> {
         let Some(body) = self.fetch_optional(Method::GET, "/v1/models", None).await? else {
             return Ok(None);
         };
@@ -149,7 +149,7 @@ impl Client {
     }
 
     /// `GET /metrics` parsed as Prometheus text.
-    pub async fn metrics(&self) -> Result<Option<ServerMetrics>, Error> {
+    pub async fn metrics(&self) -> Result<Option<ServerMetrics>, ClientError> {
         let Some(body) = self.fetch_optional(Method::GET, "/metrics", None).await? else {
             return Ok(None);
         };
@@ -157,7 +157,7 @@ impl Client {
     }
 
     /// `GET path` as JSON; `None` when the server has no such endpoint.
-    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, Error> {
+    pub async fn get_json(&self, path: &str) -> Result<Option<serde_json::Value>, ClientError> {
         let Some(body) = self.fetch_optional(Method::GET, path, None).await? else {
             return Ok(None);
         };
@@ -165,8 +165,11 @@ impl Client {
     }
 
     /// vLLM's `POST /tokenize`.
-    pub async fn tokenize(&self, request: &TokenizeRequest) -> Result<Option<Tokenized>, Error> {
-        let body = serde_json::to_vec(request).map_err(|err| Error::InvalidRequest {
+    pub async fn tokenize(
+        &self,
+        request: &TokenizeRequest,
+    ) -> Result<Option<Tokenized>, ClientError> {
+        let body = serde_json::to_vec(request).map_err(|err| ClientError::InvalidRequest {
             reason: format!("cannot encode the tokenize request: {err}"),
         })?;
         let Some(answer) = self
@@ -183,7 +186,7 @@ impl Client {
     ///
     /// Fails only if the server cannot be reached or `/v1/models` fails;
     /// problems with the optional endpoints land in [`ServerInfo::warnings`].
-    pub async fn probe(&self) -> Result<ServerInfo, Error> {
+    pub async fn probe(&self) -> Result<ServerInfo, ClientError> {
         let answers = futures_util::future::join_all(
             PROBE_PATHS.map(|path| self.fetch_optional(Method::GET, path, None)),
         );

@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use speedmatrix_units::Tokens;
 
-use crate::Error;
+use crate::ClientError;
 
 /// A completion prompt: text, or token ids the server uses as they are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,7 +179,7 @@ macro_rules! generation_setters {
             }
 
             /// The JSON body, with `extra` merged in.
-            pub fn to_body(&self) -> Result<Vec<u8>, Error> {
+            pub fn to_body(&self) -> Result<Vec<u8>, ClientError> {
                 body_with_extra(self, &self.generation)
             }
         }
@@ -238,8 +238,11 @@ impl ChatRequest {
 
 generation_setters!(ChatRequest);
 
-fn body_with_extra<T: Serialize>(request: &T, generation: &Generation) -> Result<Vec<u8>, Error> {
-    let invalid = |err: serde_json::Error| Error::InvalidRequest {
+fn body_with_extra<T: Serialize>(
+    request: &T,
+    generation: &Generation,
+) -> Result<Vec<u8>, ClientError> {
+    let invalid = |err: serde_json::Error| ClientError::InvalidRequest {
         reason: format!("cannot encode the request as JSON: {err}"),
     };
     let needs_edit =

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 
-use crate::Error;
+use crate::ClientError;
 
 /// The bytes being decoded: the zero-copy input when active, else the carry buffer.
 macro_rules! src {
@@ -128,7 +128,7 @@ impl SseDecoder {
         Self::with_max_event_bytes(DEFAULT_MAX_EVENT_BYTES)
     }
 
-    /// A decoder that fails with [`Error::SseLineTooLong`] once one event exceeds `max` bytes.
+    /// A decoder that fails with [`ClientError::SseLineTooLong`] once one event exceeds `max` bytes.
     pub fn with_max_event_bytes(max: usize) -> Self {
         SseDecoder {
             carry: Vec::with_capacity(16 * 1024),
@@ -178,7 +178,7 @@ impl SseDecoder {
     /// The next complete event, `None` when more bytes are needed.
     ///
     /// After an error the decoder is spent: it returns `None` from then on.
-    pub fn next_event(&mut self) -> Option<Result<SseEvent<'_>, Error>> {
+    pub fn next_event(&mut self) -> Option<Result<SseEvent<'_>, ClientError>> {
         if self.failed {
             return None;
         }
@@ -203,7 +203,7 @@ impl SseDecoder {
     /// Strict SSE would drop such an event; servers that close right after
     /// their last `data:` line are common enough that keeping it is kinder.
     /// Call [`next_event`](Self::next_event) until `None` first.
-    pub fn finish(&mut self) -> Option<Result<SseEvent<'_>, Error>> {
+    pub fn finish(&mut self) -> Option<Result<SseEvent<'_>, ClientError>> {
         if self.failed {
             return None;
         }
@@ -274,7 +274,7 @@ impl SseDecoder {
     }
 
     /// The next complete line as `buf[start..end]`, without its line end.
-    fn next_line(&mut self) -> Result<Option<(usize, usize)>, Error> {
+    fn next_line(&mut self) -> Result<Option<(usize, usize)>, ClientError> {
         let src = src!(self);
         if self.skip_lf {
             let Some(&byte) = src.get(self.pos) else {
@@ -318,7 +318,7 @@ impl SseDecoder {
         Ok(Some((start, end)))
     }
 
-    fn process_line(&mut self, start: usize, end: usize) -> Result<LineOutcome, Error> {
+    fn process_line(&mut self, start: usize, end: usize) -> Result<LineOutcome, ClientError> {
         let src = src!(self);
         let line = &src[start..end];
         if line.is_empty() {
@@ -355,7 +355,7 @@ impl SseDecoder {
         Ok(LineOutcome::Continue)
     }
 
-    fn push_data(&mut self, start: usize, end: usize) -> Result<(), Error> {
+    fn push_data(&mut self, start: usize, end: usize) -> Result<(), ClientError> {
         match self.data {
             Data::None => self.data = Data::Range(start, end),
             Data::Range(s, e) => {
@@ -368,7 +368,7 @@ impl SseDecoder {
         Ok(())
     }
 
-    fn append_scratch(&mut self, start: usize, end: usize) -> Result<(), Error> {
+    fn append_scratch(&mut self, start: usize, end: usize) -> Result<(), ClientError> {
         if self.scratch.len() + 1 + (end - start) > self.max_event_bytes {
             return Err(self.fail());
         }
@@ -392,7 +392,7 @@ impl SseDecoder {
         SseEvent { event_type, data }
     }
 
-    fn fail(&mut self) -> Error {
+    fn fail(&mut self) -> ClientError {
         self.failed = true;
         self.carry = Vec::new();
         self.input = Bytes::new();
@@ -401,7 +401,7 @@ impl SseDecoder {
         self.scan = 0;
         self.scratch = Vec::new();
         self.data = Data::None;
-        Error::SseLineTooLong {
+        ClientError::SseLineTooLong {
             limit_bytes: self.max_event_bytes,
         }
     }

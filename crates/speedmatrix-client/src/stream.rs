@@ -7,7 +7,7 @@ use futures_util::Stream;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 
-use crate::Error;
+use crate::ClientError;
 use crate::event::{StreamDecoder, StreamEvent, Usage};
 
 /// Instants of one request's milestones (monotonic clock).
@@ -127,7 +127,10 @@ impl ResponseStream {
     /// stream anyway (`data:`, `event:`, `id:`, `retry:` or a `:` comment).
     /// `Ok(None)` when it is (the bytes stay queued for [`Self::next`]),
     /// `Ok(Some(start))` with the body's start when it is not.
-    pub(crate) async fn sniff(&mut self, content_type: &str) -> Result<Option<Vec<u8>>, Error> {
+    pub(crate) async fn sniff(
+        &mut self,
+        content_type: &str,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
         let mut start = Vec::new();
         loop {
             match looks_like_sse(&start) {
@@ -155,7 +158,7 @@ impl ResponseStream {
     /// The next event; `Ok(None)` once the stream is complete.
     ///
     /// After an error the stream is finished and returns `Ok(None)`.
-    pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, ClientError> {
         loop {
             if let Some(ready) = self.poll_buffered() {
                 let at = self.current.received_at;
@@ -177,7 +180,7 @@ impl ResponseStream {
     /// A reader that also waits on something else (a stop signal) takes
     /// events from here first and `select!`s only when this is `None`, so
     /// the other future is polled once per read rather than once per event.
-    pub fn next_buffered(&mut self) -> Option<Result<Option<&StreamEvent>, Error>> {
+    pub fn next_buffered(&mut self) -> Option<Result<Option<&StreamEvent>, ClientError>> {
         match self.poll_buffered()? {
             Ok(true) => Some(Ok(Some(&self.current))),
             Ok(false) => Some(Ok(None)),
@@ -187,13 +190,13 @@ impl ResponseStream {
 
     /// Waits for the next body bytes (or the body's end, or an error);
     /// events they complete then come from [`Self::next_buffered`].
-    pub async fn read_more(&mut self) -> Result<(), Error> {
+    pub async fn read_more(&mut self) -> Result<(), ClientError> {
         self.read().await.inspect_err(|_| self.finished = true)
     }
 
     /// `Some(Ok(true))`: an event is in `current`; `Some(Ok(false))`: the
     /// stream is complete; `None`: more bytes are needed.
-    fn poll_buffered(&mut self) -> Option<Result<bool, Error>> {
+    fn poll_buffered(&mut self) -> Option<Result<bool, ClientError>> {
         if self.finished {
             return Some(Ok(false));
         }
@@ -214,7 +217,7 @@ impl ResponseStream {
     }
 
     /// Reads the whole stream.
-    pub async fn collect(mut self) -> Result<CollectedResponse, Error> {
+    pub async fn collect(mut self) -> Result<CollectedResponse, ClientError> {
         let mut events = Vec::new();
         let (mut content, mut reasoning_content) = (String::new(), String::new());
         while let Some(event) = self.next().await? {
@@ -233,7 +236,7 @@ impl ResponseStream {
     }
 
     /// The stream as a [`futures_util::Stream`] of events.
-    pub fn into_stream(self) -> impl Stream<Item = Result<StreamEvent, Error>> + Send {
+    pub fn into_stream(self) -> impl Stream<Item = Result<StreamEvent, ClientError>> + Send {
         futures_util::stream::unfold(self, |mut stream| async move {
             match stream.next().await {
                 Ok(Some(event)) => Some((Ok(event), stream)),
@@ -264,7 +267,7 @@ impl ResponseStream {
     }
 
     /// Notes what the event in `current` tells about the whole stream.
-    fn observe(&mut self, result: Result<(), Error>) -> Result<bool, Error> {
+    fn observe(&mut self, result: Result<(), ClientError>) -> Result<bool, ClientError> {
         match result {
             Ok(()) => {
                 let event = &self.current;
@@ -285,18 +288,18 @@ impl ResponseStream {
     }
 
     /// Reads one body frame into the decoder, stamping its arrival.
-    async fn read(&mut self) -> Result<(), Error> {
+    async fn read(&mut self) -> Result<(), ClientError> {
         if let Some(data) = self.read_frame().await? {
             self.feed(data);
         }
         Ok(())
     }
 
-    /// The next body frame, or [`Error::TimeoutIdle`] when none arrives
+    /// The next body frame, or [`ClientError::TimeoutIdle`] when none arrives
     /// within the idle timeout.
     async fn next_frame(
         &mut self,
-    ) -> Result<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>, Error> {
+    ) -> Result<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>, ClientError> {
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
         };
@@ -318,7 +321,7 @@ impl ResponseStream {
                 () = timer.as_mut() => {
                     let due = tokio::time::Instant::from_std(self.last_frame_at + after);
                     if tokio::time::Instant::now() >= due {
-                        return Err(Error::TimeoutIdle {
+                        return Err(ClientError::TimeoutIdle {
                             url: self.url.clone(),
                             after,
                         });
@@ -331,7 +334,7 @@ impl ResponseStream {
 
     /// Reads one body frame; `None` for a frame without data or at the end
     /// of the body (then `body_ended` is set).
-    async fn read_frame(&mut self) -> Result<Option<bytes::Bytes>, Error> {
+    async fn read_frame(&mut self) -> Result<Option<bytes::Bytes>, ClientError> {
         if self.body.is_none() {
             self.body_ended = true;
             return Ok(None);
@@ -341,7 +344,7 @@ impl ResponseStream {
                 self.body_ended = true;
                 Ok(None)
             }
-            Some(Err(err)) => Err(Error::Disconnected {
+            Some(Err(err)) => Err(ClientError::Disconnected {
                 url: self.url.clone(),
                 reason: "the connection failed in the middle of the stream".to_owned(),
                 cause: Some(crate::error::chain_text(&err)),
@@ -358,7 +361,7 @@ impl ResponseStream {
 
     /// The body ended: a trailing event may remain; without `[DONE]` or a
     /// finish reason the response is incomplete.
-    fn end_of_body(&mut self) -> Result<bool, Error> {
+    fn end_of_body(&mut self) -> Result<bool, ClientError> {
         if let Some(result) = self.decoder.finish_into(&mut self.current) {
             return self.observe(result);
         }
@@ -372,7 +375,7 @@ impl ResponseStream {
             self.timings.done_at.get_or_insert(at);
             return Ok(false);
         }
-        Err(Error::Disconnected {
+        Err(ClientError::Disconnected {
             url: self.url.clone(),
             reason: "the stream ended before `data: [DONE]` or a finish reason".to_owned(),
             cause: None,

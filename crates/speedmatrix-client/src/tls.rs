@@ -7,15 +7,18 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use crate::Error;
+use crate::ClientError;
 
 /// TLS settings for the connector. Native roots are loaded only when the
 /// base URL is `https:`, so plain-HTTP clients never touch the system store.
-pub(crate) fn client_config(insecure: bool, https: bool) -> Result<rustls::ClientConfig, Error> {
+pub(crate) fn client_config(
+    insecure: bool,
+    https: bool,
+) -> Result<rustls::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|err| Error::InvalidConfig {
+        .map_err(|err| ClientError::InvalidConfig {
             reason: format!("TLS setup failed: {err}"),
         })?;
     if insecure {

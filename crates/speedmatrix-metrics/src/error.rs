@@ -12,6 +12,12 @@ use speedmatrix_units::Tokens;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MetricsError {
+    /// A service-level objective's text did not parse.
+    #[error(
+        "{0}; write terms as METRIC_pNN=LIMIT joined by commas, METRIC one of ttft, itl, tpot, e2e, \
+         e.g. ttft_p99=2s,itl_p99=100ms"
+    )]
+    Slo(String),
     /// A summary or percentile was asked of no values.
     #[error("cannot summarize an empty sample: there were no values to take percentiles of")]
     EmptySample,

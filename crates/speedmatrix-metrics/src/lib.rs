@@ -80,9 +80,7 @@ pub use crate::load::{LoadMetrics, LoadRequest, load_metrics};
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
 pub use crate::series::binned_levels;
-pub use crate::slo::{
-    RequestLatency, Slo, SloMetric, SloOutcome, SloParseError, SloTerm, TermOutcome, judge,
-};
+pub use crate::slo::{RequestLatency, Slo, SloMetric, SloOutcome, SloTerm, TermOutcome, judge};
 pub use crate::stats::{Summary, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};

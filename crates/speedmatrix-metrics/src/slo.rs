@@ -78,21 +78,13 @@ impl fmt::Display for SloTerm {
 /// assert_eq!(slo.terms[1].percentile, 99.9);
 /// assert_eq!(slo.terms[1].limit, Duration::from_millis(100));
 /// assert!("ttft=2s".parse::<Slo>().is_err(), "the percentile is named");
-/// # Ok::<(), speedmatrix_metrics::SloParseError>(())
+/// # Ok::<(), speedmatrix_metrics::MetricsError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Slo {
     /// The terms, in the order given.
     pub terms: Vec<SloTerm>,
 }
-
-/// Why an objective did not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{0}; write terms as METRIC_pNN=LIMIT joined by commas, METRIC one of ttft, itl, tpot, e2e, \
-     e.g. ttft_p99=2s,itl_p99=100ms"
-)]
-pub struct SloParseError(String);
 
 /// A duration as `2s`, `100ms`, `1.5s`, `250us`.
 fn parse_limit(text: &str) -> Result<Duration, String> {
@@ -122,10 +114,10 @@ fn parse_limit(text: &str) -> Result<Duration, String> {
 }
 
 impl FromStr for Slo {
-    type Err = SloParseError;
+    type Err = MetricsError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: String| SloParseError(why);
+        let bad = MetricsError::Slo;
         let mut terms = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, limit) = part

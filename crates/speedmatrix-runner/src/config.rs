@@ -55,7 +55,8 @@ pub struct MatrixSpec {
 }
 
 /// How much of each prompt a load cell's requests share.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SharedPrefix {
     /// This share of the prompt, 0–1.
     Share(f64),
@@ -233,11 +234,24 @@ impl Preset {
 
 /// Which server to measure.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Target {
     /// A running server's base URL, e.g. `http://127.0.0.1:8000`.
     Url(String),
-    /// The built-in simulator, started in-process from a profile.
+    /// The built-in simulator, started in-process from a profile (the `embedded` feature).
+    #[cfg(feature = "embedded")]
     Embedded(Box<speedmatrix_sim::Profile>),
+}
+
+impl Target {
+    /// Whether the target is the built-in simulator.
+    pub fn is_embedded(&self) -> bool {
+        match self {
+            Target::Url(_) => false,
+            #[cfg(feature = "embedded")]
+            Target::Embedded(_) => true,
+        }
+    }
 }
 
 /// How the runner learns the server's KV capacity when the server does not say.

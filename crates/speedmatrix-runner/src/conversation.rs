@@ -25,7 +25,7 @@ use crate::outcome::{
 };
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{Server, read_counters};
-use crate::{Observer, RunError};
+use crate::{Observer, RunnerError};
 
 /// Inputs of one conversation cell.
 pub(crate) struct ConversationCellSpec<'a> {
@@ -55,7 +55,7 @@ pub(crate) async fn run_conversation_cell(
     spec: ConversationCellSpec<'_>,
     observer: &dyn Observer,
     cancel: &CancellationToken,
-) -> Result<LoadOutcome, RunError> {
+) -> Result<LoadOutcome, RunnerError> {
     observer.event(Event::Phase {
         step: spec.step,
         phase: StepPhase::Measuring,
@@ -103,7 +103,7 @@ pub(crate) async fn run_conversation_cell(
         }
     }
     if cancel.is_cancelled() {
-        return Err(RunError::Cancelled);
+        return Err(RunnerError::Cancelled);
     }
     let after = match before {
         Some(_) => read_counters(server.client.clone()).await,

@@ -1,4 +1,4 @@
-//! Why a run could not start or had to stop ([`RunError`]), and what is wrong with a
+//! Why a run could not start or had to stop ([`RunnerError`]), and what is wrong with a
 //! configuration before any server is asked ([`ConfigProblem`]).
 
 use std::path::PathBuf;
@@ -96,7 +96,7 @@ impl std::fmt::Display for ConfigProblem {
 /// (no command-line flags); a front end adds its own advice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RunError {
+pub enum RunnerError {
     /// The configuration contradicts itself.
     #[error("invalid run configuration: {0}")]
     InvalidConfig(ConfigProblem),
@@ -111,7 +111,7 @@ pub enum RunError {
         url: String,
         /// The client's error.
         #[source]
-        source: speedmatrix_client::Error,
+        source: speedmatrix_client::ClientError,
     },
     /// The requested model is not served.
     #[error("the server does not serve model `{requested}`; it serves: {}", available.join(", "))]
@@ -128,14 +128,15 @@ pub enum RunError {
         url: String,
     },
     /// The embedded simulator could not start.
+    #[cfg(feature = "embedded")]
     #[error("could not start the built-in simulator: {0}")]
     Simulator(#[source] speedmatrix_sim::SimError),
     /// Prompts could not be built.
     #[error("could not build prompts: {0}")]
-    Workload(#[source] speedmatrix_workload::Error),
+    Workload(#[source] speedmatrix_workload::WorkloadError),
     /// An open-loop schedule could not be drawn.
     #[error("could not draw the arrival schedule: {0}")]
-    Arrivals(#[source] speedmatrix_workload::ArrivalError),
+    Arrivals(#[source] speedmatrix_workload::WorkloadError),
     /// The capacity figures are unusable.
     #[error("could not decide KV capacity: {0}")]
     Capacity(#[source] speedmatrix_capacity::CapacityError),

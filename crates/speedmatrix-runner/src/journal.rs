@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::RunError;
+use crate::RunnerError;
 
 /// Where a journal stops being readable: everything before it was kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,12 +45,12 @@ pub struct Journal {
 
 impl Journal {
     /// Creates a new, empty journal; fails if the file already exists.
-    pub fn create(path: &Path) -> Result<Journal, RunError> {
+    pub fn create(path: &Path) -> Result<Journal, RunnerError> {
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|source| RunError::Journal {
+            .map_err(|source| RunnerError::Journal {
                 path: path.to_owned(),
                 action: "create",
                 source,
@@ -63,12 +63,12 @@ impl Journal {
 
     /// Opens the journal at `path` to add records after whatever it holds, creating it when
     /// missing (a study's journal, whose reader keeps every readable line).
-    pub fn open_append(path: &Path) -> Result<Journal, RunError> {
+    pub fn open_append(path: &Path) -> Result<Journal, RunnerError> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|source| RunError::Journal {
+            .map_err(|source| RunnerError::Journal {
                 path: path.to_owned(),
                 action: "open",
                 source,
@@ -84,10 +84,10 @@ impl Journal {
     /// positions new records after the last good one.
     pub fn resume<T: DeserializeOwned>(
         path: &Path,
-    ) -> Result<(Journal, JournalContents<T>), RunError> {
+    ) -> Result<(Journal, JournalContents<T>), RunnerError> {
         let io_err = |action: &'static str| {
             let path = path.to_owned();
-            move |source| RunError::Journal {
+            move |source| RunnerError::Journal {
                 path,
                 action,
                 source,
@@ -121,14 +121,14 @@ impl Journal {
     }
 
     /// Appends one record as a line and makes it durable before returning.
-    pub fn append<T: Serialize>(&mut self, record: &T) -> Result<(), RunError> {
-        let mut line = serde_json::to_vec(record).map_err(|e| RunError::Journal {
+    pub fn append<T: Serialize>(&mut self, record: &T) -> Result<(), RunnerError> {
+        let mut line = serde_json::to_vec(record).map_err(|e| RunnerError::Journal {
             path: self.path.clone(),
             action: "serialize a record for",
             source: std::io::Error::other(e),
         })?;
         line.push(b'\n');
-        let io_err = |source| RunError::Journal {
+        let io_err = |source| RunnerError::Journal {
             path: self.path.clone(),
             action: "write",
             source,
@@ -153,13 +153,15 @@ fn damaged_tail_path(path: &Path) -> PathBuf {
 }
 
 /// Reads a journal file's records without changing it.
-pub(crate) fn read_file<T: DeserializeOwned>(path: &Path) -> Result<JournalContents<T>, RunError> {
-    let mut file = File::open(path).map_err(|source| RunError::Journal {
+pub(crate) fn read_file<T: DeserializeOwned>(
+    path: &Path,
+) -> Result<JournalContents<T>, RunnerError> {
+    let mut file = File::open(path).map_err(|source| RunnerError::Journal {
         path: path.to_owned(),
         action: "open",
         source,
     })?;
-    read_records(&mut file).map_err(|source| RunError::Journal {
+    read_records(&mut file).map_err(|source| RunnerError::Journal {
         path: path.to_owned(),
         action: "read",
         source,

@@ -22,7 +22,7 @@
 //! - Nothing is written before the server has been probed and the plan
 //!   checked: a wrong URL, an unknown model or a matrix of which nothing can
 //!   run (every cell too long for `max_model_len` or over capacity) is a
-//!   [`RunError`] and leaves no journal behind.
+//!   [`RunnerError`] and leaves no journal behind.
 //! - HTTP 429 and 503 on a request's first response are transient by
 //!   definition: the request is sent again after the server's `Retry-After`
 //!   (capped at 30 s; 1, 2, 4 s without one), at most 3 times, and the cell
@@ -43,7 +43,7 @@
 //!   tokenizer) and calibrated on the cell's finished requests, and the cell's
 //!   [`TokenCounting`] says which (see `docs/metrics.md`).
 //! - A journal written for another server, model, tokenizer or matrix is not
-//!   continued: [`RunError::ResumeMismatch`] names every difference of the
+//!   continued: [`RunnerError::ResumeMismatch`] names every difference of the
 //!   [`ResumeKey`].
 //!
 //! ```no_run
@@ -92,6 +92,7 @@ pub mod output;
 mod plan;
 pub mod predicted;
 mod prefill;
+#[cfg(feature = "embedded")]
 pub mod profiles;
 mod report;
 mod request;
@@ -109,7 +110,7 @@ pub use crate::config::{
     PrefillMode, Preset, PromptSharing, RateLength, RateSpec, RunConfig, RunLabels, SearchGoal,
     SearchSpec, SharedPrefix, Target, TelemetryConfig, VllmInputs,
 };
-pub use crate::error::{ConfigProblem, RunError};
+pub use crate::error::{ConfigProblem, RunnerError};
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Silent, StepPhase};
 pub use crate::outcome::{
@@ -124,7 +125,8 @@ pub use crate::plan::{
 };
 pub use crate::report::{capacity_rule, decode_cell, load_cell, measured_source, prefill_row};
 pub use crate::resume::{
-    JOURNAL_VERSION, JournalStep, KeyDifference, LoadKey, ResumeKey, journal_steps, read_journal,
+    InjectKey, JOURNAL_VERSION, JournalStep, KeyDifference, LoadKey, OLDEST_JOURNAL_VERSION,
+    ResumeKey, Schedule, journal_steps, read_journal,
 };
 pub use crate::run::{JournalOptions, RunOutcome, dry_run, measured_capacity, run, validate};
 pub use crate::search::{KneeSearch, SearchEnd};

@@ -28,7 +28,7 @@ use crate::outcome::{
 };
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{Server, read_counters};
-use crate::{Observer, RunError};
+use crate::{Observer, RunnerError};
 use speedmatrix_engines::CounterDeltas;
 
 /// Inputs of one load cell.
@@ -68,10 +68,10 @@ pub(crate) fn rate_schedule(
     r: &RateSpec,
     context: Tokens,
     rate: RequestRate,
-) -> Result<Vec<Duration>, RunError> {
+) -> Result<Vec<Duration>, RunnerError> {
     let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
     let arrivals = speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed)
-        .map_err(RunError::Arrivals)?;
+        .map_err(RunnerError::Arrivals)?;
     let times = match r.length {
         RateLength::Duration(d) => arrivals.within(d),
         RateLength::Requests(n) => arrivals.first(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -106,7 +106,7 @@ pub(crate) async fn run_load_cell(
     spec: LoadCellSpec<'_>,
     observer: &dyn Observer,
     cancel: &CancellationToken,
-) -> Result<LoadOutcome, RunError> {
+) -> Result<LoadOutcome, RunnerError> {
     let phase = |phase| {
         observer.event(Event::Phase {
             step: spec.step,
@@ -129,7 +129,7 @@ pub(crate) async fn run_load_cell(
         }
     }
     if cancel.is_cancelled() {
-        return Err(RunError::Cancelled);
+        return Err(RunnerError::Cancelled);
     }
     // The prefix cache is judged on the cell's own requests: read before them.
     let counters_before = match (&spec.prefix, server.has_metrics()) {
@@ -173,7 +173,7 @@ pub(crate) async fn run_load_cell(
     if cancel.is_cancelled() {
         stop.cancel();
         while tasks.join_next().await.is_some() {}
-        return Err(RunError::Cancelled);
+        return Err(RunnerError::Cancelled);
     }
     phase(StepPhase::Draining);
     let mut recorded: Vec<(Instant, Recorded)> = Vec::with_capacity(spec.prompts.len());
@@ -192,7 +192,7 @@ pub(crate) async fn run_load_cell(
             () = cancel.cancelled() => {
                 stop.cancel();
                 while tasks.join_next().await.is_some() {}
-                return Err(RunError::Cancelled);
+                return Err(RunnerError::Cancelled);
             }
         }
     }
@@ -262,7 +262,7 @@ async fn summarize(
     spec: &LoadCellSpec<'_>,
     run: &CellRun,
     recorded: Vec<(Instant, Recorded)>,
-) -> Result<LoadOutcome, RunError> {
+) -> Result<LoadOutcome, RunnerError> {
     let epoch = run.epoch;
     let mut notices = Vec::new();
     let (intended, records): (Vec<Instant>, Vec<Recorded>) = recorded.into_iter().unzip();

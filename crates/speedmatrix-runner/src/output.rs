@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use speedmatrix_report::Report;
 use tokio_util::sync::CancellationToken;
 
-use crate::{JournalOptions, Notice, Observer, RunConfig, RunError, RunOutcome, Target};
+use crate::{JournalOptions, Notice, Observer, RunConfig, RunOutcome, RunnerError};
 
 /// The journal's name in a run's folder.
 pub const JOURNAL: &str = "journal.jsonl";
@@ -31,14 +31,14 @@ pub struct RunDir {
 impl RunDir {
     /// A folder for a new run: made if missing; one that holds files is refused unless
     /// `force` (then its journal is removed and its files are overwritten).
-    pub fn create(path: PathBuf, force: bool) -> Result<RunDir, RunError> {
+    pub fn create(path: PathBuf, force: bool) -> Result<RunDir, RunnerError> {
         let existed = path.exists();
         if path.is_dir() {
             let non_empty = std::fs::read_dir(&path)
                 .map(|mut d| d.next().is_some())
                 .unwrap_or(false);
             if non_empty && !force {
-                return Err(RunError::BadOption(format!(
+                return Err(RunnerError::BadOption(format!(
                     "--out {} already holds files; pass --force to overwrite them, --resume {} to continue that run, or choose another directory",
                     path.display(),
                     path.display()
@@ -49,14 +49,14 @@ impl RunDir {
             }
         }
         std::fs::create_dir_all(&path).map_err(|e| {
-            RunError::BadOption(format!(
+            RunnerError::BadOption(format!(
                 "cannot create the output directory {}: {e}; choose a writable folder with --out",
                 path.display()
             ))
         })?;
         let probe = path.join(".speedmatrix-write-test");
         std::fs::write(&probe, b"").map_err(|e| {
-            RunError::BadOption(format!(
+            RunnerError::BadOption(format!(
                 "cannot write into the output directory {}: {e}; choose a writable folder with --out",
                 path.display()
             ))
@@ -70,9 +70,9 @@ impl RunDir {
     }
 
     /// The folder of an earlier run to continue: it must hold its journal.
-    pub fn resume(path: PathBuf) -> Result<RunDir, RunError> {
+    pub fn resume(path: PathBuf) -> Result<RunDir, RunnerError> {
         if !path.join(JOURNAL).is_file() {
-            return Err(RunError::BadOption(format!(
+            return Err(RunnerError::BadOption(format!(
                 "--resume {}: no {JOURNAL} there; give the output directory of an earlier run",
                 path.display()
             )));
@@ -85,7 +85,7 @@ impl RunDir {
     }
 
     /// The folder, or to continue a run the folder of an earlier one (whose journal it holds).
-    pub fn create_or_resume(path: PathBuf) -> Result<RunDir, RunError> {
+    pub fn create_or_resume(path: PathBuf) -> Result<RunDir, RunnerError> {
         if path.join(JOURNAL).is_file() {
             RunDir::resume(path)
         } else {
@@ -118,12 +118,13 @@ impl RunDir {
         &self,
         outcome: &mut RunOutcome,
         word: &dyn Fn(&Notice) -> String,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), RunnerError> {
         if let (Some(samples), Some(t)) = (&outcome.telemetry, outcome.report.telemetry.as_mut()) {
             write_file(&self.path, TELEMETRY_SAMPLES, &samples.to_jsonl())?;
             t.samples_file = Some(TELEMETRY_SAMPLES.to_owned());
         }
         outcome.report.notes = outcome.notices.iter().map(word).collect();
+        #[cfg(feature = "embedded")]
         if let Some(origin) = &outcome.simulated_from {
             crate::report::what_if::mark(&mut outcome.report, origin);
         }
@@ -139,7 +140,7 @@ pub async fn run_into(
     observer: &dyn Observer,
     cancel: CancellationToken,
     word: &dyn Fn(&Notice) -> String,
-) -> Result<RunOutcome, RunError> {
+) -> Result<RunOutcome, RunnerError> {
     let outcome = crate::run(config, dir.journal(), observer, cancel).await;
     let mut outcome = match outcome {
         Ok(o) => o,
@@ -157,16 +158,17 @@ pub async fn run_into(
 }
 
 /// Whether `target` is a simulator profile fitted or predicted rather than written by hand.
-pub(crate) fn simulated_from(target: &Target) -> Option<speedmatrix_sim::ProfileOrigin> {
+#[cfg(feature = "embedded")]
+pub(crate) fn simulated_from(target: &crate::Target) -> Option<speedmatrix_sim::ProfileOrigin> {
     match target {
-        Target::Embedded(p) => p.origin.clone(),
-        Target::Url(_) => None,
+        crate::Target::Embedded(p) => p.origin.clone(),
+        crate::Target::Url(_) => None,
     }
 }
 
 /// Writes a result document's four files into `dir`.
-pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunError> {
-    let json = report.to_json().map_err(RunError::Report)?;
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunnerError> {
+    let json = report.to_json().map_err(RunnerError::Report)?;
     write_file(dir, RUN_JSON, &json)?;
     write_file(dir, "report.md", &speedmatrix_report::to_markdown(report))?;
     write_file(dir, "report.html", &speedmatrix_report::to_html(report))?;
@@ -175,9 +177,9 @@ pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunError> {
 
 /// Writes `text` as `dir/name`: into a new temporary file beside it, synced, then renamed over
 /// the name, so the file is whole or untouched and a link at the name is replaced.
-pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<(), RunError> {
+pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<(), RunnerError> {
     let path = dir.join(name);
-    let failed = |source: std::io::Error| RunError::Output {
+    let failed = |source: std::io::Error| RunnerError::Output {
         path: path.clone(),
         source,
     };

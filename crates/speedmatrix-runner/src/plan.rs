@@ -9,7 +9,7 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{Concurrency, Tokens};
 
-use crate::RunError;
+use crate::RunnerError;
 use crate::config::{CapacityHints, LoadMode, MatrixSpec, RateLength};
 use crate::outcome::{Exclusion, LoadPoint, TooLong};
 
@@ -95,7 +95,7 @@ pub fn capacity_plan(
     hints: &CapacityHints,
     limits: ServerLimits,
     spec: &MatrixSpec,
-) -> Result<(CapacityPlan, Option<CapacityGrid>), RunError> {
+) -> Result<(CapacityPlan, Option<CapacityGrid>), RunnerError> {
     let predicted = hints.prediction.as_ref();
     if measured.is_some() || predicted.is_some() {
         let grid_spec = GridSpec {
@@ -103,8 +103,8 @@ pub fn capacity_plan(
             concurrencies: spec.concurrencies.clone(),
             max_output: spec.max_output,
         };
-        let grid =
-            capacity_grid(predicted, measured, limits, &grid_spec).map_err(RunError::Capacity)?;
+        let grid = capacity_grid(predicted, measured, limits, &grid_spec)
+            .map_err(RunnerError::Capacity)?;
         let source = if measured.is_some() {
             CapacitySourceKind::Measured
         } else {

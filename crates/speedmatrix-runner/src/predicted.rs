@@ -14,7 +14,7 @@ use speedmatrix_predict::{
 use speedmatrix_report::Report;
 use speedmatrix_units::{Concurrency, Engine, Tokens};
 
-use crate::RunError;
+use crate::RunnerError;
 
 /// What a prediction is made from.
 #[derive(Debug, Clone)]
@@ -66,8 +66,8 @@ pub struct PredictedMatrix {
 }
 
 /// Predicts the matrix of `inputs`.
-pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunError> {
-    let bad = |e: String| RunError::BadOption(e);
+pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerError> {
+    let bad = |e: String| RunnerError::BadOption(e);
     let capacity = speedmatrix_capacity::predict(&inputs.model, &inputs.gpu, &inputs.flags)
         .map_err(|e| bad(e.to_string()))?;
     let spec = GridSpec {
@@ -127,7 +127,7 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunErro
         prefill: &prefill,
         decode: &decode,
     });
-    report.validate().map_err(RunError::Report)?;
+    report.validate().map_err(RunnerError::Report)?;
     Ok(PredictedMatrix {
         report,
         cost,

@@ -7,7 +7,7 @@ use speedmatrix_metrics::{Summary, prefill_metrics};
 use speedmatrix_units::Tokens;
 use tokio_util::sync::CancellationToken;
 
-use crate::RunError;
+use crate::RunnerError;
 use crate::outcome::{Failure, FailureKind, PrefillOutcome, StepStatus};
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::Server;
@@ -20,14 +20,14 @@ pub(crate) async fn run_prefill(
     context: Tokens,
     prompts: &[String],
     cancel: &CancellationToken,
-) -> Result<(PrefillOutcome, Option<String>), RunError> {
+) -> Result<(PrefillOutcome, Option<String>), RunnerError> {
     let shape = shape.for_one_token();
     let mut recorded = Vec::with_capacity(prompts.len());
     for prompt in prompts {
         let epoch = Instant::now();
         let r = record_one(&server.client, &shape, prompt, epoch, cancel, None).await;
         if cancel.is_cancelled() {
-            return Err(RunError::Cancelled);
+            return Err(RunnerError::Cancelled);
         }
         let failed = r.error.is_some();
         recorded.push(r);

@@ -9,7 +9,7 @@ use speedmatrix_report::{CellStatus, DecodeCell, Report};
 use speedmatrix_sim::fit::{DecodeObservation, FittedCost, PrefillObservation, fit_cost};
 use speedmatrix_sim::{OriginKind, Profile, ProfileOrigin};
 
-use crate::RunError;
+use crate::RunnerError;
 use crate::predicted::PredictedMatrix;
 
 /// A profile fitted to a measured run, and how well it fits.
@@ -34,8 +34,8 @@ pub fn calibrate(
     source: &str,
     max_num_batched_tokens: u64,
     kv_cache_tokens: Option<speedmatrix_units::Tokens>,
-) -> Result<Calibration, RunError> {
-    let bad = |m: String| RunError::BadOption(m);
+) -> Result<Calibration, RunnerError> {
+    let bad = |m: String| RunnerError::BadOption(m);
     if report.prediction.is_some() {
         return Err(bad(format!(
             "{source} is a predicted or simulated document, not a measurement: calibrate on a measured run"
@@ -195,8 +195,8 @@ fn grid_blocks(report: &Report, block: u64) -> Option<u64> {
 pub fn predicted_profile(
     predicted: &PredictedMatrix,
     name: &str,
-) -> Result<(Profile, f64), RunError> {
-    let bad = |m: String| RunError::BadOption(m);
+) -> Result<(Profile, f64), RunnerError> {
+    let bad = |m: String| RunnerError::BadOption(m);
     let report = &predicted.report;
     let window = report.run.window_s;
     let obs: Vec<DecodeObservation> = predicted

@@ -94,7 +94,7 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// should not be retried: only 429 (rate limited) and 503 (overloaded) on the
 /// initial request are transient by their definition; the server's
 /// `Retry-After` is honoured (capped), else 1 s, 2 s, 4 s.
-fn retry_delay(e: &speedmatrix_client::Error, retries_so_far: u32) -> Option<Duration> {
+fn retry_delay(e: &speedmatrix_client::ClientError, retries_so_far: u32) -> Option<Duration> {
     if retries_so_far >= MAX_RETRIES || !matches!(e.status(), Some(429 | 503)) {
         return None;
     }
@@ -135,7 +135,7 @@ impl RequestShape {
         &self,
         client: &Client,
         prompt: &str,
-    ) -> Result<ResponseStream, speedmatrix_client::Error> {
+    ) -> Result<ResponseStream, speedmatrix_client::ClientError> {
         match self.api {
             Api::Completions => {
                 let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned());
@@ -407,7 +407,7 @@ impl Recorder {
 fn failed(
     sent: Timestamp,
     ended: Timestamp,
-    e: &speedmatrix_client::Error,
+    e: &speedmatrix_client::ClientError,
     secret: Option<&str>,
 ) -> Recorded {
     let kind = e.kind();
@@ -443,8 +443,8 @@ pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    fn status(status: u16, retry_after: Option<u64>) -> speedmatrix_client::Error {
-        speedmatrix_client::Error::HttpStatus {
+    fn status(status: u16, retry_after: Option<u64>) -> speedmatrix_client::ClientError {
+        speedmatrix_client::ClientError::HttpStatus {
             url: "http://127.0.0.1/v1/completions".into(),
             status,
             message: "busy".into(),

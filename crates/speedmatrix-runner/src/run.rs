@@ -20,7 +20,7 @@ use crate::server::Server;
 use crate::steps::Session;
 use crate::{
     Api, CellOutcome, ConfigProblem, CorruptTail, KneePath, LoadMode, LoadOutcome, Notice,
-    Observer, Plan, PrefillOutcome, RateLength, RunConfig, RunError, StepId, StopReason,
+    Observer, Plan, PrefillOutcome, RateLength, RunConfig, RunnerError, StepId, StopReason,
     capacity_plan, plan, telemetry,
 };
 
@@ -61,6 +61,7 @@ pub struct RunOutcome {
     pub telemetry: Option<speedmatrix_telemetry::Recorded>,
     /// Where the simulator profile the run measured was fitted or predicted from: the run
     /// is then a what-if (see [`crate::output::RunDir::write`]).
+    #[cfg(feature = "embedded")]
     pub simulated_from: Option<speedmatrix_sim::ProfileOrigin>,
 }
 
@@ -87,7 +88,7 @@ impl RunOutcome {
 }
 
 /// Checks a configuration without contacting any server.
-pub fn validate(config: &RunConfig) -> Result<(), RunError> {
+pub fn validate(config: &RunConfig) -> Result<(), RunnerError> {
     let m = &config.matrix;
     let no_load = match &m.load {
         LoadMode::Sustained => false,
@@ -125,7 +126,7 @@ pub fn validate(config: &RunConfig) -> Result<(), RunError> {
     } else {
         None
     };
-    problem.map_or(Ok(()), |p| Err(RunError::InvalidConfig(p)))
+    problem.map_or(Ok(()), |p| Err(RunnerError::InvalidConfig(p)))
 }
 
 /// Runs the matrix. See the crate docs for the protocol.
@@ -138,7 +139,7 @@ pub async fn run(
     journal: JournalOptions,
     observer: &dyn Observer,
     cancel: CancellationToken,
-) -> Result<RunOutcome, RunError> {
+) -> Result<RunOutcome, RunnerError> {
     validate(&config)?;
     let started_at = now_rfc3339();
     let server = Server::connect(&config).await?;
@@ -154,7 +155,7 @@ async fn plan_and_run(
     observer: &dyn Observer,
     cancel: &CancellationToken,
     started_at: String,
-) -> Result<RunOutcome, RunError> {
+) -> Result<RunOutcome, RunnerError> {
     let the_plan = plan_for(config, server)?;
     ensure_something_runs(&the_plan)?;
     let key = ResumeKey::of(config, &server.model, server.info.version());
@@ -219,6 +220,7 @@ async fn plan_and_run(
         journal_damage,
         plan: the_plan,
         telemetry: samples,
+        #[cfg(feature = "embedded")]
         simulated_from: crate::output::simulated_from(&config.target),
     })
 }
@@ -250,7 +252,7 @@ fn fill_hardware(
 }
 
 /// Probes the server and plans the run without measuring anything.
-pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
+pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunnerError> {
     validate(config)?;
     let server = Server::connect(config).await?;
     let planned = plan_for(config, &server);
@@ -258,11 +260,11 @@ pub async fn dry_run(config: &RunConfig) -> Result<Plan, RunError> {
     planned
 }
 
-fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
+fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunnerError> {
     if let (Some(inject), Some(limit)) = (config.matrix.inject, server.max_model_len) {
         let tokens = Tokens::new(inject.tokens.get().saturating_add(1));
         if tokens > limit {
-            return Err(RunError::InvalidConfig(ConfigProblem::InjectTooLong {
+            return Err(RunnerError::InvalidConfig(ConfigProblem::InjectTooLong {
                 tokens,
                 max_model_len: limit,
             }));
@@ -281,7 +283,7 @@ fn plan_for(config: &RunConfig, server: &Server) -> Result<Plan, RunError> {
 
 /// A run of which every step is excluded would only produce an empty
 /// report: that is a mistake in the configuration, said before anything is written.
-fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
+fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunnerError> {
     let prefill = the_plan
         .prefill
         .iter()
@@ -307,7 +309,7 @@ fn ensure_something_runs(the_plan: &Plan) -> Result<(), RunError> {
     let example = steps
         .next()
         .and_then(|(step, ex)| Some((step, ex?.clone())));
-    Err(RunError::InvalidConfig(ConfigProblem::NothingCanRun {
+    Err(RunnerError::InvalidConfig(ConfigProblem::NothingCanRun {
         example,
     }))
 }
@@ -353,7 +355,7 @@ pub fn measured_capacity(reported: ReportedCapacity) -> Option<MeasuredCapacity>
     })
 }
 
-async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhead, RunError> {
+async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhead, RunnerError> {
     use speedmatrix_client::{Message, TokenizeRequest};
     let messages = vec![Message::user(ChatOverhead::PROBE)];
     let req = TokenizeRequest::chat(server.model.clone(), messages);
@@ -387,7 +389,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
             match (r.prompt_tokens_reported, r.error) {
                 (Some(n), _) => n.get(),
                 (None, error) => {
-                    return Err(RunError::InvalidConfig(
+                    return Err(RunnerError::InvalidConfig(
                         ConfigProblem::ChatOverheadUnknown {
                             error: error.map(|f| f.message),
                         },
@@ -396,7 +398,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
             }
         }
     };
-    ChatOverhead::from_probe(&config.tokenizer, count).map_err(RunError::Workload)
+    ChatOverhead::from_probe(&config.tokenizer, count).map_err(RunnerError::Workload)
 }
 
 /// The fields merged into every request body: those that make the engine

@@ -7,7 +7,7 @@ use speedmatrix_client::{Client, ClientConfig, ServerInfo};
 use speedmatrix_engines::{SchedulerState, ServerCounters, generation_tokens};
 use speedmatrix_units::Tokens;
 
-use crate::RunError;
+use crate::RunnerError;
 use crate::config::{RunConfig, Target};
 
 /// Consecutive failed `/metrics` reads after which draining gives up.
@@ -35,6 +35,7 @@ pub(crate) struct Server {
     pub(crate) model: String,
     pub(crate) max_model_len: Option<Tokens>,
     /// Keeps the embedded simulator alive for the run.
+    #[cfg(feature = "embedded")]
     pub(crate) embedded: Option<speedmatrix_sim::RunningSim>,
 }
 
@@ -50,26 +51,31 @@ pub(crate) struct Gauges {
 
 impl Server {
     /// Starts the embedded simulator if asked, then probes the server.
-    pub(crate) async fn connect(config: &RunConfig) -> Result<Server, RunError> {
+    pub(crate) async fn connect(config: &RunConfig) -> Result<Server, RunnerError> {
+        #[cfg(feature = "embedded")]
         let (url, embedded) = match &config.target {
             Target::Url(url) => (url.clone(), None),
             Target::Embedded(profile) => {
                 let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
                 let sim = speedmatrix_sim::SimServer::start((**profile).clone(), addr)
                     .await
-                    .map_err(RunError::Simulator)?;
+                    .map_err(RunnerError::Simulator)?;
                 (sim.url(), Some(sim))
             }
         };
+        #[cfg(not(feature = "embedded"))]
+        let Target::Url(url) = &config.target;
+        #[cfg(not(feature = "embedded"))]
+        let url = url.clone();
         let client_config = ClientConfig::new(url.clone())
             .api_key(config.api_key.clone())
             .timeouts(config.timeouts)
             .insecure(config.insecure);
-        let client = Client::new(client_config).map_err(|source| RunError::Server {
+        let client = Client::new(client_config).map_err(|source| RunnerError::Server {
             url: url.clone(),
             source,
         })?;
-        let info = client.probe().await.map_err(|source| RunError::Server {
+        let info = client.probe().await.map_err(|source| RunnerError::Server {
             url: url.clone(),
             source,
         })?;
@@ -79,6 +85,7 @@ impl Server {
             info,
             model,
             max_model_len,
+            #[cfg(feature = "embedded")]
             embedded,
         })
     }
@@ -147,8 +154,17 @@ impl Server {
         Drain::Busy
     }
 
+    /// Whether the server is the simulator in this process (whose CPU is the client's too).
+    pub(crate) fn is_embedded(&self) -> bool {
+        #[cfg(feature = "embedded")]
+        return self.embedded.is_some();
+        #[cfg(not(feature = "embedded"))]
+        false
+    }
+
     /// Stops the embedded simulator, if any.
     pub(crate) async fn shutdown(self) {
+        #[cfg(feature = "embedded")]
         if let Some(sim) = self.embedded {
             sim.shutdown().await;
         }
@@ -186,20 +202,20 @@ pub(crate) async fn read_counters(client: Client) -> Option<EdgeReading> {
 fn choose_model(
     info: &ServerInfo,
     requested: Option<&str>,
-) -> Result<(String, Option<Tokens>), RunError> {
+) -> Result<(String, Option<Tokens>), RunnerError> {
     let models = info.models.as_deref().unwrap_or_default();
     match requested {
         Some(name) => match models.iter().find(|m| m.id == name) {
             Some(m) => Ok((m.id.clone(), m.max_model_len)),
             None if models.is_empty() => Ok((name.to_owned(), None)),
-            None => Err(RunError::ModelNotFound {
+            None => Err(RunnerError::ModelNotFound {
                 requested: name.to_owned(),
                 available: models.iter().map(|m| m.id.clone()).collect(),
             }),
         },
         None => match models.first() {
             Some(m) => Ok((m.id.clone(), m.max_model_len)),
-            None => Err(RunError::NoModel {
+            None => Err(RunnerError::NoModel {
                 url: info.base_url.clone(),
             }),
         },

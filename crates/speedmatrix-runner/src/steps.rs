@@ -26,7 +26,7 @@ use crate::search::{
 };
 use crate::server::Server;
 use crate::telemetry::RunTelemetry;
-use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunError, decode, prefill};
+use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunnerError, decode, prefill};
 
 /// What the steps produced.
 pub(crate) struct Measured {
@@ -63,7 +63,7 @@ pub(crate) struct Session<'a> {
 
 impl Session<'_> {
     /// Runs the plan's steps in order; after a stop, the rest are recorded as skipped.
-    pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunError> {
+    pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunnerError> {
         self.observer.event(Event::Planned {
             capacity: &the_plan.capacity,
             steps: the_plan.prefill.len() + the_plan.cells.len() + the_plan.load.len(),
@@ -166,12 +166,12 @@ impl Session<'_> {
             .collect()
     }
 
-    fn prompt(&self, n: Tokens, key: CacheKey) -> Result<Prompt, RunError> {
+    fn prompt(&self, n: Tokens, key: CacheKey) -> Result<Prompt, RunnerError> {
         let p = match self.overhead {
             Some(o) => self.builder.chat_prompt(n, self.config.seed, &key, o),
             None => self.builder.prompt(n, self.config.seed, &key),
         };
-        p.map_err(RunError::Workload)
+        p.map_err(RunnerError::Workload)
     }
 
     fn note_content_type(&mut self, content_type: Option<String>) {
@@ -186,7 +186,7 @@ impl Session<'_> {
         context: Tokens,
         excluded: Option<&Exclusion>,
         stopped: &mut Option<StopReason>,
-    ) -> Result<PrefillOutcome, RunError> {
+    ) -> Result<PrefillOutcome, RunnerError> {
         let step = StepId::Prefill { context };
         if let Some(row) = self.done.prefill.remove(&context) {
             self.observer.event(Event::StepNotRun {
@@ -238,7 +238,7 @@ impl Session<'_> {
         prefill: Option<Tokens>,
         rows: &mut BTreeMap<Tokens, PrefillOutcome>,
         stopped: &mut Option<StopReason>,
-    ) -> Result<CellOutcome, RunError> {
+    ) -> Result<CellOutcome, RunnerError> {
         let step = StepId::Decode {
             context: planned.context,
             concurrency: planned.concurrency,
@@ -348,7 +348,7 @@ impl Session<'_> {
         spec: SearchSpec,
         cells: &mut Vec<LoadOutcome>,
         stopped: &mut Option<StopReason>,
-    ) -> Result<KneePath, RunError> {
+    ) -> Result<KneePath, RunnerError> {
         let m = &self.config.matrix;
         let first = load_units(start.point);
         let max = upper_bound(m, first);
@@ -398,7 +398,7 @@ impl Session<'_> {
         i: usize,
         planned: &PlannedLoad,
         stopped: &mut Option<StopReason>,
-    ) -> Result<LoadOutcome, RunError> {
+    ) -> Result<LoadOutcome, RunnerError> {
         let step = StepId::Load {
             context: planned.context,
             point: planned.point,
@@ -526,7 +526,7 @@ impl Session<'_> {
         conv: ConversationSpec,
         count: Concurrency,
         stopped: &mut Option<StopReason>,
-    ) -> Result<LoadOutcome, RunError> {
+    ) -> Result<LoadOutcome, RunnerError> {
         let step = StepId::Load {
             context: planned.context,
             point: planned.point,
@@ -593,7 +593,7 @@ impl Session<'_> {
         cell_id: u64,
         planned: &PlannedCell,
         len: Tokens,
-    ) -> Result<Vec<Arc<str>>, RunError> {
+    ) -> Result<Vec<Arc<str>>, RunnerError> {
         let keys: Vec<CacheKey> = match self.config.prompt_sharing {
             PromptSharing::Unique => (0..planned.concurrency.get())
                 .map(|s| CacheKey::unique(cell_id, u64::from(s), 0))
@@ -644,11 +644,11 @@ impl Session<'_> {
 /// A step's result, or `None` when the run was cancelled during the step:
 /// `stopped` then says so, and the caller records the step as interrupted.
 fn unless_cancelled<T>(
-    result: Result<T, RunError>,
+    result: Result<T, RunnerError>,
     stopped: &mut Option<StopReason>,
-) -> Result<Option<T>, RunError> {
+) -> Result<Option<T>, RunnerError> {
     match result {
-        Err(RunError::Cancelled) => {
+        Err(RunnerError::Cancelled) => {
             *stopped = Some(StopReason::Cancelled);
             Ok(None)
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use speedmatrix_runner::{
     CapacityHints, Event, JOURNAL_VERSION, JournalOptions, MatrixSpec, NotRun, Observer,
-    PrefillMode, PromptSharing, RunConfig, RunError, RunLabels, RunOutcome, Silent, SkipReason,
+    PrefillMode, PromptSharing, RunConfig, RunLabels, RunOutcome, RunnerError, Silent, SkipReason,
     StepId, StepStatus, StopReason, Target, run,
 };
 use speedmatrix_sim::{Profile, SimServer};
@@ -85,7 +85,7 @@ async fn run_uncancelled(
     config: RunConfig,
     journal: JournalOptions,
     observer: &dyn Observer,
-) -> Result<RunOutcome, RunError> {
+) -> Result<RunOutcome, RunnerError> {
     run(config, journal, observer, CancellationToken::new()).await
 }
 
@@ -169,7 +169,7 @@ async fn a_resume_with_other_settings_names_every_difference() {
     let err = run_uncancelled(other, journal(&path, true), &Silent)
         .await
         .unwrap_err();
-    let RunError::ResumeMismatch { differences, .. } = err else {
+    let RunnerError::ResumeMismatch { differences, .. } = err else {
         panic!("expected a mismatch, got {err}");
     };
     let fields: Vec<&str> = differences.iter().map(|d| d.field.as_str()).collect();
@@ -190,7 +190,7 @@ async fn a_journal_from_before_journal_versions_is_refused_clearly() {
     assert!(
         matches!(
             err,
-            RunError::JournalVersion {
+            RunnerError::JournalVersion {
                 found: None,
                 supported: JOURNAL_VERSION,
                 ..

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use speedmatrix_client::{
-    ChatRequest, Client, ClientConfig, CollectedResponse, CompletionRequest, Error, ErrorKind,
-    Message, Prompt, Timeouts, TokenizeRequest,
+    ChatRequest, Client, ClientConfig, ClientError, CollectedResponse, CompletionRequest,
+    ErrorKind, Message, Prompt, Timeouts, TokenizeRequest,
 };
 use speedmatrix_engines::{ServerMetrics, vllm};
 use speedmatrix_sim::{Profile, RunningSim, SimServer};
@@ -60,7 +60,7 @@ async fn collect_ok(c: &Client, req: &CompletionRequest) -> CollectedResponse {
 }
 
 /// Streams `req`, expecting the stream to start and then fail.
-async fn collect_err(c: &Client, req: &CompletionRequest) -> Error {
+async fn collect_err(c: &Client, req: &CompletionRequest) -> ClientError {
     c.stream_completion(req)
         .await
         .unwrap()

@@ -45,5 +45,5 @@ pub enum StudyError {
     },
     /// The runner could not record the study (its journal).
     #[error("{0}")]
-    Run(#[source] speedmatrix_runner::RunError),
+    Run(#[source] speedmatrix_runner::RunnerError),
 }

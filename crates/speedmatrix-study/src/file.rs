@@ -189,8 +189,9 @@ impl Study {
                 "no points: give [parameters] (every combination) or [[points]]".into(),
             );
         }
-        // Every point's run options must read, before anything starts.
-        for point in self.points()? {
+        // Every point's run options must read, before anything starts (points whose names
+        // clash are refused by `points`, which every use of the study calls).
+        for point in self.points().unwrap_or_default() {
             self.run_options(&point, 0)?;
         }
         Ok(())

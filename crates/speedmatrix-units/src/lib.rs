@@ -23,7 +23,7 @@
 //!
 //! let mem: ByteSize = "24GiB".parse()?;
 //! assert_eq!(mem.get(), 24 << 30);
-//! # Ok::<(), speedmatrix_units::ParseUnitError>(())
+//! # Ok::<(), speedmatrix_units::UnitsError>(())
 //! ```
 //!
 //! The words every crate shares are defined here once too: [`Api`] (which
@@ -43,7 +43,7 @@ pub use crate::vocabulary::{Api, Engine, LoadKind, PrefillMode, PromptSharing};
 /// Why a unit could not be parsed from text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ParseUnitError {
+pub enum UnitsError {
     /// The text is not a number with an optional suffix.
     #[error("`{text}` is not a {what}: expected {expected}")]
     Invalid {
@@ -140,7 +140,7 @@ impl fmt::Display for Tokens {
 }
 
 impl FromStr for Tokens {
-    type Err = ParseUnitError;
+    type Err = UnitsError;
 
     /// Accepts `8192`, `8,192`, `8_192`, `16k`, `16K`, `1M` (= 1,048,576).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -152,14 +152,14 @@ impl FromStr for Tokens {
             Some((i, 'm' | 'M')) => (&text[..i], 1024 * 1024),
             _ => (text, 1),
         };
-        let base = parse_grouped(digits).ok_or_else(|| ParseUnitError::Invalid {
+        let base = parse_grouped(digits).ok_or_else(|| UnitsError::Invalid {
             text: s.to_owned(),
             what: WHAT,
             expected: EXPECTED,
         })?;
         base.checked_mul(scale)
             .map(Tokens)
-            .ok_or_else(|| ParseUnitError::Overflow {
+            .ok_or_else(|| UnitsError::Overflow {
                 text: s.to_owned(),
                 what: WHAT,
             })
@@ -196,20 +196,20 @@ impl fmt::Display for Concurrency {
 }
 
 impl FromStr for Concurrency {
-    type Err = ParseUnitError;
+    type Err = UnitsError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const WHAT: &str = "concurrency";
-        let n = parse_grouped(s.trim()).ok_or_else(|| ParseUnitError::Invalid {
+        let n = parse_grouped(s.trim()).ok_or_else(|| UnitsError::Invalid {
             text: s.to_owned(),
             what: WHAT,
             expected: "a whole number of simultaneous requests, e.g. 16",
         })?;
-        let n = u32::try_from(n).map_err(|_| ParseUnitError::Overflow {
+        let n = u32::try_from(n).map_err(|_| UnitsError::Overflow {
             text: s.to_owned(),
             what: WHAT,
         })?;
-        Concurrency::new(n).ok_or_else(|| ParseUnitError::Zero {
+        Concurrency::new(n).ok_or_else(|| UnitsError::Zero {
             text: s.to_owned(),
             what: WHAT,
         })
@@ -228,7 +228,7 @@ impl FromStr for Concurrency {
 /// assert_eq!("4/s".parse::<RequestRate>()?.milli(), 4_000);
 /// assert!("0".parse::<RequestRate>().is_err());
 /// assert!("0.0001".parse::<RequestRate>().is_err(), "below a thousandth");
-/// # Ok::<(), speedmatrix_units::ParseUnitError>(())
+/// # Ok::<(), speedmatrix_units::UnitsError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -267,12 +267,12 @@ impl fmt::Display for RequestRate {
 }
 
 impl FromStr for RequestRate {
-    type Err = ParseUnitError;
+    type Err = UnitsError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const WHAT: &str = "request rate";
         let text = s.trim().trim_end_matches("/s").trim();
-        let invalid = || ParseUnitError::Invalid {
+        let invalid = || UnitsError::Invalid {
             text: s.to_owned(),
             what: WHAT,
             expected: "requests per second, e.g. 2 or 0.5, to a thousandth",
@@ -283,7 +283,7 @@ impl FromStr for RequestRate {
         }
         let milli = (value * 1_000.0).round();
         if milli > u64::MAX as f64 / 2.0 {
-            return Err(ParseUnitError::Overflow {
+            return Err(UnitsError::Overflow {
                 text: s.to_owned(),
                 what: WHAT,
             });
@@ -291,7 +291,7 @@ impl FromStr for RequestRate {
         if (milli - value * 1_000.0).abs() > 1e-6 {
             return Err(invalid());
         }
-        RequestRate::from_milli(milli as u64).ok_or_else(|| ParseUnitError::Zero {
+        RequestRate::from_milli(milli as u64).ok_or_else(|| UnitsError::Zero {
             text: s.to_owned(),
             what: WHAT,
         })
@@ -341,13 +341,13 @@ impl fmt::Display for ByteSize {
 }
 
 impl FromStr for ByteSize {
-    type Err = ParseUnitError;
+    type Err = UnitsError;
 
     /// Accepts plain bytes and `KiB`/`MiB`/`GiB`/`TiB` (also `K`/`M`/`G`/`T`, binary),
     /// with an optional fractional part: `24GiB`, `23.58 GiB`, `512MiB`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const WHAT: &str = "byte size";
-        let invalid = || ParseUnitError::Invalid {
+        let invalid = || UnitsError::Invalid {
             text: s.to_owned(),
             what: WHAT,
             expected: "a number with an optional KiB, MiB, GiB or TiB suffix, e.g. 24GiB",
@@ -373,7 +373,7 @@ impl FromStr for ByteSize {
             return whole
                 .checked_mul(1u64 << shift)
                 .map(ByteSize)
-                .ok_or_else(|| ParseUnitError::Overflow {
+                .ok_or_else(|| UnitsError::Overflow {
                     text: s.to_owned(),
                     what: WHAT,
                 });
@@ -381,7 +381,7 @@ impl FromStr for ByteSize {
         let value: f64 = cleaned.parse().map_err(|_| invalid())?;
         let bytes = value * (1u64 << shift) as f64;
         if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-            return Err(ParseUnitError::Overflow {
+            return Err(UnitsError::Overflow {
                 text: s.to_owned(),
                 what: WHAT,
             });
@@ -449,7 +449,7 @@ mod tests {
         }
         assert!(matches!(
             "18446744073709551615k".parse::<Tokens>(),
-            Err(ParseUnitError::Overflow { .. })
+            Err(UnitsError::Overflow { .. })
         ));
     }
 
@@ -457,11 +457,11 @@ mod tests {
     fn concurrency_rejects_zero_and_overflow() {
         assert!(matches!(
             "0".parse::<Concurrency>(),
-            Err(ParseUnitError::Zero { .. })
+            Err(UnitsError::Zero { .. })
         ));
         assert!(matches!(
             "5000000000".parse::<Concurrency>(),
-            Err(ParseUnitError::Overflow { .. })
+            Err(UnitsError::Overflow { .. })
         ));
         assert_eq!("128".parse::<Concurrency>().unwrap().get(), 128);
     }

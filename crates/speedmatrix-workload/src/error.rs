@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// What went wrong while loading a tokenizer or building a prompt.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum WorkloadError {
     /// A tokenizer or config file could not be read.
     #[error("could not read {path}: {source}")]
     Read {
@@ -118,6 +118,12 @@ pub enum Error {
         /// The tokenizer's name.
         tokenizer: String,
     },
+    /// An arrival rate that is not a positive finite number of requests per second.
+    #[error("the request rate must be a positive number of requests per second, got {0}")]
+    BadRate(f64),
+    /// A gamma shape that is not positive and finite.
+    #[error("the burstiness must be a positive number (1 is Poisson), got {0}")]
+    BadBurstiness(f64),
     /// A token count callback (for chat prompts) failed.
     #[error("counting the prompt's tokens failed: {message}")]
     Count {

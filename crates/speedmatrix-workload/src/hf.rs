@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::Error;
+use crate::WorkloadError;
 
 /// What a model's `tokenizer_config.json` says about chat and special tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,12 +32,12 @@ impl TokenizerConfig {
         })
     }
 
-    pub(crate) fn read(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    pub(crate) fn read(path: &Path) -> Result<Self, WorkloadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_json(&text).map_err(|e| Error::Parse {
+        Self::from_json(&text).map_err(|e| WorkloadError::Parse {
             path: path.to_owned(),
             what: "tokenizer_config.json",
             message: e.to_string(),
@@ -141,12 +141,12 @@ impl HfCache {
     /// The snapshot folder of `id` (`org/name`, optionally `@revision`, where a
     /// revision is a branch or tag under `refs/`, or a commit hash), holding a
     /// `tokenizer.json`.
-    pub fn snapshot(&self, id: &str) -> Result<PathBuf, Error> {
+    pub fn snapshot(&self, id: &str) -> Result<PathBuf, WorkloadError> {
         let (name, revision) = id.split_once('@').unwrap_or((id, "main"));
         let model_dir = self
             .root
             .join(format!("models--{}", name.replace('/', "--")));
-        let not_cached = |missing: String| Error::NotCached {
+        let not_cached = |missing: String| WorkloadError::NotCached {
             id: name.to_owned(),
             looked_in: model_dir.clone(),
             missing,

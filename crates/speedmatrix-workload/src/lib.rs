@@ -34,7 +34,7 @@
 //! let chat = builder.chat_prompt(n, 7, &CacheKey::unique(0, 0, 0), overhead)?;
 //! let content = builder.tokenizer().clone().with_add_special_tokens(false);
 //! assert_eq!(content.encode_count(&chat.text)? + 9, 2_048);
-//! # Ok::<(), speedmatrix_workload::Error>(())
+//! # Ok::<(), speedmatrix_workload::WorkloadError>(())
 //! ```
 
 mod arrivals;
@@ -48,8 +48,8 @@ mod train;
 #[rustfmt::skip]
 mod words;
 
-pub use arrivals::{ArrivalError, ArrivalProcess, Arrivals};
-pub use error::Error;
+pub use arrivals::{ArrivalProcess, Arrivals};
+pub use error::WorkloadError;
 pub use hf::{HfCache, TokenizerConfig};
 pub use prompt::{
     Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Prompt, PromptBuilder, PromptRole,

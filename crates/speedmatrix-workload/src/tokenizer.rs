@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::Error;
+use crate::WorkloadError;
 use crate::hf::{HfCache, TokenizerConfig};
 
 /// The bundled tokenizer, made by `cargo xtask gen-tokenizer` (see
@@ -30,7 +30,7 @@ pub const BUNDLED_NAME: &str = "bundled";
 /// assert_eq!(tok.encode_count("The quiet harbor measured 12 meters.")?, ids.len());
 /// assert_eq!(tok.decode(&ids)?, "The quiet harbor measured 12 meters.");
 /// assert_eq!(tok.special_tokens_count(), 1);
-/// # Ok::<(), speedmatrix_workload::Error>(())
+/// # Ok::<(), speedmatrix_workload::WorkloadError>(())
 /// ```
 #[derive(Clone)]
 pub struct Tokenizer {
@@ -59,11 +59,12 @@ impl Tokenizer {
     /// It adds `<|bos|>` to every text and knows the chat tokens
     /// `<|im_start|>` and `<|im_end|>`; its [`config`](Self::config) holds a
     /// ChatML template.
-    pub fn bundled() -> Result<Self, Error> {
-        let inner =
-            tokenizers::Tokenizer::from_bytes(BUNDLED_JSON).map_err(|e| Error::Bundled {
+    pub fn bundled() -> Result<Self, WorkloadError> {
+        let inner = tokenizers::Tokenizer::from_bytes(BUNDLED_JSON).map_err(|e| {
+            WorkloadError::Bundled {
                 message: e.to_string(),
-            })?;
+            }
+        })?;
         let config = TokenizerConfig {
             chat_template: Some(crate::train::BUNDLED_CHAT_TEMPLATE.to_owned()),
             bos_token: Some("<|bos|>".to_owned()),
@@ -85,24 +86,25 @@ impl Tokenizer {
     }
 
     /// Loads a `tokenizer.json` file.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, WorkloadError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Read {
+        let bytes = std::fs::read(path).map_err(|source| WorkloadError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| Error::Parse {
-            path: path.to_owned(),
-            what: "tokenizer.json",
-            message: e.to_string(),
-        })?;
+        let inner =
+            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| WorkloadError::Parse {
+                path: path.to_owned(),
+                what: "tokenizer.json",
+                message: e.to_string(),
+            })?;
         Ok(Self::from_tokenizers(inner, path.display().to_string()))
     }
 
     /// Loads a Hugging Face model folder: its `tokenizer.json`, and its
     /// `tokenizer_config.json` (chat template, BOS/EOS, `add_bos_token`) when
     /// present.
-    pub fn from_model_dir(dir: impl AsRef<Path>) -> Result<Self, Error> {
+    pub fn from_model_dir(dir: impl AsRef<Path>) -> Result<Self, WorkloadError> {
         let dir = dir.as_ref();
         let mut tok = Self::from_file(dir.join("tokenizer.json"))?;
         tok.name = dir.display().to_string();
@@ -114,7 +116,7 @@ impl Tokenizer {
     }
 
     /// Loads model `id` (`org/name` or `org/name@revision`) from a local hub cache.
-    pub fn from_hf_cache(id: &str, cache: &HfCache) -> Result<Self, Error> {
+    pub fn from_hf_cache(id: &str, cache: &HfCache) -> Result<Self, WorkloadError> {
         let mut tok = Self::from_model_dir(cache.snapshot(id)?)?;
         tok.name = id.to_owned();
         Ok(tok)
@@ -122,7 +124,7 @@ impl Tokenizer {
 
     /// Loads what a `--tokenizer` value names: `bundled`, a `tokenizer.json`
     /// file, a model folder, or a Hugging Face id from [`HfCache::from_env`].
-    pub fn load(source: &str) -> Result<Self, Error> {
+    pub fn load(source: &str) -> Result<Self, WorkloadError> {
         let path = Path::new(source);
         if source == BUNDLED_NAME {
             Self::bundled()
@@ -133,7 +135,7 @@ impl Tokenizer {
         } else if looks_like_hub_id(source) {
             Self::from_hf_cache(source, &HfCache::from_env())
         } else {
-            Err(Error::UnknownSource {
+            Err(WorkloadError::UnknownSource {
                 given: source.to_owned(),
             })
         }
@@ -178,7 +180,7 @@ impl Tokenizer {
     }
 
     /// The ids of `text`, special tokens included when they are counted.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, Error> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, WorkloadError> {
         let enc = self
             .inner
             .encode_fast(text, self.add_special_tokens)
@@ -192,7 +194,7 @@ impl Tokenizer {
     }
 
     /// How many tokens a server counts for `text`.
-    pub fn encode_count(&self, text: &str) -> Result<usize, Error> {
+    pub fn encode_count(&self, text: &str) -> Result<usize, WorkloadError> {
         let enc = self
             .inner
             .encode_fast(text, self.add_special_tokens)
@@ -204,13 +206,13 @@ impl Tokenizer {
     /// tokenized as a whole, with no special tokens (as a model's output
     /// is), so `result.len()` is its token count. A token inside a multi-byte
     /// character ends where the character ends.
-    pub fn token_ends(&self, text: &str) -> Result<Vec<usize>, Error> {
+    pub fn token_ends(&self, text: &str) -> Result<Vec<usize>, WorkloadError> {
         let enc = self.inner.encode(text, false).map_err(|e| self.error(e))?;
         Ok(enc.get_offsets().iter().map(|&(_, end)| end).collect())
     }
 
     /// The text of `ids`, special tokens left out (as servers return output).
-    pub fn decode(&self, ids: &[u32]) -> Result<String, Error> {
+    pub fn decode(&self, ids: &[u32]) -> Result<String, WorkloadError> {
         self.inner.decode(ids, true).map_err(|e| self.error(e))
     }
 
@@ -265,13 +267,13 @@ impl Tokenizer {
     }
 
     /// Content tokens of `text` (no special tokens) and where each ends, in bytes.
-    pub(crate) fn content_token_ends(&self, text: &str) -> Result<Vec<usize>, Error> {
+    pub(crate) fn content_token_ends(&self, text: &str) -> Result<Vec<usize>, WorkloadError> {
         let enc = self.inner.encode(text, false).map_err(|e| self.error(e))?;
         Ok(enc.get_offsets().iter().map(|&(_, end)| end).collect())
     }
 
     /// Content tokens of `text`, without special tokens.
-    pub(crate) fn content_count(&self, text: &str) -> Result<usize, Error> {
+    pub(crate) fn content_count(&self, text: &str) -> Result<usize, WorkloadError> {
         let enc = self
             .inner
             .encode_fast(text, false)
@@ -279,8 +281,8 @@ impl Tokenizer {
         Ok(enc.len())
     }
 
-    pub(crate) fn error(&self, e: impl fmt::Display) -> Error {
-        Error::Tokenize {
+    pub(crate) fn error(&self, e: impl fmt::Display) -> WorkloadError {
+        WorkloadError::Tokenize {
             tokenizer: self.name.clone(),
             message: e.to_string(),
         }
@@ -343,6 +345,6 @@ mod tests {
     #[test]
     fn unknown_source_is_a_typed_error() {
         let err = Tokenizer::load("no-such-tokenizer.json").unwrap_err();
-        assert!(matches!(err, Error::UnknownSource { .. }), "{err}");
+        assert!(matches!(err, WorkloadError::UnknownSource { .. }), "{err}");
     }
 }

@@ -9,7 +9,7 @@ use tokenizers::{
     TokenizerBuilder,
 };
 
-use crate::{Error, TextGenerator};
+use crate::{TextGenerator, WorkloadError};
 
 /// Special tokens of the bundled tokenizer, in id order (ids 0 to 4).
 pub(crate) const BUNDLED_SPECIAL_TOKENS: [&str; 5] = [
@@ -84,10 +84,10 @@ impl BpeRecipe {
     /// let tok = Tokenizer::from_tokenizers(
     ///     tokenizers::Tokenizer::from_bytes(json.as_bytes()).unwrap(), "small");
     /// assert_eq!(tok.vocab_size(), 400);
-    /// # Ok::<(), speedmatrix_workload::Error>(())
+    /// # Ok::<(), speedmatrix_workload::WorkloadError>(())
     /// ```
-    pub fn train_json(&self) -> Result<String, Error> {
-        let train_err = |e: tokenizers::Error| Error::Train {
+    pub fn train_json(&self) -> Result<String, WorkloadError> {
+        let train_err = |e: tokenizers::Error| WorkloadError::Train {
             message: e.to_string(),
         };
         let specials = BUNDLED_SPECIAL_TOKENS
@@ -104,10 +104,10 @@ impl BpeRecipe {
         let post = TemplateProcessing::builder()
             .try_single("<|bos|> $A")
             .and_then(|b| b.try_pair("<|bos|> $A $B:1"))
-            .map_err(|message| Error::Train { message })?
+            .map_err(|message| WorkloadError::Train { message })?
             .special_tokens(vec![("<|bos|>", 0)])
             .build()
-            .map_err(|e| Error::Train {
+            .map_err(|e| WorkloadError::Train {
                 message: e.to_string(),
             })?;
         // No prefix space: a text's first word must decode to itself, so that

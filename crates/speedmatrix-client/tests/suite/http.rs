@@ -13,7 +13,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use speedmatrix_client::{
-    ApiKey, ChatRequest, Client, ClientConfig, CollectedResponse, CompletionRequest, Error,
+    ApiKey, ChatRequest, Client, ClientConfig, ClientError, CollectedResponse, CompletionRequest,
     ErrorKind, Message, ResponseStream, Timeouts, TokenizeRequest,
 };
 use speedmatrix_units::Tokens;
@@ -124,7 +124,7 @@ async fn collect_ok(client: &Client, req: &CompletionRequest) -> CollectedRespon
 }
 
 /// Streams `req`, expecting the stream to start and then fail.
-async fn collect_err(client: &Client, req: &CompletionRequest) -> Error {
+async fn collect_err(client: &Client, req: &CompletionRequest) -> ClientError {
     open(client, req).await.collect().await.unwrap_err()
 }
 
@@ -272,7 +272,7 @@ async fn http_errors_carry_status_and_server_message() {
     .await;
     let client = client(&server.url);
     match client.stream_completion(&request()).await.unwrap_err() {
-        Error::HttpStatus {
+        ClientError::HttpStatus {
             status,
             message,
             url,
@@ -415,7 +415,7 @@ async fn error_object_mid_stream_is_a_server_error_event() {
     let mut stream = open(&client(&server.url), &request()).await;
     assert!(stream.next().await.unwrap().is_some());
     match stream.next().await.unwrap_err() {
-        Error::ServerErrorEvent { message, code } => {
+        ClientError::ServerErrorEvent { message, code } => {
             assert_eq!(message, "KV cache exhausted");
             assert_eq!(code.as_deref(), Some("500"));
         }

@@ -20,7 +20,7 @@ use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{CounterReading, Drain, EdgeReading, Server, read_counters};
 use crate::stop::StopSignal;
 use crate::telemetry::{CellWindow, RunTelemetry};
-use crate::{Observer, RunError};
+use crate::{Observer, RunnerError};
 
 use self::streams::{Readiness, SlotRecord, measure_window, start_streams, wait_ready, warm_up};
 use self::summary::Cell;
@@ -88,7 +88,7 @@ pub(crate) async fn run_cell(
     telemetry: &RunTelemetry,
     observer: &dyn Observer,
     cancel: &CancellationToken,
-) -> Result<DecodeOutcome, RunError> {
+) -> Result<DecodeOutcome, RunnerError> {
     let phase = |phase| {
         observer.event(Event::Phase {
             step: spec.step,
@@ -101,7 +101,7 @@ pub(crate) async fn run_cell(
     phase(StepPhase::WarmingCache);
     let (first_warmup, warm_failure) = warm_up(server, &spec, epoch, cancel).await;
     if cancel.is_cancelled() {
-        return Err(RunError::Cancelled);
+        return Err(RunnerError::Cancelled);
     }
     if let Some(failure) = warm_failure {
         let status = StepStatus::Failed {
@@ -146,7 +146,7 @@ pub(crate) async fn run_cell(
             for t in tasks {
                 let _ = t.await;
             }
-            return Err(RunError::Cancelled);
+            return Err(RunnerError::Cancelled);
         }
         Readiness::Queued => {
             queueing = true;
@@ -166,7 +166,7 @@ pub(crate) async fn run_cell(
         let opening = server
             .has_metrics()
             .then(|| tokio::spawn(read_counters(server.client.clone())));
-        let cpu_before = CpuReading::now().filter(|_| server.embedded.is_none());
+        let cpu_before = CpuReading::now().filter(|_| !server.is_embedded());
         gauges = measure_window(
             server,
             window_start,
@@ -219,7 +219,7 @@ pub(crate) async fn run_cell(
         }
     }
     if cancel.is_cancelled() {
-        return Err(RunError::Cancelled);
+        return Err(RunnerError::Cancelled);
     }
     phase(StepPhase::Draining);
     if server.drain(DRAIN_LIMIT).await == Drain::Busy {

@@ -13,7 +13,7 @@ use speedmatrix_capacity::{
 use speedmatrix_units::{ByteSize, Engine, Tokens};
 
 use super::text;
-use crate::RunError;
+use crate::RunnerError;
 
 /// vLLM `--mamba-cache-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,13 +286,13 @@ impl Default for EngineOptions {
 }
 
 /// An unusable option, in the flag's words.
-fn bad(message: String) -> RunError {
-    RunError::BadOption(message)
+fn bad(message: String) -> RunnerError {
+    RunnerError::BadOption(message)
 }
 
 impl EngineOptions {
     /// The catalog the options name: the built-in one, extended by `--gpu-catalog`.
-    pub fn gpu_catalog(&self) -> Result<GpuCatalog, RunError> {
+    pub fn gpu_catalog(&self) -> Result<GpuCatalog, RunnerError> {
         let builtin = GpuCatalog::builtin().map_err(|e| bad(e.to_string()))?;
         let Some(path) = &self.gpu_catalog else {
             return Ok(builtin.clone());
@@ -305,7 +305,7 @@ impl EngineOptions {
     }
 
     /// The GPU the options name.
-    pub fn gpu(&self) -> Result<Gpu, RunError> {
+    pub fn gpu(&self) -> Result<Gpu, RunnerError> {
         self.gpu_catalog()?
             .lookup(&self.gpu)
             .map_err(|e| bad(format!("--gpu {}: {e}", self.gpu)))
@@ -313,7 +313,7 @@ impl EngineOptions {
 
     /// The flags of `engine` for the capacity predictor; an engine whose KV sizing is not
     /// modelled is an error naming those that are.
-    pub fn engine_flags(&self, engine: Engine) -> Result<EngineFlags, RunError> {
+    pub fn engine_flags(&self, engine: Engine) -> Result<EngineFlags, RunnerError> {
         let tp = self.tensor_parallel_size.max(1);
         let checkpoint_total = match &self.safetensors_index {
             Some(path) => {
@@ -425,7 +425,7 @@ impl EngineOptions {
     }
 
     /// `--speculative-config`, checked against `--num-speculative-tokens`.
-    fn speculative(&self) -> Result<Option<SpeculativeConfig>, RunError> {
+    fn speculative(&self) -> Result<Option<SpeculativeConfig>, RunnerError> {
         let Some(json) = &self.speculative_config else {
             return Ok(None);
         };
@@ -453,7 +453,7 @@ impl EngineOptions {
 fn draft_model(
     flag: Option<&Path>,
     model: Option<String>,
-) -> Result<Option<Box<ModelConfig>>, RunError> {
+) -> Result<Option<Box<ModelConfig>>, RunnerError> {
     let path = match (flag, model) {
         (Some(p), _) => p.to_path_buf(),
         (None, Some(m)) if Path::new(&m).join("config.json").is_file() => {
@@ -476,7 +476,7 @@ fn draft_model(
 const MAX_HEADER: u64 = 256 << 20;
 
 /// The tensors of the `*.safetensors` files in `dir`, from their headers.
-fn read_checkpoint(dir: &Path) -> Result<CheckpointTensors, RunError> {
+fn read_checkpoint(dir: &Path) -> Result<CheckpointTensors, RunnerError> {
     let fail = |why: String| bad(format!("--checkpoint {}: {why}", dir.display()));
     let entries = std::fs::read_dir(dir).map_err(|e| fail(format!("cannot read it ({e})")))?;
     let mut files: Vec<PathBuf> = entries

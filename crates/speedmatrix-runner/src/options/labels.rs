@@ -20,7 +20,7 @@ pub struct HostFacts {
 /// The labels of a run of `options` against `target`.
 pub(super) fn labels(options: &RunOptions, target: &Target, host: &HostFacts) -> RunLabels {
     let mut hardware = detect_hardware(options.telemetry);
-    let embedded = matches!(target, Target::Embedded(_));
+    let embedded = target.is_embedded();
     if embedded {
         // The numbers are the profile's, not this machine's GPU's: say so where
         // the page names the hardware.

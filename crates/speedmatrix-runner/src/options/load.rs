@@ -11,7 +11,7 @@ use speedmatrix_workload::ArrivalProcess;
 use super::{RunOptions, bad};
 use crate::{
     BurstSpec, ConversationSpec, InjectSpec, LoadMode, MatrixSpec, Preset, RateLength, RateSpec,
-    RunError, SearchGoal, SearchSpec,
+    RunnerError, SearchGoal, SearchSpec,
 };
 
 /// How open-loop arrivals are spaced (`--arrival`).
@@ -29,7 +29,7 @@ pub enum ArrivalKind {
     Gamma,
 }
 
-pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunError> {
+pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunnerError> {
     let preset = o.preset.unwrap_or(if o.embedded() {
         Preset::Quick
     } else {
@@ -95,7 +95,7 @@ pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunError> {
 }
 
 /// The search's goal and bounds from `--search` and its flags.
-fn search_spec(o: &RunOptions) -> Result<SearchSpec, RunError> {
+fn search_spec(o: &RunOptions) -> Result<SearchSpec, RunnerError> {
     if o.mode == LoadKind::Sustained {
         return Err(bad(
             "--search needs a load mode: --mode burst, rate or conversation",
@@ -128,7 +128,7 @@ fn search_spec(o: &RunOptions) -> Result<SearchSpec, RunError> {
 }
 
 /// The load mode from `--mode` and its flags, refusing flags of another mode.
-fn load_mode(o: &RunOptions, window: Duration) -> Result<LoadMode, RunError> {
+fn load_mode(o: &RunOptions, window: Duration) -> Result<LoadMode, RunnerError> {
     let sustained_axes = matches!(o.mode, LoadKind::Sustained | LoadKind::Conversation);
     let cap = match o.concurrency.as_deref() {
         Some([one]) if !sustained_axes => Some(*one),
@@ -190,7 +190,7 @@ fn rate_mode(
     o: &RunOptions,
     window: Duration,
     cap: Option<speedmatrix_units::Concurrency>,
-) -> Result<LoadMode, RunError> {
+) -> Result<LoadMode, RunnerError> {
     let Some(rates) = &o.request_rate else {
         return Err(bad(
             "--mode rate needs --request-rate, e.g. --request-rate 1,2,4",

@@ -4,10 +4,12 @@
 //! document to a simulator profile.
 
 pub(crate) mod predicted;
+#[cfg(feature = "embedded")]
 pub(crate) mod what_if;
 
 use std::time::{Duration, SystemTime};
 
+use crate::RunConfig;
 use crate::config::{LoadMode, RateLength};
 use crate::outcome::{
     CellOutcome, Latency, LoadOutcome, LoadPoint, Notice, PrefillOutcome, StepStatus, WindowResult,
@@ -15,7 +17,6 @@ use crate::outcome::{
 use crate::plan::{CapacityPlan, CapacitySourceKind, Plan};
 use crate::server::Server;
 use crate::steps::Measured;
-use crate::{RunConfig, Target};
 use speedmatrix_capacity::KvPool;
 use speedmatrix_metrics::{EstimateMethod, TokenSource};
 use speedmatrix_report::{
@@ -267,7 +268,7 @@ fn engine_name(config: &RunConfig, server: &Server) -> String {
         return name.clone();
     }
     let engine = server.info.engine();
-    if matches!(config.target, Target::Embedded(_)) {
+    if config.target.is_embedded() {
         "speedmatrix-sim".into()
     } else if engine != speedmatrix_engines::Engine::Unknown {
         engine.name().into()

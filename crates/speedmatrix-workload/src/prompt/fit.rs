@@ -18,7 +18,7 @@ impl Source {
         tok: &Tokenizer,
         prefix: &str,
         prefix_ends: &[usize],
-    ) -> Result<(), Error> {
+    ) -> Result<(), WorkloadError> {
         let shift = prefix.len();
         self.text.insert_str(0, prefix);
         let mut ends = prefix_ends.to_vec();
@@ -55,7 +55,7 @@ pub(super) struct Fitter<'a> {
 }
 
 impl Fitter<'_> {
-    pub(super) fn fit(mut self) -> Result<String, Error> {
+    pub(super) fn fit(mut self) -> Result<String, WorkloadError> {
         let fixed = self.extra + self.tok.special_tokens_count();
         // Keep this many content tokens of the source.
         let keep = self.target.saturating_sub(fixed);
@@ -104,7 +104,7 @@ impl Fitter<'_> {
         &mut self,
         keep: usize,
         counting: Counting,
-    ) -> Result<Option<usize>, Error> {
+    ) -> Result<Option<usize>, WorkloadError> {
         let ends = &self.source.ends;
         let mut k = keep.max(1);
         let mut tried = Vec::new();
@@ -143,7 +143,7 @@ impl Fitter<'_> {
         &mut self,
         around: usize,
         counting: Counting,
-    ) -> Result<Option<usize>, Error> {
+    ) -> Result<Option<usize>, WorkloadError> {
         let text = &self.source.text;
         for step in 1..=SCAN_CHARS {
             for cut in [around.checked_sub(step), around.checked_add(step)]
@@ -172,7 +172,7 @@ impl Fitter<'_> {
         above_anchor && cut >= self.min_cut && self.source.text.is_char_boundary(cut)
     }
 
-    pub(super) fn count(&mut self, counting: Counting, cut: usize) -> Result<usize, Error> {
+    pub(super) fn count(&mut self, counting: Counting, cut: usize) -> Result<usize, WorkloadError> {
         self.attempts += 1;
         let text = &self.source.text;
         let c = match counting {
@@ -190,8 +190,8 @@ impl Fitter<'_> {
         Ok(c)
     }
 
-    pub(super) fn inexact(&self) -> Error {
-        Error::Inexact {
+    pub(super) fn inexact(&self) -> WorkloadError {
+        WorkloadError::Inexact {
             n: self.target as u64,
             closest: self.closest as u64,
             attempts: self.attempts,
@@ -215,7 +215,7 @@ pub(super) fn junction_ok(
     ends: &[usize],
     idx: usize,
     at: usize,
-) -> Result<bool, Error> {
+) -> Result<bool, WorkloadError> {
     const REACH: usize = 8;
     const SEARCH: usize = 64;
     if idx == 0 || idx >= ends.len() || ends[idx - 1] != at {

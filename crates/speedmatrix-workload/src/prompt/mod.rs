@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use speedmatrix_units::Tokens;
 
 use crate::text::{SplitMix64, TextGenerator, mix64};
-use crate::{Error, Tokenizer};
+use crate::{Tokenizer, WorkloadError};
 
 mod fit;
 mod pool;
@@ -194,14 +194,17 @@ impl ChatOverhead {
     pub const PROBE: &'static str = "[probe 0] The quiet harbor measured twelve meters.";
 
     /// The overhead, from what the server reported for [`ChatOverhead::PROBE`].
-    pub fn from_probe(tokenizer: &Tokenizer, server_prompt_tokens: u64) -> Result<Self, Error> {
+    pub fn from_probe(
+        tokenizer: &Tokenizer,
+        server_prompt_tokens: u64,
+    ) -> Result<Self, WorkloadError> {
         let content = tokenizer
             .clone()
             .with_add_special_tokens(false)
             .encode_count(Self::PROBE)? as u64;
         match server_prompt_tokens.checked_sub(content) {
             Some(overhead) => Ok(ChatOverhead(Tokens::new(overhead))),
-            None => Err(Error::Count {
+            None => Err(WorkloadError::Count {
                 message: format!(
                     "the server counted {server_prompt_tokens} tokens for a message of {content} \
                      tokens with {}; is it the same tokenizer as the server's model?",
@@ -238,7 +241,7 @@ impl ChatOverhead {
 /// assert_eq!(tok.encode_count(&p.text)?, 1_000);
 /// assert_eq!(p.expected_tokens, Tokens::new(1_000));
 /// assert!(p.text.starts_with(&CacheKey::unique(0, 0, 0).marker(42)));
-/// # Ok::<(), speedmatrix_workload::Error>(())
+/// # Ok::<(), speedmatrix_workload::WorkloadError>(())
 /// ```
 #[derive(Debug)]
 pub struct PromptBuilder {
@@ -303,7 +306,7 @@ impl PromptBuilder {
     /// Prompts start with `key`'s marker, so prompts of different keys share
     /// no KV block when `n` is larger than the marker; shorter prompts are
     /// cut from the marker itself.
-    pub fn prompt(&self, n: Tokens, seed: u64, key: &CacheKey) -> Result<Prompt, Error> {
+    pub fn prompt(&self, n: Tokens, seed: u64, key: &CacheKey) -> Result<Prompt, WorkloadError> {
         let text = self.text(&self.tokenizer, 0, n, seed, key)?;
         Ok(self.finish(text, n, key, Api::Completions))
     }
@@ -316,7 +319,7 @@ impl PromptBuilder {
         seed: u64,
         key: &CacheKey,
         overhead: ChatOverhead,
-    ) -> Result<Prompt, Error> {
+    ) -> Result<Prompt, WorkloadError> {
         let extra = usize_of(overhead.0);
         let text = self.text(&self.content_tokenizer, extra, n, seed, key)?;
         Ok(self.finish(text, n, key, Api::Chat))
@@ -332,7 +335,7 @@ impl PromptBuilder {
         key: &CacheKey,
         mut overhead: ChatOverhead,
         mut recount: F,
-    ) -> Result<Prompt, Error>
+    ) -> Result<Prompt, WorkloadError>
     where
         F: FnMut(&str) -> Result<u64, E>,
         E: fmt::Display,
@@ -340,7 +343,7 @@ impl PromptBuilder {
         let mut last = 0;
         for _ in 0..3 {
             let prompt = self.chat_prompt(n, seed, key, overhead)?;
-            let counted = recount(&prompt.text).map_err(|e| Error::Count {
+            let counted = recount(&prompt.text).map_err(|e| WorkloadError::Count {
                 message: e.to_string(),
             })?;
             if counted == n.get() {
@@ -350,7 +353,7 @@ impl PromptBuilder {
             let corrected = (overhead.0.get() + counted).checked_sub(n.get());
             overhead = ChatOverhead(Tokens::new(corrected.unwrap_or(0)));
         }
-        Err(Error::Inexact {
+        Err(WorkloadError::Inexact {
             n: n.get(),
             closest: last,
             attempts: 3,
@@ -380,9 +383,9 @@ impl PromptBuilder {
         n: Tokens,
         seed: u64,
         key: &CacheKey,
-    ) -> Result<String, Error> {
+    ) -> Result<String, WorkloadError> {
         if n.get() > MAX_PROMPT_TOKENS {
-            return Err(Error::TooLong {
+            return Err(WorkloadError::TooLong {
                 n: n.get(),
                 max: MAX_PROMPT_TOKENS,
             });
@@ -400,7 +403,7 @@ impl PromptBuilder {
                     // A prompt this short cannot hold the marker anyway, and
                     // with some tokenizers no cut of the marker has exactly
                     // n tokens: start with prose instead.
-                    Err(Error::Inexact { .. }) if n - min < SHORT_TOKENS => {
+                    Err(WorkloadError::Inexact { .. }) if n - min < SHORT_TOKENS => {
                         let prose = self.source(String::new(), body_seed, n)?;
                         self.fitter(tok, extra, &prose, n, 0).fit()
                     }
@@ -421,9 +424,9 @@ impl PromptBuilder {
         k: usize,
         seed: u64,
         key: &CacheKey,
-    ) -> Result<String, Error> {
+    ) -> Result<String, WorkloadError> {
         if n < k {
-            return Err(Error::TooShort {
+            return Err(WorkloadError::TooShort {
                 n: n as u64,
                 min: k as u64,
                 what: "the shared prefix",
@@ -447,7 +450,7 @@ impl PromptBuilder {
         let (whole, part) = (content.encode(&text)?, content.encode(&prefix)?);
         let keep = k.saturating_sub(extra + tok.special_tokens_count());
         if whole.get(..keep) != part.get(..keep) {
-            return Err(Error::PrefixNotStable {
+            return Err(WorkloadError::PrefixNotStable {
                 k: k as u64,
                 tokenizer: tok.name().to_owned(),
             });
@@ -475,8 +478,8 @@ impl PromptBuilder {
         }
     }
 
-    fn too_short(&self, n: usize, min: usize, extra: usize) -> Error {
-        Error::TooShort {
+    fn too_short(&self, n: usize, min: usize, extra: usize) -> WorkloadError {
+        WorkloadError::TooShort {
             n: n as u64,
             min: min as u64,
             what: if extra > 0 {
@@ -490,7 +493,7 @@ impl PromptBuilder {
 
     /// `marker` then pool text from a seeded sentence, long enough for `n`
     /// tokens, with the estimated end of each token.
-    fn source(&self, marker: String, body_seed: u64, n: usize) -> Result<Source, Error> {
+    fn source(&self, marker: String, body_seed: u64, n: usize) -> Result<Source, WorkloadError> {
         let pool = self.pool(n)?;
         let mut rng = SplitMix64::new(body_seed);
         let i = rng.below(pool.spread_starts);
@@ -527,7 +530,7 @@ impl PromptBuilder {
     }
 
     /// The pool for prompts of up to `n` tokens, built on first use.
-    fn pool(&self, n: usize) -> Result<Arc<Pool>, Error> {
+    fn pool(&self, n: usize) -> Result<Arc<Pool>, WorkloadError> {
         let class = n.next_power_of_two().max(4_096);
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(pool) = pools.get(&class) {

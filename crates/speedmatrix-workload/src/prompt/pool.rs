@@ -26,7 +26,7 @@ pub(super) struct Pool {
 impl Pool {
     /// At least `tokens` tokens of text. Pools of every size share a prefix,
     /// so a prompt's text depends only on its size class.
-    pub(super) fn build(tok: &Tokenizer, tokens: usize) -> Result<Self, Error> {
+    pub(super) fn build(tok: &Tokenizer, tokens: usize) -> Result<Self, WorkloadError> {
         let mut generator = TextGenerator::new(POOL_SEED);
         let mut pool = Pool {
             text: String::new(),
@@ -90,7 +90,7 @@ impl Pool {
         &mut self,
         tok: &Tokenizer,
         chunks: &[(usize, usize)],
-    ) -> Result<(), Error> {
+    ) -> Result<(), WorkloadError> {
         let inputs: Vec<&str> = chunks.iter().map(|&(s, e)| &self.text[s..e]).collect();
         let encodings = tok
             .inner()
@@ -109,7 +109,7 @@ impl Pool {
         Ok(())
     }
 
-    pub(super) fn chunks_join_cleanly(&self, tok: &Tokenizer) -> Result<bool, Error> {
+    pub(super) fn chunks_join_cleanly(&self, tok: &Tokenizer) -> Result<bool, WorkloadError> {
         for &at in &self.chunk_starts {
             let idx = self.ends.partition_point(|&e| e <= at);
             if !junction_ok(tok, &self.text, &self.ends, idx, at)? {

@@ -5,7 +5,7 @@ use crate::common;
 use common::{bundled_builder, unigram_builder, wordpiece_builder};
 use proptest::prelude::*;
 use speedmatrix_units::Tokens;
-use speedmatrix_workload::{CacheKey, CacheMode, Error, PromptBuilder, PromptRole};
+use speedmatrix_workload::{CacheKey, CacheMode, PromptBuilder, PromptRole, WorkloadError};
 
 /// Prompt sizes: mostly small, some around the matrix's context sizes, some anywhere.
 fn sizes() -> impl Strategy<Value = u64> {
@@ -46,7 +46,7 @@ proptest! {
                     prop_assert_eq!(again, p);
                 }
             }
-            Err(Error::TooShort { min, .. }) => {
+            Err(WorkloadError::TooShort { min, .. }) => {
                 prop_assert!(n < min && min as usize == tok.special_tokens_count());
             }
             Err(e) => prop_assert!(false, "{e}"),
@@ -164,7 +164,7 @@ fn shared_prefix_keeps_its_tokens_and_then_diverges() {
             )
             .unwrap_err();
         assert!(
-            matches!(err, Error::TooShort { n: 10, min: 20, .. }),
+            matches!(err, WorkloadError::TooShort { n: 10, min: 20, .. }),
             "{err}"
         );
     }
@@ -201,7 +201,10 @@ fn the_fewest_tokens_are_the_special_ones() {
     let err = wp
         .prompt(Tokens::new(1), 0, &CacheKey::unique(0, 0, 0))
         .unwrap_err();
-    assert!(matches!(err, Error::TooShort { n: 1, min: 2, .. }), "{err}");
+    assert!(
+        matches!(err, WorkloadError::TooShort { n: 1, min: 2, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("test-wordpiece"), "{err}");
     let two = wp
         .prompt(Tokens::new(2), 0, &CacheKey::unique(0, 0, 0))
@@ -214,7 +217,7 @@ fn absurd_lengths_are_refused() {
     let err = bundled_builder()
         .prompt(Tokens::new(u64::MAX), 0, &CacheKey::unique(0, 0, 0))
         .unwrap_err();
-    assert!(matches!(err, Error::TooLong { .. }), "{err}");
+    assert!(matches!(err, WorkloadError::TooLong { .. }), "{err}");
 }
 
 #[test]

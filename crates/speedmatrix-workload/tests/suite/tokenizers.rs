@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{
-    BpeRecipe, CacheKey, ChatOverhead, Error, HfCache, PromptBuilder, Tokenizer, render_chatml,
+    BpeRecipe, CacheKey, ChatOverhead, HfCache, PromptBuilder, Tokenizer, WorkloadError,
+    render_chatml,
 };
 
 const ASSET: &str = include_str!("../../assets/bundled-tokenizer.json");
@@ -112,7 +113,7 @@ fn loads_a_file_a_model_folder_and_the_hub_cache() {
 
     let err = Tokenizer::from_hf_cache("acme/tiny@v2", &cache).unwrap_err();
     assert!(
-        matches!(&err, Error::NotCached { missing, .. } if missing == "refs/v2"),
+        matches!(&err, WorkloadError::NotCached { missing, .. } if missing == "refs/v2"),
         "{err}"
     );
     let err = Tokenizer::from_hf_cache("acme/other", &cache).unwrap_err();
@@ -150,7 +151,7 @@ fn a_broken_tokenizer_file_is_a_typed_error() {
     let path = tmp.0.join("tokenizer.json");
     std::fs::write(&path, "{ not json").unwrap();
     let err = Tokenizer::from_file(&path).unwrap_err();
-    assert!(matches!(err, Error::Parse { .. }), "{err}");
+    assert!(matches!(err, WorkloadError::Parse { .. }), "{err}");
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
 }
 
@@ -192,7 +193,7 @@ fn chat_prompts_match_the_servers_count_with_its_template() {
     assert!(
         matches!(
             err,
-            Error::TooShort {
+            WorkloadError::TooShort {
                 what: "the chat template",
                 ..
             }

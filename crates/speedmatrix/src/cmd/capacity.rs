@@ -168,7 +168,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// An option error, as the command line says it.
-fn options<T>(r: Result<T, speedmatrix_runner::RunError>) -> anyhow::Result<T> {
+fn options<T>(r: Result<T, speedmatrix_runner::RunnerError>) -> anyhow::Result<T> {
     r.map_err(|e| words::error(e, None))
 }
 

@@ -4,8 +4,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde::Serialize;
-use speedmatrix_client::{ApiKey, Client, ClientConfig, Error, ModelInfo, ServerInfo, Timeouts};
-use speedmatrix_engines::{ReportedCapacity, vllm};
+use speedmatrix_capacity::MeasuredCapacity;
+use speedmatrix_client::{
+    ApiKey, Client, ClientConfig, ClientError, ModelInfo, ServerInfo, Timeouts,
+};
+use speedmatrix_engines::vllm;
 use speedmatrix_telemetry::{GpuInfo, TelemetryMode};
 use speedmatrix_units::{Tokens, group_thousands};
 
@@ -96,7 +99,7 @@ fn build_client(args: &Args) -> anyhow::Result<Client> {
         .insecure(args.insecure)
         .timeouts(Timeouts::new(limit, limit, limit));
     Client::new(config).map_err(|err| match err {
-        Error::InvalidConfig { reason } => UsageError(reason).into(),
+        ClientError::InvalidConfig { reason } => UsageError(reason).into(),
         other => anyhow::Error::new(other),
     })
 }
@@ -187,44 +190,35 @@ struct KvCache {
 }
 
 impl KvCache {
+    /// The engine's own account, read as the runner reads it to plan.
     fn of(info: &ServerInfo) -> Option<Self> {
         let reported = info.capacity()?;
         let vllm = info.metrics().and_then(vllm::cache_config);
-        let mut cache = KvCache {
-            source: reported.source(),
-            kv_cache_tokens: None,
-            num_gpu_blocks: None,
-            block_size: None,
-            slots: None,
-            max_running_requests: None,
-            cache_dtype: vllm.as_ref().and_then(|c| c.cache_dtype.clone()),
-            gpu_memory_utilization: vllm.as_ref().and_then(|c| c.gpu_memory_utilization),
-        };
-        match reported {
-            ReportedCapacity::Blocks {
+        let measured = speedmatrix_runner::measured_capacity(reported);
+        let (num_gpu_blocks, block_size, slots, max_running_requests) = match measured {
+            Some(MeasuredCapacity::Vllm {
                 num_gpu_blocks,
                 block_size,
-            } => {
-                cache.num_gpu_blocks = Some(num_gpu_blocks);
-                cache.block_size = Some(block_size);
-                cache.kv_cache_tokens = Tokens::new(num_gpu_blocks).checked_mul(block_size);
+            }) => (Some(num_gpu_blocks), Some(block_size), None, None),
+            Some(MeasuredCapacity::LlamaCpp { n_parallel, .. }) => {
+                (None, None, Some(n_parallel), None)
             }
-            ReportedCapacity::Slots {
-                pool_tokens, slots, ..
-            } => {
-                cache.kv_cache_tokens = Some(Tokens::new(pool_tokens));
-                cache.slots = Some(slots);
-            }
-            ReportedCapacity::TokenPool {
-                tokens,
+            Some(MeasuredCapacity::Sglang {
                 max_running_requests,
-            } => {
-                cache.kv_cache_tokens = Some(Tokens::new(tokens));
-                cache.max_running_requests = max_running_requests;
-            }
-            _ => {}
-        }
-        Some(cache)
+                ..
+            }) => (None, None, None, max_running_requests),
+            _ => (None, None, None, None),
+        };
+        Some(KvCache {
+            source: reported.source(),
+            kv_cache_tokens: measured.and_then(|m| m.tokens()).map(Tokens::new),
+            num_gpu_blocks,
+            block_size,
+            slots,
+            max_running_requests,
+            cache_dtype: vllm.as_ref().and_then(|c| c.cache_dtype.clone()),
+            gpu_memory_utilization: vllm.as_ref().and_then(|c| c.gpu_memory_utilization),
+        })
     }
 }
 

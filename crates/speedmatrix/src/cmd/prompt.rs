@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use speedmatrix_units::Tokens;
 use speedmatrix_workload::{
-    Api, CacheKey, ChatOverhead, Error as WorkloadError, Prompt, PromptBuilder, Tokenizer,
+    Api, CacheKey, ChatOverhead, Prompt, PromptBuilder, Tokenizer, WorkloadError,
 };
 
 use crate::cmd::UsageError;

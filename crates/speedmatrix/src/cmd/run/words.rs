@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use speedmatrix_runner::{
     CapacityPlan, CapacitySourceKind, CellOutcome, ConfigProblem, Exclusion, LoadMode, LoadOutcome,
-    MatrixSpec, Notice, Plan, PrefillMode, PrefillOutcome, RateLength, RunError, StepStatus,
+    MatrixSpec, Notice, Plan, PrefillMode, PrefillOutcome, RateLength, RunnerError, StepStatus,
     measured_source,
 };
 use speedmatrix_units::{Tokens, group_thousands};
@@ -16,27 +16,27 @@ use crate::cmd::UsageError;
 
 /// The runner's error for the user, with the flags that fix it; a server
 /// that echoes the API key in an error body does not get it printed.
-pub(crate) fn error(e: RunError, key: Option<&speedmatrix_client::ApiKey>) -> anyhow::Error {
+pub(crate) fn error(e: RunnerError, key: Option<&speedmatrix_client::ApiKey>) -> anyhow::Error {
     let redact = |text: String| match key.map(|k| k.expose()) {
         Some(k) if !k.is_empty() => text.replace(k, "[redacted]"),
         _ => text,
     };
     let usage = |text: String| UsageError(redact(text)).into();
     match e {
-        RunError::InvalidConfig(p) => usage(config_problem(&p)),
-        RunError::BadOption(message) => usage(message),
-        RunError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
-        RunError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
-        RunError::ResumeMismatch { .. } => usage(format!(
+        RunnerError::InvalidConfig(p) => usage(config_problem(&p)),
+        RunnerError::BadOption(message) => usage(message),
+        RunnerError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
+        RunnerError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
+        RunnerError::ResumeMismatch { .. } => usage(format!(
             "{e}; resume with the same flags, or start a new output directory with --out"
         )),
-        RunError::JournalVersion { .. } => usage(format!(
+        RunnerError::JournalVersion { .. } => usage(format!(
             "{e}; finish it with the speedmatrix release that started it, or start a new run with another --out"
         )),
-        RunError::NotAJournal { .. } => usage(format!(
+        RunnerError::NotAJournal { .. } => usage(format!(
             "{e}; start a new run with another --out instead of --resume"
         )),
-        RunError::Server { url, source } => usage(server_error_line(&url, &source)),
+        RunnerError::Server { url, source } => usage(server_error_line(&url, &source)),
         other => anyhow::Error::new(other),
     }
 }
@@ -75,7 +75,7 @@ pub(crate) fn config_problem(p: &ConfigProblem) -> String {
 }
 
 /// One line saying what went wrong reaching the server and what to do.
-fn server_error_line(url: &str, e: &speedmatrix_client::Error) -> String {
+fn server_error_line(url: &str, e: &speedmatrix_client::ClientError) -> String {
     use speedmatrix_client::ErrorKind;
     match e.kind() {
         ErrorKind::Config => format!("--url {url}: {e}"),

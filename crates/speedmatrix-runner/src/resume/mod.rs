@@ -1,23 +1,87 @@
-//! Resuming a run: the journal's versioned records, the key a journal must
-//! match, and which finished steps a resumed run reuses.
+//! Resuming a run: the journal's versioned records, the key a journal must match
+//! (`key.rs`; layout 1's in `v1.rs`), and which finished steps a resumed run reuses.
+
+mod key;
+mod v1;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use speedmatrix_units::{Api, Concurrency, PromptSharing, Tokens};
+use speedmatrix_units::{Concurrency, Tokens};
 
-use crate::config::LoadMode;
 use crate::journal::{self, CorruptTail, Journal, JournalContents};
 use crate::outcome::{CellOutcome, LoadOutcome, LoadPoint, PrefillOutcome, StepStatus};
-use crate::{JournalOptions, PrefillMode, RunConfig, RunError, Target};
+use crate::{JournalOptions, RunnerError};
 
-/// The layout of the journal's records this runner writes and reads.
+pub use self::key::{InjectKey, LoadKey, ResumeKey, Schedule};
+use self::v1::ResumeKeyV1;
+
+/// The layout of the journal's records this runner writes.
 ///
 /// Bump it on any change an older runner would misread; the reader refuses
-/// other versions with [`RunError::JournalVersion`].
-pub const JOURNAL_VERSION: u32 = 1;
+/// versions it does not know with [`RunnerError::JournalVersion`]. Layout 2 types
+/// every field of the key (layout 1 wrote some as words); layout 1 is still read.
+pub const JOURNAL_VERSION: u32 = 2;
+
+/// The oldest layout a journal may have and still be continued.
+pub const OLDEST_JOURNAL_VERSION: u32 = 1;
+
+/// A start record's key, in the layout the journal was written in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum KeyOnDisk {
+    /// Layout 2 (this runner's).
+    Current(ResumeKey),
+    /// Layout 1.
+    V1(ResumeKeyV1),
+}
+
+impl KeyOnDisk {
+    /// Every field in which this key and `now` differ.
+    fn differences(&self, now: &ResumeKey) -> Vec<KeyDifference> {
+        match self {
+            KeyOnDisk::Current(k) => k.differences(now),
+            KeyOnDisk::V1(k) => k.differences(now),
+        }
+    }
+}
+
+/// One field in which a journal's key and this run's differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDifference {
+    /// The field, as [`ResumeKey`] names it.
+    pub field: String,
+    /// Its value in the journal (JSON).
+    pub journal: String,
+    /// Its value in this run (JSON).
+    pub now: String,
+}
+
+/// Every top-level field whose JSON differs between `journal` and `now`.
+fn json_differences<T: Serialize>(journal: &T, now: &T) -> Vec<KeyDifference> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(journal), serde_json::to_value(now))
+    else {
+        return Vec::new();
+    };
+    let mut fields: Vec<&String> = a.keys().chain(b.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter(|field| a.get(*field) != b.get(*field))
+        .map(|field| KeyDifference {
+            field: field.clone(),
+            journal: a
+                .get(field)
+                .map_or_else(|| "null".into(), ToString::to_string),
+            now: b
+                .get(field)
+                .map_or_else(|| "null".into(), ToString::to_string),
+        })
+        .collect()
+}
 
 /// One journal line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,7 +90,7 @@ pub(crate) enum JournalRecord {
     /// What the run measures, first line of every journal.
     Start {
         journal_version: u32,
-        key: Box<ResumeKey>,
+        key: Box<KeyOnDisk>,
     },
     /// A finished prefill point.
     Prefill {
@@ -49,7 +113,7 @@ impl JournalRecord {
     pub(crate) fn start(key: ResumeKey) -> JournalRecord {
         JournalRecord::Start {
             journal_version: JOURNAL_VERSION,
-            key: Box::new(key),
+            key: Box::new(KeyOnDisk::Current(key)),
         }
     }
 
@@ -117,7 +181,7 @@ pub fn journal_steps(bytes: &[u8]) -> JournalContents<JournalStep> {
 
 /// Reads the journal at `path` the way `resume` does, without changing it:
 /// the steps of its valid prefix and, if its end is damaged, where.
-pub fn read_journal(path: &Path) -> Result<JournalContents<JournalStep>, RunError> {
+pub fn read_journal(path: &Path) -> Result<JournalContents<JournalStep>, RunnerError> {
     journal::read_file::<JournalRecord>(path).map(steps_of)
 }
 
@@ -134,215 +198,6 @@ fn steps_of(contents: JournalContents<JournalRecord>) -> JournalContents<Journal
             })
             .collect(),
         corrupt_tail: contents.corrupt_tail,
-    }
-}
-
-/// Everything that changes a measurement: a journal resumes only a run with
-/// the same key, or two different runs would be merged into one report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResumeKey {
-    /// The server (`embedded:<profile>` for the built-in simulator).
-    pub server: String,
-    /// The model requests were sent to.
-    pub served_model: String,
-    /// The engine version the server reports.
-    pub engine_version: Option<String>,
-    /// The tokenizer's name.
-    pub tokenizer: String,
-    /// A hash of the tokenizer's definition: another tokenizer under the same
-    /// name builds other prompts.
-    pub tokenizer_hash: String,
-    /// The endpoint.
-    pub api: Api,
-    /// The prompt text seed.
-    pub seed: u64,
-    /// Prompt sharing between a cell's streams.
-    pub prompt_sharing: PromptSharing,
-    /// A hash of the extra body fields every request carries.
-    pub extra_body_hash: String,
-    /// Decode rows.
-    pub contexts: Vec<Tokens>,
-    /// Decode columns.
-    pub concurrencies: Vec<Concurrency>,
-    /// Prefill points.
-    pub prefill_contexts: Vec<Tokens>,
-    /// Cold prefill requests per point.
-    pub prefill_repeats: u32,
-    /// How prefill is measured.
-    pub prefill_mode: PrefillMode,
-    /// The window, in nanoseconds.
-    pub window_ns: u64,
-    /// `max_tokens` of decode requests.
-    pub max_tokens: Tokens,
-    /// Whether `min_tokens = max_tokens` was sent too.
-    pub min_tokens: bool,
-    /// The bursts or rates, when the run measures those instead of the
-    /// sustained window (absent in journals of sustained runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load: Option<LoadKey>,
-    /// The interference probe's prompt length and settle time, when asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inject: Option<String>,
-}
-
-/// What a burst or rate run measures, for [`ResumeKey`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadKey {
-    /// `burst` or `rate`.
-    pub mode: String,
-    /// The columns: burst sizes or rates.
-    pub points: Vec<LoadPoint>,
-    /// The in-flight cap.
-    pub max_in_flight: Option<Concurrency>,
-    /// Whether prompts were sent once before each cell.
-    pub warm_cache: bool,
-    /// The arrival process, seed, length and drain (rate runs), in words.
-    pub schedule: Option<String>,
-    /// The objective, as written.
-    pub slo: Option<String>,
-    /// The shared prefix, in words.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_prefix: Option<String>,
-}
-
-impl LoadKey {
-    fn of(spec: &crate::MatrixSpec) -> Option<LoadKey> {
-        let slo = spec.slo.as_ref().map(ToString::to_string);
-        match &spec.load {
-            LoadMode::Sustained => None,
-            LoadMode::Burst(b) => Some(LoadKey {
-                mode: "burst".into(),
-                points: b
-                    .requests
-                    .iter()
-                    .filter_map(|&n| Concurrency::new(n))
-                    .map(|requests| LoadPoint::Burst { requests })
-                    .collect(),
-                max_in_flight: b.max_concurrency,
-                warm_cache: b.warm_cache,
-                schedule: None,
-                slo,
-                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
-            }),
-            LoadMode::Rate(r) => Some(LoadKey {
-                mode: "rate".into(),
-                points: r
-                    .rates
-                    .iter()
-                    .map(|&rate| LoadPoint::Rate { rate })
-                    .collect(),
-                max_in_flight: r.max_in_flight,
-                warm_cache: r.warm_cache,
-                schedule: Some(format!(
-                    "{} seed {} {:?} drain {:?}",
-                    r.arrival, r.seed, r.length, r.drain
-                )),
-                slo,
-                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
-            }),
-            LoadMode::Conversation(c) => Some(LoadKey {
-                mode: "conversation".into(),
-                points: spec
-                    .concurrencies
-                    .iter()
-                    .map(|&count| LoadPoint::Conversations { count })
-                    .collect(),
-                max_in_flight: None,
-                warm_cache: false,
-                schedule: Some(format!(
-                    "{} turns, questions of {} tokens",
-                    c.turns,
-                    c.question.get()
-                )),
-                slo,
-                shared_prefix: spec.shared_prefix.map(|p| format!("{p:?}")),
-            }),
-        }
-    }
-}
-
-/// One field in which a journal's key and this run's differ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyDifference {
-    /// The field, as [`ResumeKey`] names it.
-    pub field: String,
-    /// Its value in the journal (JSON).
-    pub journal: String,
-    /// Its value in this run (JSON).
-    pub now: String,
-}
-
-impl ResumeKey {
-    /// The key of `config` measured against a server that reported
-    /// `served_model` and `engine_version`.
-    pub(crate) fn of(config: &RunConfig, served_model: &str, engine_version: Option<&str>) -> Self {
-        let m = &config.matrix;
-        let server = match &config.target {
-            Target::Url(url) => url.trim_end_matches('/').to_owned(),
-            Target::Embedded(profile) => format!(
-                "embedded:{}:{:016x}",
-                profile.name,
-                fnv1a(
-                    serde_json::to_string(profile)
-                        .unwrap_or_default()
-                        .as_bytes()
-                )
-            ),
-        };
-        ResumeKey {
-            server,
-            served_model: served_model.to_owned(),
-            engine_version: engine_version.map(str::to_owned),
-            tokenizer: config.tokenizer.name().to_owned(),
-            tokenizer_hash: format!("{:016x}", config.tokenizer.fingerprint()),
-            api: config.api,
-            seed: config.seed,
-            prompt_sharing: config.prompt_sharing,
-            extra_body_hash: format!(
-                "{:016x}",
-                fnv1a(
-                    serde_json::Value::Object(config.extra_body.clone())
-                        .to_string()
-                        .as_bytes()
-                )
-            ),
-            contexts: m.contexts.clone(),
-            concurrencies: m.concurrencies.clone(),
-            prefill_contexts: m.prefill_contexts.clone(),
-            prefill_repeats: m.prefill_repeats,
-            prefill_mode: m.prefill_mode,
-            window_ns: u64::try_from(m.window.as_nanos()).unwrap_or(u64::MAX),
-            max_tokens: m.max_output,
-            min_tokens: config.send_min_tokens,
-            load: LoadKey::of(m),
-            inject: m
-                .inject
-                .map(|i| format!("{} tokens, settle {:?}", i.tokens.get(), i.settle)),
-        }
-    }
-
-    /// The window this key measures.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_ns)
-    }
-
-    /// Every field whose value differs between `self` (the journal's) and `now`.
-    pub fn differences(&self, now: &ResumeKey) -> Vec<KeyDifference> {
-        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
-            (serde_json::to_value(self), serde_json::to_value(now))
-        else {
-            return Vec::new();
-        };
-        a.iter()
-            .filter(|(field, value)| b.get(*field) != Some(*value))
-            .map(|(field, value)| KeyDifference {
-                field: field.clone(),
-                journal: value.to_string(),
-                now: b
-                    .get(field)
-                    .map_or_else(|| "null".into(), ToString::to_string),
-            })
-            .collect()
     }
 }
 
@@ -367,7 +222,7 @@ pub(crate) struct Done {
 pub(crate) fn open_journal(
     options: &JournalOptions,
     key: ResumeKey,
-) -> Result<(Option<Journal>, Done, Option<CorruptTail>), RunError> {
+) -> Result<(Option<Journal>, Done, Option<CorruptTail>), RunnerError> {
     let Some(path) = &options.path else {
         return Ok((None, Done::default(), None));
     };
@@ -381,7 +236,7 @@ pub(crate) fn open_journal(
     // journal but something else: refuse rather than cut it to nothing.
     let peek = journal::read_file::<JournalRecord>(path)?;
     if let (true, Some(tail)) = (peek.records.is_empty(), peek.corrupt_tail) {
-        return Err(RunError::NotAJournal {
+        return Err(RunnerError::NotAJournal {
             path: path.clone(),
             line: tail.line,
             reason: tail.reason,
@@ -395,7 +250,7 @@ pub(crate) fn open_journal(
             JournalRecord::Start { key: theirs, .. } => {
                 let differences = theirs.differences(&key);
                 if !differences.is_empty() {
-                    return Err(RunError::ResumeMismatch {
+                    return Err(RunnerError::ResumeMismatch {
                         path: path.clone(),
                         differences,
                     });
@@ -431,8 +286,8 @@ pub(crate) fn open_journal(
 }
 
 /// Refuses a journal written in another layout, before anything else reads it.
-fn check_version(path: &Path) -> Result<(), RunError> {
-    let text = std::fs::read_to_string(path).map_err(|source| RunError::Journal {
+fn check_version(path: &Path) -> Result<(), RunnerError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RunnerError::Journal {
         path: path.to_owned(),
         action: "read",
         source,
@@ -450,8 +305,12 @@ fn check_version(path: &Path) -> Result<(), RunError> {
         .get("journal_version")
         .and_then(serde_json::Value::as_u64)
     {
-        Some(v) if v == u64::from(JOURNAL_VERSION) => Ok(()),
-        found => Err(RunError::JournalVersion {
+        Some(v)
+            if (u64::from(OLDEST_JOURNAL_VERSION)..=u64::from(JOURNAL_VERSION)).contains(&v) =>
+        {
+            Ok(())
+        }
+        found => Err(RunnerError::JournalVersion {
             path: path.to_owned(),
             found: found.and_then(|v| u32::try_from(v).ok()),
             supported: JOURNAL_VERSION,
@@ -459,7 +318,7 @@ fn check_version(path: &Path) -> Result<(), RunError> {
     }
 }
 
-pub(crate) fn record(journal: &mut Option<Journal>, r: &JournalRecord) -> Result<(), RunError> {
+pub(crate) fn record(journal: &mut Option<Journal>, r: &JournalRecord) -> Result<(), RunnerError> {
     match journal {
         Some(j) => j.append(r),
         None => Ok(()),
@@ -468,6 +327,8 @@ pub(crate) fn record(journal: &mut Option<Journal>, r: &JournalRecord) -> Result
 
 #[cfg(test)]
 mod tests {
+    use speedmatrix_units::{Api, PrefillMode, PromptSharing};
+
     use super::*;
 
     fn key() -> ResumeKey {
@@ -487,7 +348,7 @@ mod tests {
             prefill_repeats: 1,
             prefill_mode: PrefillMode::Cold,
             window_ns: 1_000_000_000,
-            max_tokens: Tokens::new(256),
+            max_output_tokens: Tokens::new(256),
             min_tokens: false,
             load: None,
             inject: None,
