@@ -169,7 +169,7 @@ pub enum RunnerError {
         path: PathBuf,
         /// Its `journal_version`, `None` for journals before versions.
         found: Option<u32>,
-        /// [`JOURNAL_VERSION`].
+        /// [`crate::JOURNAL_VERSION`].
         supported: u32,
     },
     /// The file given to resume is not a journal at all (not even its first line reads).

@@ -108,8 +108,8 @@ pub fn allowed_cores() -> Option<Cores> {
 }
 
 /// Runtime threads for `streams` concurrent streams on `usable` cores: one
-/// per [`STREAMS_PER_THREAD`] streams, at most half the usable cores (the
-/// rest are the engine's), at least one, at most [`MOST_DEFAULT_THREADS`].
+/// per 512 streams, at most half the usable cores (the
+/// rest are the engine's), at least one, at most 4.
 pub fn default_threads(streams: u32, usable: usize) -> usize {
     let wanted = usize::try_from(streams.div_ceil(STREAMS_PER_THREAD)).unwrap_or(usize::MAX);
     wanted.min(usable / 2).clamp(1, MOST_DEFAULT_THREADS)

@@ -17,6 +17,14 @@
 //! from them, and stops when its cancellation token fires, returning the
 //! partial result ([`StopReason::Cancelled`]).
 //!
+//! A front end does not build the [`RunConfig`] by hand: [`options::RunOptions`] holds what a
+//! user says (the `speedmatrix run` flags behind the `clap` feature, a study's `[run]` table
+//! through serde) and [`options::RunOptions::resolve`] reads the files and makes the config;
+//! [`output::run_into`] then runs it into a folder and writes every file. Every result
+//! document is built in this crate: a run's, a prediction's ([`predicted`]), and, with the
+//! `embedded` feature (on by default: the simulator as a target), simulator profiles from
+//! documents ([`profiles`]).
+//!
 //! # When the server misbehaves
 //!
 //! - Nothing is written before the server has been probed and the plan

@@ -66,23 +66,23 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// The status of every step in the report: prefill rows, decode cells, load cells.
+    pub fn statuses(&self) -> impl Iterator<Item = &speedmatrix_report::CellStatus> {
+        let r = &self.report;
+        r.prefill
+            .iter()
+            .map(|p| &p.status)
+            .chain(r.decode.iter().map(|c| &c.status))
+            .chain(r.load.iter().flat_map(|l| l.cells.iter().map(|c| &c.status)))
+    }
+
     /// Whether the run did its job: every planned step ran, and unless nothing failed,
     /// something was measured (a run of which every step failed did not).
     pub fn succeeded(&self) -> bool {
-        let r = &self.report;
-        let statuses = || {
-            r.prefill
-                .iter()
-                .map(|p| &p.status)
-                .chain(r.decode.iter().map(|c| &c.status))
-                .chain(
-                    r.load
-                        .iter()
-                        .flat_map(|l| l.cells.iter().map(|c| &c.status)),
-                )
-        };
-        let measured = statuses().any(|s| s.is_valid());
-        let failed = statuses().any(|s| matches!(s, speedmatrix_report::CellStatus::Error { .. }));
+        let measured = self.statuses().any(|s| s.is_valid());
+        let failed = self
+            .statuses()
+            .any(|s| matches!(s, speedmatrix_report::CellStatus::Error { .. }));
         self.stopped.is_none() && (measured || !failed)
     }
 }

@@ -27,8 +27,10 @@
 //! ```
 //!
 //! The words every crate shares are defined here once too: [`Api`] (which
-//! endpoint) and [`PromptSharing`] (whether a cell's streams share a prompt),
-//! with `clap` and `schemars` derives behind the features of those names.
+//! endpoint), [`PromptSharing`] (whether a cell's streams share a prompt),
+//! [`PrefillMode`] (how prefill rows are measured), [`LoadKind`] (what a cell's
+//! load is) and [`Engine`] (which inference engine), with `clap` and `schemars`
+//! derives behind the features of those names.
 
 use std::fmt;
 use std::num::NonZeroU32;

@@ -1,7 +1,7 @@
 //! What a run is asked to measure, as its user says it: [`RunOptions`], one definition for the
 //! `speedmatrix run` flags (clap, behind the `clap` feature), a study file's `[run]` table
 //! (serde, each value as the flag's text or the scalar that prints as it) and its JSON Schema
-//! (behind `schemars`). [`RunOptions::resolve`] turns them into the [`RunConfig`] the runner
+//! (behind `schemars`). [`RunOptions::resolve`] turns them into the [`crate::RunConfig`] the runner
 //! measures: it loads the tokenizer, reads the model's config.json, predicts the KV capacity and
 //! detects the hardware. Every message names the option as the command line spells it.
 

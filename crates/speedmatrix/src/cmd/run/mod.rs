@@ -156,7 +156,7 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         None if !measured && (errors + prefill_errors) > 0 => {
             eprintln!(
                 "every step that ran failed (first: {}); see {}/report.md",
-                first_error(r).unwrap_or_default(),
+                first_error(outcome).unwrap_or_default(),
                 dir.display()
             );
             ExitCode::FAILURE
@@ -179,18 +179,8 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
     }
 }
 
-fn first_error(r: &speedmatrix_report::Report) -> Option<String> {
-    let statuses = r
-        .prefill
-        .iter()
-        .map(|p| &p.status)
-        .chain(r.decode.iter().map(|c| &c.status))
-        .chain(
-            r.load
-                .iter()
-                .flat_map(|l| l.cells.iter().map(|c| &c.status)),
-        );
-    statuses.into_iter().find_map(|s| match s {
+fn first_error(outcome: &RunOutcome) -> Option<String> {
+    outcome.statuses().find_map(|s| match s {
         speedmatrix_report::CellStatus::Error {
             error_kind,
             message,
