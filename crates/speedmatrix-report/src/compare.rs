@@ -457,11 +457,7 @@ fn differences(a: &Report, b: &Report) -> Vec<String> {
         opt(&b.engine.quantization),
     );
     diff("hardware", page::machine(a), page::machine(b));
-    diff(
-        "API",
-        format!("{:?}", a.run.api),
-        format!("{:?}", b.run.api),
-    );
+    diff("API", a.run.api.to_string(), b.run.api.to_string());
     diff(
         "prompt mode",
         a.run.prompt_mode.clone(),

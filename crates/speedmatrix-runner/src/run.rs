@@ -73,7 +73,11 @@ impl RunOutcome {
             .iter()
             .map(|p| &p.status)
             .chain(r.decode.iter().map(|c| &c.status))
-            .chain(r.load.iter().flat_map(|l| l.cells.iter().map(|c| &c.status)))
+            .chain(
+                r.load
+                    .iter()
+                    .flat_map(|l| l.cells.iter().map(|c| &c.status)),
+            )
     }
 
     /// Whether the run did its job: every planned step ran, and unless nothing failed,
