@@ -189,6 +189,16 @@ fn record_nvidia(fixtures: &Path, sampling: Duration) -> anyhow::Result<PathBuf>
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("info.csv"), &info)?;
     std::fs::write(dir.join("banner.txt"), output("nvidia-smi", &[])?)?;
+    // Which GPUs' power.draw is a 1 s mean (a driver that refuses the field records nothing).
+    if let Ok(average) = output(
+        "nvidia-smi",
+        &[
+            &format!("--query-gpu={}", smi::POWER_AVERAGE_FIELDS),
+            "--format=csv,noheader,nounits",
+        ],
+    ) {
+        std::fs::write(dir.join("power-average.csv"), average)?;
+    }
     let fields = [smi::SAMPLE_FIELDS, smi::SAMPLE_FIELDS_NO_THROTTLE]
         .into_iter()
         .find(|f| {

@@ -113,13 +113,21 @@ pub struct Recorded {
 
 impl Recorded {
     /// The samples taken between `start` and `end`, with the last one
-    /// before and the first one after (so edges can be interpolated).
+    /// before and the first one after (so edges can be interpolated); GPU
+    /// samples whose power is a trailing mean also up to half its span past
+    /// `end` (the summary reads such power that much later).
     pub fn between(&self, start: Instant, end: Instant) -> Recorded {
+        let reach = self
+            .gpu_samples
+            .last()
+            .and_then(|s| s.value.power_average_s)
+            .filter(|w| w.is_finite() && *w > 0.0)
+            .map_or(Duration::ZERO, |w| Duration::from_secs_f64(w / 2.0));
         Recorded {
             source: self.source,
             unavailable: self.unavailable.clone(),
             gpus: self.gpus.clone(),
-            gpu_samples: around(&self.gpu_samples, start, end),
+            gpu_samples: around(&self.gpu_samples, start, end + reach),
             host: around(&self.host, start, end),
             host_unavailable: self.host_unavailable.clone(),
         }
@@ -415,6 +423,36 @@ mod tests {
         assert_eq!(times, [100, 100, 200, 200, 300, 300]);
         assert!(around(&samples, at(500), at(600)).len() == 2);
         assert!(around::<u32>(&[], at(0), at(1)).is_empty());
+    }
+
+    #[test]
+    fn a_window_of_averaged_power_reaches_half_its_span_past_the_end() {
+        let t0 = Instant::now();
+        let gpu_samples: Vec<Timed<GpuSample>> = (0..12u64)
+            .map(|k| Timed {
+                at: t0 + Duration::from_millis(250 * k),
+                value: GpuSample {
+                    power_w: Some(100.0),
+                    power_average_s: Some(1.0),
+                    ..GpuSample::default()
+                },
+            })
+            .collect();
+        let r = Recorded {
+            gpu_samples,
+            ..Recorded::default()
+        };
+        let w = r.between(
+            t0 + Duration::from_millis(500),
+            t0 + Duration::from_millis(1000),
+        );
+        let ms: Vec<u128> = w
+            .gpu_samples
+            .iter()
+            .map(|s| (s.at - t0).as_millis())
+            .collect();
+        // The tick before, the window, half a second past it, and the tick after that.
+        assert_eq!(ms, [250, 500, 750, 1000, 1250, 1500, 1750]);
     }
 
     /// The documented H100 capture's lines as frames of two GPUs.

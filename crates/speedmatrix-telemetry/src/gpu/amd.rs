@@ -92,6 +92,7 @@ pub fn parse_metric(text: &str) -> Result<Vec<GpuSample>, TelemetryError> {
                 memory_used: mem("used_vram"),
                 memory_total: mem("total_vram"),
                 power_w: number(at(g, &["power", "socket_power"])),
+                power_average_s: None,
                 power_limit_w: None,
                 energy_mj: energy_j.map(|j| (j * 1000.0) as u64),
                 sm_clock_mhz: number(at(g, &["clock", "gfx_0", "clk"])).map(|c| c as u32),

@@ -78,6 +78,13 @@ pub struct GpuSample {
     pub memory_total: Option<ByteSize>,
     /// Board power, watts.
     pub power_w: Option<f64>,
+    /// Seconds over which `power_w` is a mean, ending at the reading: NVML
+    /// and `nvidia-smi`'s `power.draw` give a 1 s trailing mean on Ampere
+    /// (except GA100) and newer, seen on an H200 (the power read equals the
+    /// energy counter's mean over the second before it). `None`: an
+    /// instantaneous reading, or not known.
+    #[serde(default)]
+    pub power_average_s: Option<f64>,
     /// Enforced power limit, watts.
     pub power_limit_w: Option<f64>,
     /// The driver's energy counter, millijoules since it started counting.

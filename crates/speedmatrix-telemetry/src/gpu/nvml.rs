@@ -5,6 +5,8 @@
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_AVERAGE;
 use speedmatrix_units::ByteSize;
 
 use super::{GpuInfo, GpuSample, Throttle};
@@ -14,6 +16,9 @@ use crate::TelemetryError;
 pub struct NvmlSource {
     nvml: Nvml,
     count: u32,
+    /// Per GPU: the seconds its power reading averages over (see
+    /// [`GpuSample::power_average_s`]).
+    power_average_s: Vec<Option<f64>>,
 }
 
 impl NvmlSource {
@@ -30,7 +35,29 @@ impl NvmlSource {
         if count == 0 {
             return Err(TelemetryError::NoGpuSource("NVML: no GPU".into()));
         }
-        Ok(NvmlSource { nvml, count })
+        // `nvmlDeviceGetPowerUsage` returns a 1 s mean on Ampere (except
+        // GA100) and newer, the GPUs that answer the average-power field
+        // (`nvidia-smi`'s `power.draw.average`); elsewhere it is instantaneous.
+        let power_average_s = (0..count)
+            .map(|i| {
+                let d = nvml.device_by_index(i).ok()?;
+                let values = d
+                    .field_values_for(&[FieldId(NVML_FI_DEV_POWER_AVERAGE)])
+                    .ok()?;
+                values
+                    .first()?
+                    .as_ref()
+                    .ok()?
+                    .value
+                    .is_ok()
+                    .then_some(super::smi::POWER_AVERAGE_S)
+            })
+            .collect();
+        Ok(NvmlSource {
+            nvml,
+            count,
+            power_average_s,
+        })
     }
 
     /// Static facts of every GPU.
@@ -76,6 +103,7 @@ impl NvmlSource {
                     memory_used: memory.as_ref().map(|m| ByteSize::new(m.used)),
                     memory_total: memory.as_ref().map(|m| ByteSize::new(m.total)),
                     power_w: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+                    power_average_s: self.power_average_s.get(i as usize).copied().flatten(),
                     power_limit_w: d
                         .enforced_power_limit()
                         .ok()

@@ -27,6 +27,15 @@ pub const SAMPLE_FIELDS: &str = "index,utilization.gpu,memory.used,memory.total,
 pub const SAMPLE_FIELDS_NO_THROTTLE: &str = "index,utilization.gpu,memory.used,memory.total,\
     power.draw,enforced.power.limit,clocks.sm,clocks.mem,temperature.gpu";
 
+/// The query that tells which GPUs' `power.draw` is a 1 s mean: NVIDIA
+/// documents `power.draw.average` for "Ampere (except GA100) or newer
+/// devices", the same ones whose `power.draw` "returns average power draw
+/// over 1 sec"; elsewhere it is `[N/A]`, or the driver refuses the field.
+pub const POWER_AVERAGE_FIELDS: &str = "index,power.draw.average";
+
+/// How long a power reading of those GPUs averages over, seconds.
+pub const POWER_AVERAGE_S: f64 = 1.0;
+
 /// What the one static query holds, in order.
 pub const INFO_FIELDS: &str = "index,name,uuid,driver_version,memory.total,enforced.power.limit,\
     pcie.link.gen.current,pcie.link.width.current";
@@ -63,6 +72,7 @@ pub fn parse_sample_line(line: &str) -> Option<GpuSample> {
         memory_used: mib(f.get(2)),
         memory_total: mib(f.get(3)),
         power_w: num(f.get(4)),
+        power_average_s: None,
         power_limit_w: num(f.get(5)),
         energy_mj: None,
         sm_clock_mhz: num(f.get(6)),
@@ -92,6 +102,18 @@ pub fn parse_info(text: &str) -> Vec<GpuInfo> {
                 pcie_width: num(f.get(7)),
                 runtime_version: None,
             })
+        })
+        .collect()
+}
+
+/// The GPUs whose `power.draw` is a 1 s mean, from [`POWER_AVERAGE_FIELDS`]
+/// output: those that give a number for `power.draw.average`.
+pub fn parse_power_average(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter_map(|line| {
+            let f = fields(line);
+            let index = num::<u32>(f.first())?;
+            num::<f64>(f.get(1)).map(|_| index)
         })
         .collect()
 }
@@ -166,6 +188,13 @@ impl SmiLoop {
         } else {
             SAMPLE_FIELDS_NO_THROTTLE
         };
+        // Which GPUs' power.draw is a 1 s mean (an older driver refuses the field: none).
+        let averaged = run(&[
+            &format!("--query-gpu={POWER_AVERAGE_FIELDS}"),
+            "--format=csv,noheader,nounits",
+        ])
+        .map(|t| parse_power_average(&t))
+        .unwrap_or_default();
         let ms = interval.as_millis().max(100).to_string();
         let mut child = Command::new(TOOL)
             .args([
@@ -192,7 +221,10 @@ impl SmiLoop {
             .spawn(move || {
                 for line in std::io::BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
-                    if let Some(value) = parse_sample_line(&line) {
+                    if let Some(mut value) = parse_sample_line(&line) {
+                        if averaged.contains(&value.index) {
+                            value.power_average_s = Some(POWER_AVERAGE_S);
+                        }
                         let stamped = Timed {
                             at: Instant::now(),
                             value,
@@ -263,6 +295,19 @@ mod tests {
         ] {
             assert_eq!(parse_sample_line(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn power_average_answers_name_the_gpus_that_average() {
+        // Driver 580 on an H200 (recorded), then a GA100 and an older card that have none.
+        assert_eq!(
+            parse_power_average("0, 78.47\n1, [N/A]\n2, [Not Supported]\n"),
+            [0]
+        );
+        assert!(
+            parse_power_average("Field \"power.draw.average\" is not a valid field to query.")
+                .is_empty()
+        );
     }
 
     #[test]
