@@ -285,6 +285,8 @@ fn recorded_nvml_power_integrates_to_the_energy_counter() {
     let static_dump: Value = serde_json::from_str(&read(&dir, "nvml-static.json")).unwrap();
     let gpu = &static_dump["gpus"][0];
     assert_eq!(gpu["name"]["value"], "NVIDIA H200");
+    // The PCIe counters take 20 ms each; the rest of a reading a few ms.
+    assert!(gpu["pcie_tx_kb_s"]["us"].as_f64().unwrap() > 15_000.0);
     let mut samples = recorded_nvml(&dir);
     assert!(samples.len() > 300);
     for s in &samples {
@@ -317,8 +319,8 @@ fn recorded_nvml_power_integrates_to_the_energy_counter() {
 /// The fixed reader on a real H200 under a square wave of bf16 matrix
 /// products (0.6 s of every 2 s, the power cap reached in each burst): it
 /// marks every reading as a 1 s mean (NVML's average-power field answers,
-/// as `nvidia-smi`'s `power.draw.average` does), and its power integrates to
-/// the counter within 5 % on 8 s windows.
+/// as `nvidia-smi`'s `power.draw.average` does), reads PCIe about once a
+/// second, and its power integrates to the counter within 5 % on 8 s windows.
 #[test]
 fn recorded_nvml_square_wave_marks_averaged_power() {
     let dir = nvml_capture("recorded-nvidia-h200-square-wave");
@@ -331,6 +333,15 @@ fn recorded_nvml_square_wave_marks_averaged_power() {
     let samples = recorded_nvml(&dir);
     assert!(samples.len() > 100);
     assert!(samples.iter().all(|s| s.value.power_average_s == Some(1.0)));
+    let pcie = samples
+        .iter()
+        .filter(|s| s.value.pcie_tx_bytes_s.is_some())
+        .count();
+    let span = (samples[samples.len() - 1].at - samples[0].at).as_secs_f64();
+    assert!(
+        (pcie as f64) <= span + 2.0 && (pcie as f64) >= span / 2.0,
+        "{pcie} PCIe readings in {span} s"
+    );
     assert!(
         samples
             .iter()

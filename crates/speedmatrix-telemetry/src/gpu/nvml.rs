@@ -2,6 +2,17 @@
 //! `libnvidia-ml.so.1` when asked): no driver, no library, and the binary
 //! still runs. A call the GPU or driver does not support leaves that field
 //! `None`.
+//!
+//! Recorded on an H200 (driver 580): every field answers; the calls of a
+//! reading take about 5 ms, and the two PCIe throughput counters 20.7 and
+//! 22.8 ms more (each measures over 20 ms). Read at every 250 ms tick, the
+//! sampling thread used 1.8 % of one core, nearly all of it system time,
+//! where `nvidia-smi`'s loop (no PCIe fields) cost 0.1 %. The counters are
+//! read at most once every [`PCIE_INTERVAL`] instead (the other ticks leave
+//! them `None`), which also keeps a reading's fields within a few ms of its
+//! time stamp; the CPU saved was not measured on the GPU.
+
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
@@ -12,6 +23,9 @@ use speedmatrix_units::ByteSize;
 use super::{GpuInfo, GpuSample, Throttle};
 use crate::TelemetryError;
 
+/// The shortest time between two reads of the PCIe throughput counters.
+pub const PCIE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// An open NVML handle.
 pub struct NvmlSource {
     nvml: Nvml,
@@ -19,6 +33,7 @@ pub struct NvmlSource {
     /// Per GPU: the seconds its power reading averages over (see
     /// [`GpuSample::power_average_s`]).
     power_average_s: Vec<Option<f64>>,
+    last_pcie: Option<Instant>,
 }
 
 impl NvmlSource {
@@ -57,6 +72,7 @@ impl NvmlSource {
             nvml,
             count,
             power_average_s,
+            last_pcie: None,
         })
     }
 
@@ -91,12 +107,26 @@ impl NvmlSource {
             .collect()
     }
 
-    /// One reading of every GPU.
-    pub fn sample(&self) -> Vec<GpuSample> {
+    /// One reading of every GPU (PCIe throughput only when [`PCIE_INTERVAL`]
+    /// has passed since it was last read).
+    pub fn sample(&mut self) -> Vec<GpuSample> {
+        let now = Instant::now();
+        let pcie = self
+            .last_pcie
+            .is_none_or(|t| now.duration_since(t) >= PCIE_INTERVAL);
+        if pcie {
+            self.last_pcie = Some(now);
+        }
         (0..self.count)
             .filter_map(|i| {
                 let d = self.nvml.device_by_index(i).ok()?;
                 let memory = d.memory_info().ok();
+                // KB/s over a 20 ms window.
+                let throughput = |counter| {
+                    pcie.then(|| d.pcie_throughput(counter).ok())
+                        .flatten()
+                        .map(|kb| u64::from(kb) * 1024)
+                };
                 Some(GpuSample {
                     index: i,
                     utilization_pct: d.utilization_rates().ok().map(|u| f64::from(u.gpu)),
@@ -116,15 +146,8 @@ impl NvmlSource {
                         .current_throttle_reasons()
                         .ok()
                         .map(|r| Throttle::from_nvml_bits(r.bits())),
-                    // KB/s over a 20 ms window.
-                    pcie_tx_bytes_s: d
-                        .pcie_throughput(PcieUtilCounter::Send)
-                        .ok()
-                        .map(|kb| u64::from(kb) * 1024),
-                    pcie_rx_bytes_s: d
-                        .pcie_throughput(PcieUtilCounter::Receive)
-                        .ok()
-                        .map(|kb| u64::from(kb) * 1024),
+                    pcie_tx_bytes_s: throughput(PcieUtilCounter::Send),
+                    pcie_rx_bytes_s: throughput(PcieUtilCounter::Receive),
                 })
             })
             .collect()
