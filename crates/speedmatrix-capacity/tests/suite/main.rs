@@ -15,6 +15,7 @@ mod geometry;
 mod parsing;
 mod props;
 mod real_logs;
+mod recorded_gpus;
 mod seed;
 mod vllm_logs;
 mod weights;
