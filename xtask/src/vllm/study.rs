@@ -41,11 +41,17 @@ grace = "30s"
 [parameters]
 kv = [1, 2]
 [run]
-args = ["--tokenizer", "{model}", "--api", "completions", "--contexts", "0",
-        "--concurrency", "1,32", "--max-tokens", "16384", "--duration", "3s",
-        "--prefill-contexts", "none", "--telemetry", "off",
-        "--model-config", "{model}/config.json", "--cpu-kvcache-space-gib", "{{kv}}",
-        "--max-model-len", "{max_len}"]
+tokenizer = "{model}"
+api = "completions"
+contexts = [0]
+concurrency = [1, 32]
+max-tokens = 16384
+duration = "3s"
+prefill-contexts = "none"
+telemetry = "off"
+model-config = "{model}/config.json"
+cpu-kvcache-space-gib = "{{kv}}"
+max-model-len = {max_len}
 "#,
         python = config.python.display(),
         args = args.join(" "),
