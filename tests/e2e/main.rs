@@ -11,6 +11,7 @@
     unreachable_pub
 )]
 
+mod abuse;
 mod capacity;
 mod cli_input;
 mod client;

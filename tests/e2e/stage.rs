@@ -49,7 +49,18 @@ pub enum Trouble {
     /// error message that echoes the `Authorization` header and some HTML,
     /// as a careless server might.
     EchoAuth { min_body: usize },
+    /// Answer every path (the probe's too) 401 with a body that echoes the `Authorization`
+    /// header between terminal escape sequences.
+    EchoAuthEverywhere,
+    /// Put the bearer token and escape sequences into the server's own names: the engine
+    /// version on `/version` and each model id on `/v1/models` (generation requests get the
+    /// model's true id back).
+    KeyInNames,
 }
+
+/// What [`Trouble::KeyInNames`] and [`Trouble::EchoAuthEverywhere`] wrap around echoed text:
+/// a screen clear and a colour, as a hostile server might send.
+pub const ESCAPES: (&str, &str) = ("\u{1b}[2J\u{1b}[31m", "\u{1b}[0m");
 
 /// The simulator (and proxy) running on a private runtime.
 pub struct Stage {
@@ -322,6 +333,25 @@ async fn forward(
     let (parts, body) = req.into_parts();
     let mut body = body.collect().await?.to_bytes();
     let generation = parts.uri.path().ends_with("completions");
+    let models_path = parts.uri.path() == "/v1/models";
+    let auth = parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim_start_matches("Bearer ")
+        .to_owned();
+    if matches!(state.0, Trouble::EchoAuthEverywhere) {
+        let msg = serde_json::json!({"error": {
+            "message": format!("denied {}{auth}{}", ESCAPES.0, ESCAPES.1),
+            "type": "AuthenticationError", "code": 401,
+        }});
+        return Ok(full(401, "application/json", msg.to_string()));
+    }
+    if matches!(state.0, Trouble::KeyInNames) && parts.uri.path() == "/version" {
+        let v = serde_json::json!({"version": format!("0.32.0-{}{auth}{}", ESCAPES.0, ESCAPES.1)});
+        return Ok(full(200, "application/json", v.to_string()));
+    }
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let decode = json["max_tokens"].as_u64().unwrap_or(0) > 1;
     let mut fault = None;
@@ -368,7 +398,16 @@ async fn forward(
                 }});
                 return Ok(full(401, "application/json", msg.to_string()));
             }
-            Trouble::EchoAuth { .. } => {}
+            Trouble::EchoAuth { .. } | Trouble::EchoAuthEverywhere => {}
+            Trouble::KeyInNames => {
+                // The model id the client learnt carries the token: give the server its own.
+                let mut json = json.clone();
+                if let Some(m) = json["model"].as_str() {
+                    let own = m.split('-').next().unwrap_or(m).to_owned();
+                    json["model"] = serde_json::Value::String(own);
+                }
+                body = Bytes::from(serde_json::to_vec(&json).unwrap());
+            }
             Trouble::Throttle(n) => {
                 if decode && state.1.fetch_add(1, Ordering::SeqCst) < *n {
                     let msg = r#"{"error":{"message":"rate limit exceeded","type":"RateLimitError","code":429}}"#;
@@ -395,6 +434,26 @@ async fn forward(
     let resp = sender
         .send_request(builder.body(Full::new(body)).unwrap())
         .await?;
+    if matches!(state.0, Trouble::KeyInNames) && models_path {
+        let (head, body) = resp.into_parts();
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&body.collect().await?.to_bytes()).unwrap_or_default();
+        if let Some(models) = json["data"].as_array_mut() {
+            for m in models {
+                let id = m["id"].as_str().unwrap_or_default().to_owned();
+                m["id"] =
+                    serde_json::Value::String(format!("{id}-{}{auth}{}", ESCAPES.0, ESCAPES.1));
+            }
+        }
+        let mut head = head;
+        head.headers.remove("content-length");
+        return Ok(Response::from_parts(
+            head,
+            Full::new(Bytes::from(json.to_string()))
+                .map_err(|never| match never {})
+                .boxed(),
+        ));
+    }
     Ok(resp.map(|b| b.boxed()))
 }
 

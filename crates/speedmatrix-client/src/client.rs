@@ -26,9 +26,11 @@ use crate::{ClientError, sse};
 pub struct ApiKey(String);
 
 impl ApiKey {
-    /// Wraps a key.
+    /// Wraps a key, and registers it with [`crate::redact`] so no output shows it.
     pub fn new(key: impl Into<String>) -> Self {
-        ApiKey(key.into())
+        let key = key.into();
+        crate::redact::register(&key);
+        ApiKey(key)
     }
 
     /// The key in `OPENAI_API_KEY`, when set and not empty.
@@ -36,7 +38,7 @@ impl ApiKey {
         std::env::var("OPENAI_API_KEY")
             .ok()
             .filter(|k| !k.trim().is_empty())
-            .map(ApiKey)
+            .map(ApiKey::new)
     }
 
     /// The secret itself; only for putting it in a header.
@@ -60,7 +62,7 @@ impl fmt::Display for ApiKey {
 impl FromStr for ApiKey {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(ApiKey(s.to_owned()))
+        Ok(ApiKey::new(s))
     }
 }
 
@@ -123,10 +125,13 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults for `base_url`, no API key.
+    /// Defaults for `base_url`, no API key; credentials in the URL are registered with
+    /// [`crate::redact`] so no output shows them.
     pub fn new(base_url: impl Into<String>) -> Self {
+        let base_url = base_url.into();
+        crate::redact::register_url_credentials(&base_url);
         ClientConfig {
-            base_url: base_url.into(),
+            base_url,
             api_key: None,
             timeouts: Timeouts::default(),
             insecure: false,

@@ -70,6 +70,7 @@ mod client;
 mod error;
 mod event;
 mod probe;
+pub mod redact;
 mod request;
 mod sse;
 mod stream;

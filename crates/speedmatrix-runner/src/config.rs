@@ -299,6 +299,10 @@ pub struct RunLabels {
     pub tokenizer: Option<String>,
     /// How the client runs (threads, cores, a local server's cores), for the report.
     pub client: Option<speedmatrix_report::ClientSetup>,
+    /// The server's name in the journal's key when its URL is no identity: a study point's
+    /// server, whose port changes from attempt to attempt. `None`: the URL (without
+    /// credentials) or the simulator profile.
+    pub server_key: Option<String>,
 }
 
 /// Everything one run needs. The binary fills it from flags; embedders build it directly.

@@ -194,6 +194,14 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    /// Another run or study is writing the folder.
+    #[error("another speedmatrix{} is writing {}", holder.map(|p| format!(" (process {p})")).unwrap_or_default(), dir.display())]
+    Busy {
+        /// The folder.
+        dir: PathBuf,
+        /// The process that holds it, when it said.
+        holder: Option<u32>,
+    },
     /// The run was cancelled (Ctrl-C).
     #[error("the run was interrupted")]
     Cancelled,

@@ -120,13 +120,17 @@ impl Journal {
         ))
     }
 
-    /// Appends one record as a line and makes it durable before returning.
+    /// Appends one record as a line, cleaned of secrets and control characters
+    /// (`speedmatrix_client::redact`), and makes it durable before returning.
     pub fn append<T: Serialize>(&mut self, record: &T) -> Result<(), RunnerError> {
-        let mut line = serde_json::to_vec(record).map_err(|e| RunnerError::Journal {
+        let text = serde_json::to_string(record).map_err(|e| RunnerError::Journal {
             path: self.path.clone(),
             action: "serialize a record for",
             source: std::io::Error::other(e),
         })?;
+        let mut line = speedmatrix_client::redact::clean(&text)
+            .into_owned()
+            .into_bytes();
         line.push(b'\n');
         let io_err = |source| RunnerError::Journal {
             path: self.path.clone(),

@@ -20,12 +20,53 @@ pub const RUN_JSON: &str = "run.json";
 /// The files every finished run writes besides the journal.
 pub const OUTPUTS: [&str; 4] = [RUN_JSON, "report.md", "report.html", "measurements.csv"];
 
-/// The folder a run writes into.
-#[derive(Debug, Clone)]
+/// The lock file in a folder a run or a study writes.
+pub const LOCK: &str = ".speedmatrix.lock";
+
+/// An exclusive hold on a folder for as long as it lives, so that two runs (or two studies)
+/// never write one folder at once: the second is refused, naming the first's process.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+impl DirLock {
+    /// Takes the lock of `dir` (an advisory `flock` on `dir/.speedmatrix.lock`), or says who
+    /// holds it.
+    pub fn take(dir: &Path) -> Result<DirLock, RunnerError> {
+        let path = dir.join(LOCK);
+        let io = |source| RunnerError::Output {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(RunnerError::Busy {
+                dir: dir.to_owned(),
+                holder: holder.trim().parse().ok(),
+            });
+        }
+        file.set_len(0).map_err(io)?;
+        file.write_all(std::process::id().to_string().as_bytes())
+            .map_err(io)?;
+        Ok(DirLock { _file: file })
+    }
+}
+
+/// The folder a run writes into, held ([`DirLock`]) while the run lives.
+#[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
     resume: bool,
     created: bool,
+    _lock: DirLock,
 }
 
 impl RunDir {
@@ -35,7 +76,7 @@ impl RunDir {
         let existed = path.exists();
         if path.is_dir() {
             let non_empty = std::fs::read_dir(&path)
-                .map(|mut d| d.next().is_some())
+                .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != LOCK)))
                 .unwrap_or(false);
             if non_empty && !force {
                 return Err(RunnerError::BadOption(format!(
@@ -45,6 +86,8 @@ impl RunDir {
                 )));
             }
             if force {
+                // Held by another run: refused before its journal is touched.
+                drop(DirLock::take(&path)?);
                 let _ = std::fs::remove_file(path.join(JOURNAL));
             }
         }
@@ -62,10 +105,12 @@ impl RunDir {
             ))
         })?;
         let _ = std::fs::remove_file(probe);
+        let lock = DirLock::take(&path)?;
         Ok(RunDir {
             path,
             resume: false,
             created: !existed,
+            _lock: lock,
         })
     }
 
@@ -77,10 +122,12 @@ impl RunDir {
                 path.display()
             )));
         }
+        let lock = DirLock::take(&path)?;
         Ok(RunDir {
             path,
             resume: true,
             created: false,
+            _lock: lock,
         })
     }
 
@@ -148,6 +195,7 @@ pub async fn run_into(
             if dir.created {
                 // Nothing ran: leave no empty output directory behind (remove_dir
                 // refuses a folder that holds anything).
+                let _ = std::fs::remove_file(dir.path.join(LOCK));
                 let _ = std::fs::remove_dir(&dir.path);
             }
             return Err(e);
@@ -166,6 +214,52 @@ pub(crate) fn simulated_from(target: &crate::Target) -> Option<speedmatrix_sim::
     }
 }
 
+/// Claims the folder `dir` for a command's outputs, by the one overwrite policy of every
+/// command: a folder that holds files is refused unless `force` (the flag that names it is
+/// `flag`); the folder is made when missing.
+pub fn claim_dir(dir: &Path, flag: &str, force: bool) -> Result<(), RunnerError> {
+    let holds_files = std::fs::read_dir(dir)
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != LOCK)))
+        .unwrap_or(false);
+    if holds_files && !force {
+        return Err(RunnerError::BadOption(format!(
+            "{flag} {} already holds files; pass --force to overwrite them, or choose another folder",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        RunnerError::BadOption(format!(
+            "cannot create {flag} {}: {e}; choose a writable folder",
+            dir.display()
+        ))
+    })
+}
+
+/// Claims the file `path` for a command's output by the same policy: an existing file is
+/// refused unless `force`.
+pub fn claim_file(path: &Path, flag: &str, force: bool) -> Result<(), RunnerError> {
+    if std::fs::symlink_metadata(path).is_ok() && !force {
+        return Err(RunnerError::BadOption(format!(
+            "{flag} {} already exists; pass --force to overwrite it, or choose another file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `text` as the file `path` by [`write_file`] (cleaned, atomic, never through a link).
+pub fn write_path(path: &Path, text: &str) -> Result<(), RunnerError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| RunnerError::BadOption(format!("{} names no file", path.display())))?;
+    write_file(dir, &name, text)
+}
+
 /// Writes a result document's four files into `dir`.
 pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunnerError> {
     let json = report.to_json().map_err(RunnerError::Report)?;
@@ -175,9 +269,12 @@ pub fn write_report(dir: &Path, report: &Report) -> Result<(), RunnerError> {
     write_file(dir, "measurements.csv", &speedmatrix_report::to_csv(report))
 }
 
-/// Writes `text` as `dir/name`: into a new temporary file beside it, synced, then renamed over
-/// the name, so the file is whole or untouched and a link at the name is replaced.
+/// Writes `text` as `dir/name`: cleaned (`speedmatrix_client::redact::clean`: no secret, no
+/// control character, whatever a server put in it), into a new temporary file beside it,
+/// synced, then renamed over the name, so the file is whole or untouched and a link at the
+/// name is replaced, never written through.
 pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<(), RunnerError> {
+    let text = speedmatrix_client::redact::clean(text);
     let path = dir.join(name);
     let failed = |source: std::io::Error| RunnerError::Output {
         path: path.clone(),

@@ -3,8 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::StudyError;
-
 /// How a point ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
@@ -21,6 +19,9 @@ pub enum PointOutcome {
         /// The last lines of the server's log.
         log_tail: Vec<String>,
     },
+    /// The study was stopped (a signal) while the point ran. Never journaled: a resumed
+    /// study runs the point again, and its run continues from its own journal.
+    Interrupted,
 }
 
 /// One journal line.
@@ -41,24 +42,48 @@ impl PointRecord {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Every record of a journal's text; a torn last line (a study killed
-    /// while writing) is dropped, any other bad line is an error.
-    pub fn parse_all(text: &str) -> Result<Vec<PointRecord>, StudyError> {
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let mut out = Vec::with_capacity(lines.len());
-        for (i, line) in lines.iter().enumerate() {
-            match serde_json::from_str(line) {
-                Ok(r) => out.push(r),
+    /// Every record of a journal's text that reads, and where the others are: a torn last line
+    /// (a study killed while writing) is dropped quietly, any other bad line is named and
+    /// skipped, never taken for the end of the journal.
+    pub fn parse_all(text: &str) -> JournalRead {
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let mut read = JournalRead::default();
+        for (i, (number, line)) in lines.iter().enumerate() {
+            match serde_json::from_str::<PointRecord>(line) {
+                Ok(r) if r.outcome != PointOutcome::Interrupted => read.records.push(r),
+                Ok(_) => read
+                    .bad_lines
+                    .push((number + 1, "an interrupted point is never journaled".into())),
                 Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
-                Err(e) => {
-                    return Err(StudyError::Journal {
-                        line: i + 1,
-                        reason: e.to_string(),
-                    });
-                }
+                Err(e) => read.bad_lines.push((number + 1, e.to_string())),
             }
         }
-        Ok(out)
+        read
+    }
+}
+
+/// A study journal as read: its good records, and each line that did not read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JournalRead {
+    /// The records, in order.
+    pub records: Vec<PointRecord>,
+    /// Each unreadable line (1-based) and why, besides a torn last line.
+    pub bad_lines: Vec<(usize, String)>,
+}
+
+impl JournalRead {
+    /// The bad lines in a sentence, `None` when there are none.
+    pub fn warning(&self, journal: &str) -> Option<String> {
+        let (first, why) = self.bad_lines.first()?;
+        Some(format!(
+            "{journal}: {} line(s) could not be read and were skipped (first: line {first}: {why}); the {} good records were kept",
+            self.bad_lines.len(),
+            self.records.len()
+        ))
     }
 }
 
@@ -82,8 +107,15 @@ mod tests {
             seconds: 0.3,
         };
         let text = format!("{}\n{}\n{{\"point\": \"to", a.to_line(), b.to_line());
-        assert_eq!(PointRecord::parse_all(&text).unwrap(), [a.clone(), b]);
+        let read = PointRecord::parse_all(&text);
+        assert_eq!(read.records, [a.clone(), b]);
+        assert!(read.bad_lines.is_empty(), "a torn tail is no bad line");
+        // A garbage line is named and skipped; the records after it are kept.
         let bad = format!("not json\n{}\n", a.to_line());
-        assert!(PointRecord::parse_all(&bad).is_err());
+        let read = PointRecord::parse_all(&bad);
+        assert_eq!(read.records, [a]);
+        assert_eq!(read.bad_lines.len(), 1);
+        assert_eq!(read.bad_lines[0].0, 1);
+        assert!(read.warning("study.jsonl").unwrap().contains("line 1"));
     }
 }

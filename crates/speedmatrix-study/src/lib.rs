@@ -45,7 +45,7 @@ mod server;
 
 pub use crate::error::StudyError;
 pub use crate::file::{ParamValue, RunSpec, ServerSpec, StopSignal, Study};
-pub use crate::journal::{PointOutcome, PointRecord};
+pub use crate::journal::{JournalRead, PointOutcome, PointRecord};
 pub use crate::k8s::{K8sOptions, k8s_manifests};
 pub use crate::options::shown_flags;
 pub use crate::points::Point;

@@ -56,6 +56,13 @@ impl Study {
                 },
             };
             let name = folder_name(&name);
+            if name.len() > MAX_NAME_BYTES {
+                return Err(StudyError::Invalid(format!(
+                    "a point's name is {} bytes (`{}…`): a folder's name holds at most {MAX_NAME_BYTES}; give the point a shorter `name` or a point_name template",
+                    name.len(),
+                    name.chars().take(40).collect::<String>()
+                )));
+            }
             if points.iter().any(|p: &Point| p.name == name) {
                 return Err(StudyError::Invalid(format!(
                     "two points are both named `{name}`: give them a `name` or a point_name template"
@@ -70,6 +77,9 @@ impl Study {
         Ok(points)
     }
 }
+
+/// The longest folder name file systems take (ext4, xfs, btrfs: 255 bytes).
+const MAX_NAME_BYTES: usize = 255;
 
 /// A name safe as one folder: anything outside `[A-Za-z0-9._=-]` becomes `-`.
 fn folder_name(name: &str) -> String {

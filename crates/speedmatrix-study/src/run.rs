@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use speedmatrix_runner::options::HostFacts;
-use speedmatrix_runner::output::{RunDir, run_into};
-use speedmatrix_runner::{Journal, Notice, Observer, RunOutcome};
+use speedmatrix_runner::options::{HostFacts, RunOptions};
+use speedmatrix_runner::output::{DirLock, RunDir, run_into, write_file};
+use speedmatrix_runner::{Journal, Notice, Observer, RunOutcome, RunnerError, StopReason};
 use tokio_util::sync::CancellationToken;
 
-use crate::server::{free_port, spawn, stop_server, tail, wait_ready};
+use crate::server::{free_port, spawn, tail, wait_ready};
 use crate::{Point, PointOutcome, PointRecord, Study, StudyError};
 
 /// The study journal's name in a study folder.
@@ -43,6 +43,9 @@ pub trait StudyObserver: Sync {
     fn point_starting(&self, _point: &Point) {}
     /// A point is skipped: the journal holds its record.
     fn point_skipped(&self, _record: &PointRecord) {}
+    /// Lines of the study's journal could not be read and were skipped (the sentence says
+    /// which).
+    fn journal_damaged(&self, _warning: &str) {}
     /// A point's run ended (its files are in `dir`).
     fn run_ended(&self, _dir: &Path, _outcome: &RunOutcome) {}
     /// A point ended.
@@ -66,8 +69,10 @@ pub async fn run_study(
 ) -> Result<Vec<PointRecord>, StudyError> {
     let points = study.points()?;
     let journal_path = settings.dir.join(STUDY_JOURNAL);
-    let done = previous(settings, &journal_path)?;
-    prepare_dir(&settings.dir, text)?;
+    prepare_dir(&settings.dir)?;
+    let _lock = DirLock::take(&settings.dir).map_err(StudyError::Run)?;
+    let done = previous(settings, &journal_path, observer)?;
+    copy_study(&settings.dir, text)?;
     let mut journal = Journal::open_append(&journal_path).map_err(StudyError::Run)?;
     let mut records = Vec::new();
     for point in &points {
@@ -82,7 +87,9 @@ pub async fn run_study(
         observer.point_starting(point);
         let record = run_point(study, point, settings, observer, cancel).await?;
         observer.point_ended(&record);
-        journal.append(&record).map_err(StudyError::Run)?;
+        if record.outcome != PointOutcome::Interrupted {
+            journal.append(&record).map_err(StudyError::Run)?;
+        }
         records.push(record);
     }
     Ok(records)
@@ -106,36 +113,38 @@ pub async fn run_one(
             points.len().saturating_sub(1)
         ))
     })?;
-    prepare_dir(&settings.dir, text)?;
+    prepare_dir(&settings.dir)?;
+    copy_study(&settings.dir, text)?;
     observer.point_starting(point);
     let record = run_point(study, point, settings, observer, cancel).await?;
     observer.point_ended(&record);
-    let path = settings.dir.join(&point.name).join(POINT_OUTCOME);
-    std::fs::write(&path, record.to_line() + "\n").map_err(|source| StudyError::Io {
-        path,
-        action: "write",
-        source,
-    })?;
+    if record.outcome != PointOutcome::Interrupted {
+        let dir = settings.dir.join(&point.name);
+        write_file(&dir, POINT_OUTCOME, &(record.to_line() + "\n")).map_err(StudyError::Run)?;
+    }
     Ok(record)
 }
 
-/// The study folder, with a copy of the study file.
-fn prepare_dir(dir: &Path, text: &str) -> Result<(), StudyError> {
-    let io = |path: &Path, action: &'static str| {
-        let path = path.to_owned();
-        move |source| StudyError::Io {
-            path,
-            action,
-            source,
-        }
-    };
-    std::fs::create_dir_all(dir).map_err(io(dir, "create"))?;
-    let copy = dir.join(STUDY_FILE);
-    std::fs::write(&copy, text).map_err(io(&copy, "write"))
+/// The study folder.
+fn prepare_dir(dir: &Path) -> Result<(), StudyError> {
+    std::fs::create_dir_all(dir).map_err(|source| StudyError::Io {
+        path: dir.to_owned(),
+        action: "create",
+        source,
+    })
+}
+
+/// A copy of the study file in its folder.
+fn copy_study(dir: &Path, text: &str) -> Result<(), StudyError> {
+    write_file(dir, STUDY_FILE, text).map_err(StudyError::Run)
 }
 
 /// The journal's records a resumed study keeps.
-fn previous(settings: &StudySettings, journal: &Path) -> Result<Vec<PointRecord>, StudyError> {
+fn previous(
+    settings: &StudySettings,
+    journal: &Path,
+    observer: &dyn StudyObserver,
+) -> Result<Vec<PointRecord>, StudyError> {
     if !settings.resume {
         if journal.exists() {
             return Err(StudyError::Invalid(format!(
@@ -156,8 +165,12 @@ fn previous(settings: &StudySettings, journal: &Path) -> Result<Vec<PointRecord>
             });
         }
     };
-    let records = PointRecord::parse_all(&text)?;
-    Ok(records
+    let read = PointRecord::parse_all(&text);
+    if let Some(warning) = read.warning(&journal.display().to_string()) {
+        observer.journal_damaged(&warning);
+    }
+    Ok(read
+        .records
         .into_iter()
         .filter(|r| !(settings.retry_failed && matches!(r.outcome, PointOutcome::Failed { .. })))
         .collect())
@@ -184,7 +197,7 @@ fn program_dir(settings: &StudySettings) -> Result<Option<PathBuf>, StudyError> 
     Ok(Some(dir))
 }
 
-/// One point, start to stop.
+/// One point, start to stop. The server is stopped on every way out.
 async fn run_point(
     study: &Study,
     point: &Point,
@@ -204,55 +217,71 @@ async fn run_point(
     let options = study.run_options(point, port)?;
     let url = options.url.clone().unwrap_or_default();
     let started = Instant::now();
-    let failed = |reason: String| PointRecord {
+    let record = |outcome: PointOutcome| PointRecord {
         point: point.name.clone(),
-        outcome: PointOutcome::Failed {
+        outcome,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let failed = |reason: String| {
+        record(PointOutcome::Failed {
             reason,
             log_tail: tail(&log, 20),
-        },
-        seconds: started.elapsed().as_secs_f64(),
+        })
     };
     let programs = program_dir(settings)?;
     let mut server = match spawn(study, point, &command, port, &log, programs.as_deref()) {
         Ok(s) => s,
         Err(e) => return Ok(failed(format!("could not start `{command}`: {e}"))),
     };
-    if let Err(reason) = wait_ready(&mut server, &url, study).await {
-        stop_server(&mut server, study).await;
+    if let Err(reason) = wait_ready(&mut server, &url, study, cancel).await {
+        server.stop(study).await;
+        if cancel.is_cancelled() {
+            return Ok(record(PointOutcome::Interrupted));
+        }
         return Ok(failed(reason));
     }
-    let run_dir = dir.join("run");
-    let outcome = match options.resolve(&HostFacts::default()) {
-        Ok(config) => match RunDir::create_or_resume(run_dir.clone()) {
-            Ok(d) => {
-                let word = |n: &Notice| observer.word(n);
-                run_into(
-                    config,
-                    &d,
-                    observer.run_observer(),
-                    cancel.child_token(),
-                    &word,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(e),
-    };
-    let died = server.try_wait().ok().flatten();
-    stop_server(&mut server, study).await;
+    let outcome = measure(study, point, &dir.join("run"), &options, observer, cancel).await;
+    let died = server.exited();
+    server.stop(study).await;
     Ok(match (outcome, died) {
-        (Ok(outcome), None) => {
-            observer.run_ended(&run_dir, &outcome);
-            PointRecord {
-                point: point.name.clone(),
-                outcome: PointOutcome::Measured {
-                    exit_code: if outcome.succeeded() { 0 } else { 1 },
-                },
-                seconds: started.elapsed().as_secs_f64(),
-            }
+        (Ok(o), _) if o.stopped == Some(StopReason::Cancelled) => record(PointOutcome::Interrupted),
+        (Ok(o), None) => {
+            observer.run_ended(&dir.join("run"), &o);
+            record(PointOutcome::Measured {
+                exit_code: if o.succeeded() { 0 } else { 1 },
+            })
         }
         (Ok(_), Some(status)) => failed(format!("the server exited ({status}) during the run")),
+        (Err(_), _) if cancel.is_cancelled() => record(PointOutcome::Interrupted),
         (Err(e), _) => failed(format!("the run failed: {e}")),
     })
+}
+
+/// The point's matrix, measured into `run_dir` (continued when its journal is there). The
+/// journal's key names the point, not its port, which changes from attempt to attempt.
+async fn measure(
+    study: &Study,
+    point: &Point,
+    run_dir: &Path,
+    options: &RunOptions,
+    observer: &dyn StudyObserver,
+    cancel: &CancellationToken,
+) -> Result<RunOutcome, RunnerError> {
+    let mut config = options.resolve(&HostFacts::default())?;
+    let url = study
+        .server
+        .url
+        .clone()
+        .unwrap_or_else(|| "http://127.0.0.1:{port}".into());
+    config.labels.server_key = Some(format!("study point {} at {url}", point.name));
+    let dir = RunDir::create_or_resume(run_dir.to_owned())?;
+    let word = |n: &Notice| observer.word(n);
+    run_into(
+        config,
+        &dir,
+        observer.run_observer(),
+        cancel.child_token(),
+        &word,
+    )
+    .await
 }

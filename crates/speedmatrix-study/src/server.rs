@@ -19,6 +19,49 @@ pub(crate) fn free_port() -> Result<u16, StudyError> {
     Ok(l.local_addr().map_err(io)?.port())
 }
 
+/// A point's server while it runs: its process group is stopped by [`RunningServer::stop`],
+/// or killed when this is dropped on any other way out (an error, a panic, a cancelled run).
+pub(crate) struct RunningServer {
+    child: tokio::process::Child,
+    group: Option<rustix::process::Pid>,
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(group) = self.group {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl RunningServer {
+    /// The exit status, if the server has exited.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Asks the server's process group to stop, then kills it after the grace period.
+    pub(crate) async fn stop(mut self, study: &Study) {
+        let Some(pid) = self.group.take() else {
+            return;
+        };
+        let signal = match study.server.stop_signal {
+            StopSignal::Term => rustix::process::Signal::TERM,
+            StopSignal::Int => rustix::process::Signal::INT,
+        };
+        let _ = rustix::process::kill_process_group(pid, signal);
+        if tokio::time::timeout(study.server.grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = self.child.wait().await;
+        }
+        // Anything it left behind in its group.
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
 /// Starts `command` for `point`; `program_dir`, when given, goes first on its PATH (the
 /// folder where `speedmatrix` is the running program).
 pub(crate) fn spawn(
@@ -28,7 +71,7 @@ pub(crate) fn spawn(
     port: u16,
     log: &Path,
     program_dir: Option<&Path>,
-) -> Result<tokio::process::Child, String> {
+) -> Result<RunningServer, String> {
     let out =
         std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
@@ -52,14 +95,20 @@ pub(crate) fn spawn(
     for (k, v) in &study.server.env {
         cmd.env(k, point.fill(v, port).map_err(|e| e.to_string())?);
     }
-    cmd.spawn().map_err(|e| e.to_string())
+    let child = cmd.spawn().map_err(|e| e.to_string())?;
+    let group = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?));
+    Ok(RunningServer { child, group })
 }
 
-/// Polls the health path until it answers 2xx, the server exits, or the time is up.
+/// Polls the health path until it answers 2xx, the server exits, the time is up, or the
+/// study is cancelled.
 pub(crate) async fn wait_ready(
-    server: &mut tokio::process::Child,
+    server: &mut RunningServer,
     url: &str,
     study: &Study,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     let client = speedmatrix_client::Client::new(
         speedmatrix_client::ClientConfig::new(url).timeouts(speedmatrix_client::Timeouts::new(
@@ -71,8 +120,11 @@ pub(crate) async fn wait_ready(
     .map_err(|e| format!("bad server url {url}: {e}"))?;
     let deadline = Instant::now() + study.server.ready_timeout;
     loop {
-        if let Ok(Some(status)) = server.try_wait() {
+        if let Some(status) = server.exited() {
             return Err(format!("the server exited ({status}) before it was ready"));
+        }
+        if cancel.is_cancelled() {
+            return Err("the study was stopped before the server was ready".into());
         }
         if let Ok(r) = client.get_raw(&study.server.health_path).await
             && r.is_success()
@@ -87,32 +139,11 @@ pub(crate) async fn wait_ready(
                 humantime::format_duration(study.server.ready_timeout)
             ));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            () = cancel.cancelled() => {}
+        }
     }
-}
-
-/// Asks the server's process group to stop, then kills it after the grace period.
-pub(crate) async fn stop_server(server: &mut tokio::process::Child, study: &Study) {
-    let Some(pid) = server
-        .id()
-        .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?))
-    else {
-        return;
-    };
-    let signal = match study.server.stop_signal {
-        StopSignal::Term => rustix::process::Signal::TERM,
-        StopSignal::Int => rustix::process::Signal::INT,
-    };
-    let _ = rustix::process::kill_process_group(pid, signal);
-    if tokio::time::timeout(study.server.grace, server.wait())
-        .await
-        .is_err()
-    {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        let _ = server.wait().await;
-    }
-    // Anything it left behind in its group.
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
 }
 
 /// The last `n` lines of a log.

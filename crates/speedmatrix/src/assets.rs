@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::out::say;
 use anyhow::Context as _;
 use clap_complete::Shell;
 
@@ -34,7 +35,7 @@ pub(crate) fn write(mut cli: clap::Command, args: &Args) -> anyhow::Result<ExitC
         let name = format!("speedmatrix-{}", sub.get_name());
         page(sub, &name, &man)?;
     }
-    println!("wrote {}/{{completions, man}}", args.out.display());
+    say!("wrote {}/{{completions, man}}", args.out.display());
     Ok(ExitCode::SUCCESS)
 }
 

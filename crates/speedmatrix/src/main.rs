@@ -3,13 +3,14 @@
 //! This binary is glue: it parses flags into the libraries' typed
 //! configurations, calls them, prints what they return and maps failures to
 //! exit codes (0 done, 1 the work failed or is incomplete, 2 bad input).
-#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod assets;
 mod cmd;
+mod out;
 
 use std::process::ExitCode;
 
+use crate::out::tell;
 use clap::Parser;
 
 /// The version and the commit it was built from.
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
         return match assets::write(<Cli as clap::CommandFactory>::command(), args) {
             Ok(code) => code,
             Err(err) => {
-                eprintln!("error: {err:#}");
+                tell!("error: {err:#}");
                 ExitCode::FAILURE
             }
         };
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
     let threads = match cmd::prepare_client(&cli.command) {
         Ok(threads) => threads,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            tell!("error: {err:#}");
             return cmd::exit_code_for(&err);
         }
     };
@@ -67,14 +68,14 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
-            eprintln!("error: could not start the async runtime: {err}");
+            tell!("error: could not start the async runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(cmd::dispatch(cli.command)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            tell!("error: {err:#}");
             cmd::exit_code_for(&err)
         }
     }
@@ -91,6 +92,6 @@ fn init_logging(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| out::LogWriter)
         .try_init();
 }

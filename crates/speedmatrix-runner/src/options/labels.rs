@@ -49,6 +49,7 @@ pub(super) fn labels(options: &RunOptions, target: &Target, host: &HostFacts) ->
         revision: None,
         tokenizer: options.tokenizer.clone(),
         client: Some(client_setup(options, host)),
+        server_key: None,
     }
 }
 

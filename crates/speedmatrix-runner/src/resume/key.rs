@@ -123,6 +123,18 @@ pub struct InjectKey {
     pub settle_ns: u64,
 }
 
+/// `url` without a user or password: they are no part of what was measured, and never stored.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
+        None => url.to_owned(),
+    }
+}
+
 pub(super) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -204,10 +216,11 @@ impl ResumeKey {
     /// `served_model` and `engine_version`.
     pub(crate) fn of(config: &RunConfig, served_model: &str, engine_version: Option<&str>) -> Self {
         let m = &config.matrix;
-        let server = match &config.target {
-            Target::Url(url) => url.trim_end_matches('/').to_owned(),
+        let server = match (&config.labels.server_key, &config.target) {
+            (Some(name), _) => name.clone(),
+            (None, Target::Url(url)) => without_credentials(url.trim_end_matches('/')),
             #[cfg(feature = "embedded")]
-            Target::Embedded(profile) => format!(
+            (None, Target::Embedded(profile)) => format!(
                 "embedded:{}:{:016x}",
                 profile.name,
                 fnv1a(
@@ -258,5 +271,21 @@ impl ResumeKey {
     /// Every field whose value differs between `self` (the journal's) and `now`.
     pub fn differences(&self, now: &ResumeKey) -> Vec<super::KeyDifference> {
         super::json_differences(self, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_no_part_of_the_server() {
+        assert_eq!(
+            super::without_credentials("http://u:pw@host:8000/v1"),
+            "http://host:8000/v1"
+        );
+        assert_eq!(
+            super::without_credentials("http://host:8000"),
+            "http://host:8000"
+        );
+        assert_eq!(super::without_credentials("host:8000"), "host:8000");
     }
 }

@@ -12,6 +12,7 @@ use speedmatrix_runner::profiles::Calibration;
 
 use crate::cmd::UsageError;
 use crate::cmd::run::words;
+use crate::out::{say, say_raw};
 
 /// Flags of `speedmatrix calibrate`.
 #[derive(Debug, clap::Args)]
@@ -31,6 +32,10 @@ pub(crate) struct Args {
     /// capacity: ask what a bigger (or smaller) cache would allow.
     #[arg(long, value_name = "TOKENS")]
     kv_cache_tokens: Option<speedmatrix_units::Tokens>,
+    /// Overwrite the output if it already exists (every command's outputs are refused
+    /// otherwise).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `speedmatrix calibrate`.
@@ -46,12 +51,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.kv_cache_tokens,
     )
     .map_err(|e| words::error(e, None))?;
+    speedmatrix_runner::output::claim_file(&args.out, "--out", args.force)
+        .map_err(|e| words::error(e, None))?;
     let json = serde_json::to_string_pretty(&c.profile).context("serializing the profile")?;
-    std::fs::write(&args.out, json + "\n")
-        .with_context(|| format!("could not write {}", args.out.display()))?;
-    print!("{}", residuals(&c));
-    print!("{}", ttft_residuals(&c));
-    println!(
+    speedmatrix_runner::output::write_path(&args.out, &(json + "\n"))?;
+    say_raw!("{}", residuals(&c));
+    say_raw!("{}", ttft_residuals(&c));
+    say!(
         "wrote {} (fitted on {} decode cells and {} prefill rows)",
         args.out.display(),
         c.decode.len(),

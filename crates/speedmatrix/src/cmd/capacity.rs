@@ -15,6 +15,7 @@ use speedmatrix_units::{Concurrency, Engine, Tokens};
 
 use crate::cmd::UsageError;
 use crate::cmd::run::words;
+use crate::out::{say, say_raw, tell};
 
 /// Flags of `speedmatrix capacity`.
 #[derive(Debug, clap::Args)]
@@ -77,9 +78,9 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         if args.json {
             let text =
                 serde_json::to_string_pretty(&gpus).context("serializing the GPU catalog")?;
-            println!("{text}");
+            say!("{text}");
         } else {
-            print!("{}", speedmatrix_capacity::text::catalog(&gpus));
+            say_raw!("{}", speedmatrix_capacity::text::catalog(&gpus));
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -143,7 +144,7 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     if args.from_log.is_some() && beside_log.is_none() {
-        eprintln!(
+        tell!(
             "note: --from-log reads vLLM and SGLang startup logs, not {} ones",
             args.engine
         );
@@ -153,15 +154,15 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             "model": model, "gpu": gpu, "prediction": prediction, "grid": grid,
             "log": log, "sglang_log": sglang_log, "beside_log": beside_log,
         });
-        println!(
+        say!(
             "{}",
             serde_json::to_string_pretty(&out).context("serializing the capacity report")?
         );
     } else {
         let text = speedmatrix_capacity::text::prediction(&model, &gpu, &prediction, &grid, &spec);
-        print!("{text}");
+        say_raw!("{text}");
         if let Some(b) = &beside_log {
-            print!("{}", speedmatrix_capacity::text::beside_log(b));
+            say_raw!("{}", speedmatrix_capacity::text::beside_log(b));
         }
     }
     Ok(ExitCode::SUCCESS)

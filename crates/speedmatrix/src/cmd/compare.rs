@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use speedmatrix_report::{Comparison, Threshold, compare};
 
 use crate::cmd::report::{load, write_stdout};
+use crate::out::tell;
 
 /// Flags of `speedmatrix compare`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +31,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (comparison, code) = execute(&args)?;
     write_stdout(&comparison.to_markdown())?;
     if code != ExitCode::SUCCESS {
-        eprintln!(
+        tell!(
             "error: {} cell(s) regressed beyond {} (--fail-on-regression)",
             comparison.regressions().count(),
             comparison.threshold

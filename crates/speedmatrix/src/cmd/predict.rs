@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use speedmatrix_capacity::{EngineFlags, ModelConfig, VllmFlags};
 use speedmatrix_predict::{CostModel, FactorsFile};
 use speedmatrix_report::Report;
@@ -17,7 +16,8 @@ use speedmatrix_runner::predicted::{PredictInputs, predict_matrix};
 use speedmatrix_units::{Concurrency, Engine, Tokens};
 
 use crate::cmd::UsageError;
-use crate::cmd::run::{Progress, cancel_on_ctrl_c, summarize, words};
+use crate::cmd::run::{Progress, cancel_on_signal, summarize, words};
+use crate::out::{say, say_raw};
 
 /// Flags of `speedmatrix predict`.
 #[derive(Debug, clap::Args)]
@@ -63,6 +63,10 @@ pub(crate) struct Args {
     /// the windows' time).
     #[arg(long)]
     simulate: bool,
+    /// Overwrite the output if it already exists (every command's outputs are refused
+    /// otherwise).
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     engine_args: EngineOptions,
 }
@@ -71,11 +75,11 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let inputs = inputs(&args)?;
     let predicted = predict_matrix(&inputs).map_err(|e| words::error(e, None))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("could not create {}", args.out.display()))?;
+    speedmatrix_runner::output::claim_dir(&args.out, "--out", args.force)
+        .map_err(|e| words::error(e, None))?;
     write_report(&args.out, &predicted.report)?;
-    print!("{}", summary(&predicted.report, &predicted.cost));
-    println!(
+    say_raw!("{}", summary(&predicted.report, &predicted.cost));
+    say!(
         "wrote {}/{{run.json, report.md, report.html, measurements.csv}}",
         args.out.display()
     );
@@ -91,7 +95,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "profile.json",
         &(serde_json::to_string_pretty(&profile)? + "\n"),
     )?;
-    println!(
+    say!(
         "wrote {} (the simulator's step model within {:.1} % of the prediction on every cell)",
         path.display(),
         worst * 100.0
@@ -168,15 +172,15 @@ async fn simulate(args: &Args, profile: PathBuf) -> anyhow::Result<ExitCode> {
     let config = options
         .resolve(&HostFacts::default())
         .map_err(|e| words::error(e, None))?;
-    let dir =
-        RunDir::create(args.out.join("simulated"), false).map_err(|e| words::error(e, None))?;
+    let dir = RunDir::create(args.out.join("simulated"), args.force)
+        .map_err(|e| words::error(e, None))?;
     let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let progress = Progress::new(quiet);
     let outcome = speedmatrix_runner::output::run_into(
         config,
         &dir,
         &progress,
-        cancel_on_ctrl_c(),
+        cancel_on_signal(),
         &words::notice,
     )
     .await;

@@ -13,6 +13,7 @@ use speedmatrix_telemetry::{GpuInfo, TelemetryMode};
 use speedmatrix_units::{Tokens, group_thousands};
 
 use crate::cmd::UsageError;
+use crate::out::{say, say_raw, tell};
 
 /// Flags of `speedmatrix probe`.
 ///
@@ -67,12 +68,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut report = ProbeReport::from_info(&info);
     report.local_gpus = Some(LocalGpus::probe(args.telemetry));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        say_raw!("{}", report.render());
     }
     if info.models.is_none() {
-        eprintln!(
+        tell!(
             "error: {} has no /v1/models endpoint; is it an OpenAI-compatible server?",
             info.base_url
         );

@@ -33,6 +33,10 @@ pub(crate) struct Args {
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Overwrite the output if it already exists (every command's outputs are refused
+    /// otherwise).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `speedmatrix report`.
@@ -40,12 +44,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = load(&args.run)?;
     let text = render(&report, args.format);
     match &args.output {
-        Some(path) => std::fs::write(path, text).map_err(|e| {
-            UsageError(format!(
-                "could not write `{}`: {e}; check that its folder exists and is writable",
-                path.display()
-            ))
-        })?,
+        Some(path) => {
+            speedmatrix_runner::output::claim_file(path, "--output", args.force)
+                .map_err(|e| crate::cmd::run::words::error(e, None))?;
+            speedmatrix_runner::output::write_path(path, &text).map_err(|e| {
+                UsageError(format!("{e}; check that its folder exists and is writable"))
+            })?;
+        }
         None => write_stdout(&text)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -74,6 +79,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<Report> {
 /// Prints `text`; a closed pipe (`| head`) is not an error.
 pub(crate) fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    let text = speedmatrix_client::redact::clean(text);
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("could not write to standard output"),
@@ -139,6 +145,7 @@ mod tests {
             run: fixture("small-run.json"),
             format: Format::Html,
             output: Some(out.clone()),
+            force: false,
         };
         assert_eq!(run(args).await.unwrap(), ExitCode::SUCCESS);
         let html = std::fs::read_to_string(&out).unwrap();
@@ -148,6 +155,7 @@ mod tests {
             run: fixture("small-run.json"),
             format: Format::Md,
             output: Some(PathBuf::from("/nonexistent-dir/out.md")),
+            force: false,
         };
         assert!(is_usage_error(&run(args).await.unwrap_err()));
     }

@@ -8,6 +8,7 @@ use speedmatrix_sim::{Profile, RTX3090_QWEN35_4B_FP8, SimError, SimServer};
 use speedmatrix_units::group_thousands;
 
 use crate::cmd::UsageError;
+use crate::out::say;
 
 /// Flags of `speedmatrix sim`.
 #[derive(Debug, clap::Args)]
@@ -49,7 +50,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         profile.tokenizer = Some(tokenizer);
     }
     if args.print_profile {
-        println!("{}", serde_json::to_string_pretty(&profile)?);
+        say!("{}", serde_json::to_string_pretty(&profile)?);
         return Ok(ExitCode::SUCCESS);
     }
     let addr = SocketAddr::new(args.host, args.port);
@@ -60,11 +61,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         other => anyhow::Error::new(other),
     })?;
     let p = sim.profile();
-    println!(
+    say!(
         "speedmatrix sim: profile `{}`, model `{}`, max_model_len {}",
-        p.name, p.served_model_name, p.max_model_len
+        p.name,
+        p.served_model_name,
+        p.max_model_len
     );
-    println!(
+    say!(
         "KV cache: {} blocks × {} tokens = {} tokens; max_num_seqs {}; prefix caching {}",
         group_thousands(p.num_gpu_blocks.into()),
         p.block_size,
@@ -72,7 +75,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         p.max_num_seqs,
         if p.enable_prefix_caching { "on" } else { "off" }
     );
-    println!(
+    say!(
         "listening on {}  (OpenAI API under {}/v1; Ctrl-C stops)",
         sim.url(),
         sim.url()

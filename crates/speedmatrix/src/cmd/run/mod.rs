@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::args::Args;
 pub(crate) use self::progress::Progress;
 use crate::cmd::UsageError;
+use crate::out::{say, tell};
 
 /// Pins the client (`--client-cores`), raises the open-file limit for the
 /// widest cell, and sizes the runtime (see [`speedmatrix_runner::host`]).
@@ -73,7 +74,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     .map_err(|e| words::error(e, None))?;
     let progress = Progress::new(args.quiet);
-    let cancel = cancel_on_ctrl_c();
+    let cancel = cancel_on_signal();
     let key = config.api_key.clone();
     let outcome =
         speedmatrix_runner::output::run_into(config, &dir, &progress, cancel, &words::notice).await;
@@ -82,15 +83,28 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(summarize(dir.path(), &outcome))
 }
 
-/// A token that Ctrl-C fires.
-pub(crate) fn cancel_on_ctrl_c() -> CancellationToken {
+/// A token that Ctrl-C (SIGINT), SIGTERM and SIGHUP fire alike: a run writes its partial
+/// report, a study stops its point's server, whatever stopped them.
+pub(crate) fn cancel_on_signal() -> CancellationToken {
+    use tokio::signal::unix::{SignalKind, signal};
     let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ] {
+        let on_signal = cancel.clone();
+        match signal(kind) {
+            Ok(mut s) => {
+                tokio::spawn(async move {
+                    if s.recv().await.is_some() {
+                        on_signal.cancel();
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
         }
-    });
+    }
     cancel
 }
 
@@ -106,7 +120,7 @@ async fn dry_run(config: RunConfig) -> anyhow::Result<ExitCode> {
     let plan = speedmatrix_runner::dry_run(&config)
         .await
         .map_err(|e| words::error(e, config.api_key.as_ref()))?;
-    println!("{}", words::plan(&plan, &config.matrix));
+    say!("{}", words::plan(&plan, &config.matrix));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -118,9 +132,12 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
             .as_ref()
             .map(|p| format!(" (saved to {})", p.display()))
             .unwrap_or_default();
-        eprintln!(
+        tell!(
             "note: the journal's line {} was damaged ({}); kept the {} bytes before it, dropped the {} bytes from there on{saved}, and ran those steps again",
-            tail.line, tail.reason, tail.offset, tail.dropped_bytes
+            tail.line,
+            tail.reason,
+            tail.offset,
+            tail.dropped_bytes
         );
     }
     let r = &outcome.report;
@@ -142,19 +159,19 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
     } else {
         String::new()
     };
-    eprintln!(
+    tell!(
         "{valid} {kind} cells measured, {errors} errors; wrote {}/{{run.json, report.md, report.html, measurements.csv, {JOURNAL}{samples}}}",
         dir.display()
     );
     let prefill_errors = r.prefill.iter().filter(|p| is_error(&p.status)).count();
     if prefill_errors > 0 {
-        eprintln!("{prefill_errors} prefill points failed; their errors are in the report");
+        tell!("{prefill_errors} prefill points failed; their errors are in the report");
     }
     let measured = r.prefill.iter().any(|p| p.status.is_valid()) || valid > 0;
     match &outcome.stopped {
         // A complete run that measured nothing (every step failed) did not do its job.
         None if !measured && (errors + prefill_errors) > 0 => {
-            eprintln!(
+            tell!(
                 "every step that ran failed (first: {}); see {}/report.md",
                 first_error(outcome).unwrap_or_default(),
                 dir.display()
@@ -163,14 +180,14 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         }
         None => ExitCode::SUCCESS,
         Some(speedmatrix_runner::StopReason::Cancelled) => {
-            eprintln!(
+            tell!(
                 "the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)",
                 dir.display()
             );
             ExitCode::FAILURE
         }
         Some(reason) => {
-            eprintln!(
+            tell!(
                 "the run stopped early: {reason}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
                 dir.display()
             );
@@ -199,7 +216,7 @@ pub(crate) fn warn_plain_http_with_key(options: &RunOptions) {
     if let Some(host) = plain_http_host(url)
         && !is_loopback(host)
     {
-        eprintln!(
+        tell!(
             "warning: sending an API key over plain http:// to {host}; anyone on the path can read it (use https://)"
         );
     }

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use speedmatrix_runner::{Event, NotRun, Observer, StepPhase};
 
 use super::words;
+use crate::out::tell;
 
 /// The runner's observer for the command line.
 pub(crate) struct Progress {
@@ -51,8 +52,8 @@ impl Progress {
             return;
         }
         match &self.bar {
-            Some(bar) => bar.println(text),
-            None => eprintln!("[{:>7.1}s] {text}", self.start.elapsed().as_secs_f64()),
+            Some(bar) => bar.println(speedmatrix_client::redact::clean(text)),
+            None => tell!("[{:>7.1}s] {text}", self.start.elapsed().as_secs_f64()),
         }
     }
 
@@ -98,12 +99,14 @@ impl Observer for Progress {
                 ));
             }
             Event::StepStarted { step, .. } => match &self.bar {
-                Some(bar) => bar.set_message(step.to_string()),
+                Some(bar) => bar
+                    .set_message(speedmatrix_client::redact::clean(&step.to_string()).into_owned()),
                 None => self.line(&format!("{step}: started")),
             },
             Event::Phase { step, phase } => {
                 if let Some(bar) = &self.bar {
-                    bar.set_message(format!("{step}: {}", phase_words(phase)));
+                    let text = format!("{step}: {}", phase_words(phase));
+                    bar.set_message(speedmatrix_client::redact::clean(&text).into_owned());
                 }
             }
             Event::PrefillFinished(p) => {

@@ -25,6 +25,9 @@ pub(crate) fn error(e: RunnerError, key: Option<&speedmatrix_client::ApiKey>) ->
     match e {
         RunnerError::InvalidConfig(p) => usage(config_problem(&p)),
         RunnerError::BadOption(message) => usage(message),
+        RunnerError::Busy { .. } => {
+            usage(format!("{e}; wait for it to finish, or use another folder"))
+        }
         RunnerError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
         RunnerError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
         RunnerError::ResumeMismatch { .. } => usage(format!(

@@ -10,12 +10,11 @@ use speedmatrix_study::{Point, PointRecord, Study};
 
 use super::{CollectArgs, K8sArgs, status};
 use crate::cmd::UsageError;
+use crate::cmd::run::words;
+use crate::out::{say, say_raw, tell};
 
 pub(super) fn k8s(args: &K8sArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.study)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", args.study.display())))?;
-    let study = Study::from_toml(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", args.study.display())))?;
+    let (study, text) = super::load(&args.study)?;
     let opts = speedmatrix_study::K8sOptions {
         image: args.image.clone(),
         parallelism: args.parallelism,
@@ -26,12 +25,12 @@ pub(super) fn k8s(args: &K8sArgs) -> anyhow::Result<ExitCode> {
     };
     let files = speedmatrix_study::k8s_manifests(&study, &text, &opts)
         .map_err(|e| UsageError(e.to_string()))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("could not create {}", args.out.display()))?;
+    speedmatrix_runner::output::claim_dir(&args.out, "--out", args.force)
+        .map_err(|e| words::error(e, None))?;
     for (name, yaml) in &files {
-        std::fs::write(args.out.join(name), yaml)?;
+        speedmatrix_runner::output::write_file(&args.out, name, yaml)?;
     }
-    println!(
+    say!(
         "wrote {}/{{configmap.yaml, pvc.yaml, job.yaml}}: `kubectl apply -f {}`; each pod i runs \
          point i into the results volume; then `speedmatrix study collect` on its contents",
         args.out.display(),
@@ -62,18 +61,29 @@ type Gathered = (
 );
 
 fn gather(dir: &Path) -> anyhow::Result<Gathered> {
-    let study_path = dir.join("study.toml");
-    let text = std::fs::read_to_string(&study_path)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", study_path.display())))?;
-    let study = Study::from_toml(&text)
-        .map_err(|e| UsageError(format!("{}: {e}", study_path.display())))?;
-    let journal = std::fs::read_to_string(dir.join("study.jsonl")).unwrap_or_default();
-    let mut records = PointRecord::parse_all(&journal).map_err(|e| UsageError(e.to_string()))?;
+    let (study, _) = super::load(&dir.join(speedmatrix_study::STUDY_FILE))?;
+    let journal_path = dir.join(speedmatrix_study::STUDY_JOURNAL);
+    let journal = match std::fs::read_to_string(&journal_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(UsageError(format!("cannot read {}: {e}", journal_path.display())).into());
+        }
+    };
+    let read = PointRecord::parse_all(&journal);
+    if let Some(warning) = read.warning(&journal_path.display().to_string()) {
+        tell!("warning: {warning}");
+    }
+    let mut records = read.records;
     let mut points = Vec::new();
     for p in study.points()? {
         let outcome_file = dir.join(&p.name).join("outcome.json");
         if let Ok(line) = std::fs::read_to_string(&outcome_file) {
-            records.extend(PointRecord::parse_all(&line).map_err(|e| UsageError(e.to_string()))?);
+            let read = PointRecord::parse_all(&line);
+            if let Some(warning) = read.warning(&outcome_file.display().to_string()) {
+                tell!("warning: {warning}");
+            }
+            records.extend(read.records);
         }
         let outcome = records.iter().rev().find(|r| r.point == p.name).cloned();
         let run_json = dir.join(&p.name).join("run").join("run.json");
@@ -114,7 +124,7 @@ pub(super) fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
         "points": points,
     });
     let out = args.dir.join("study.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")?;
+    speedmatrix_runner::output::write_path(&out, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
     let mut table = String::from("| Point | Status | Best total tok/s | At |\n|---|---|---|---|\n");
     for p in &points {
         let _ = writeln!(
@@ -127,8 +137,8 @@ pub(super) fn collect(args: &CollectArgs) -> anyhow::Result<ExitCode> {
             p.best_cell.as_deref().unwrap_or("–")
         );
     }
-    print!("{table}");
-    println!("wrote {}", out.display());
+    say_raw!("{table}");
+    say!("wrote {}", out.display());
     let complete = points.iter().all(|p| p.run.is_some());
     Ok(if complete {
         ExitCode::SUCCESS
@@ -152,6 +162,10 @@ pub(crate) struct SiteArgs {
     /// Flag a cell whose total tok/s is below the baseline's by more than this (5%).
     #[arg(long, value_name = "PERCENT", default_value = "5%")]
     threshold: speedmatrix_report::Threshold,
+    /// Overwrite the output if it already exists (every command's outputs are refused
+    /// otherwise).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `speedmatrix site`.
@@ -187,14 +201,14 @@ pub(crate) fn site(args: &SiteArgs) -> anyhow::Result<ExitCode> {
         threshold: args.threshold.fraction(),
     };
     let files = speedmatrix_report::site(&input);
+    speedmatrix_runner::output::claim_dir(&args.out, "--out", args.force)
+        .map_err(|e| words::error(e, None))?;
     std::fs::create_dir_all(args.out.join("points"))
         .with_context(|| format!("could not create {}", args.out.display()))?;
     for (name, html) in &files {
-        let path = args.out.join(name);
-        std::fs::write(&path, html)
-            .with_context(|| format!("could not write {}", path.display()))?;
+        speedmatrix_runner::output::write_path(&args.out.join(name), html)?;
     }
-    println!(
+    say!(
         "wrote {} pages into {} (open index.html)",
         files.len(),
         args.out.display()

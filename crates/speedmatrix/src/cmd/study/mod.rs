@@ -11,12 +11,13 @@ use speedmatrix_runner::{Notice, Observer, RunOutcome};
 use speedmatrix_study::{Point, PointOutcome, PointRecord, Study, StudyObserver, StudySettings};
 
 use crate::cmd::UsageError;
-use crate::cmd::run::{Progress, cancel_on_ctrl_c, summarize, words};
+use crate::cmd::run::{Progress, cancel_on_signal, summarize, words};
 
 mod folder;
 
 pub(crate) use self::folder::{SiteArgs, site};
 use self::folder::{collect, k8s};
+use crate::out::{say, say_raw, tell};
 
 /// `speedmatrix study`.
 #[derive(Debug, clap::Args)]
@@ -67,6 +68,10 @@ pub(super) struct K8sArgs {
     /// Namespace of every object (default: kubectl's current one).
     #[arg(long)]
     namespace: Option<String>,
+    /// Overwrite the output if it already exists (every command's outputs are refused
+    /// otherwise).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -107,7 +112,7 @@ struct RunArgs {
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Action::Schema => {
-            println!("{}", serde_json::to_string_pretty(&Study::json_schema())?);
+            say!("{}", serde_json::to_string_pretty(&Study::json_schema())?);
             Ok(ExitCode::SUCCESS)
         }
         Action::Run(a) => run_study(a).await,
@@ -122,6 +127,10 @@ pub(super) fn load(path: &Path) -> anyhow::Result<(Study, String)> {
         .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
     let study =
         Study::from_toml(&text).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    // Points whose names clash or no folder can hold are refused here, before anything starts.
+    study
+        .points()
+        .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
     Ok((study, text))
 }
 
@@ -130,15 +139,19 @@ struct Lines(Progress);
 
 impl StudyObserver for Lines {
     fn point_starting(&self, point: &Point) {
-        eprintln!("{}: starting its server …", point.name);
+        tell!("{}: starting its server …", point.name);
     }
 
     fn point_skipped(&self, record: &PointRecord) {
-        eprintln!(
+        tell!(
             "{}: done before ({}), skipped",
             record.point,
             status(record)
         );
+    }
+
+    fn journal_damaged(&self, warning: &str) {
+        tell!("warning: {warning}");
     }
 
     fn run_ended(&self, dir: &Path, outcome: &RunOutcome) {
@@ -146,7 +159,7 @@ impl StudyObserver for Lines {
     }
 
     fn point_ended(&self, record: &PointRecord) {
-        eprintln!("{}: {}", record.point, status(record));
+        tell!("{}: {}", record.point, status(record));
     }
 
     fn run_observer(&self) -> &dyn Observer {
@@ -161,7 +174,7 @@ impl StudyObserver for Lines {
 async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (study, text) = load(&args.study)?;
     if args.dry_run {
-        print!("{}", plan(&study)?);
+        say_raw!("{}", plan(&study)?);
         return Ok(ExitCode::SUCCESS);
     }
     let settings = StudySettings {
@@ -171,7 +184,7 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
         program: std::env::current_exe().ok(),
     };
     let observer = Lines(Progress::new(true));
-    let cancel = cancel_on_ctrl_c();
+    let cancel = cancel_on_signal();
     let study_error = |e: speedmatrix_study::StudyError| -> anyhow::Error {
         match e {
             speedmatrix_study::StudyError::Io { .. } | speedmatrix_study::StudyError::Run(_) => {
@@ -192,7 +205,7 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     let records = speedmatrix_study::run_study(&study, &text, &settings, &observer, &cancel)
         .await
         .map_err(study_error)?;
-    print!("{}", summary(&args.out, &records));
+    say_raw!("{}", summary(&args.out, &records));
     let all = records.len() == study.points()?.len()
         && records
             .iter()
@@ -209,6 +222,9 @@ pub(super) fn status(r: &PointRecord) -> String {
         PointOutcome::Measured { exit_code: 0 } => "measured".to_owned(),
         PointOutcome::Measured { exit_code } => format!("measured, run exited {exit_code}"),
         PointOutcome::Failed { reason, .. } => format!("failed: {reason}"),
+        PointOutcome::Interrupted => {
+            "interrupted (not recorded: `--resume` runs it again)".to_owned()
+        }
     }
 }
 
