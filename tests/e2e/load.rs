@@ -307,7 +307,7 @@ fn load_flags_of_the_wrong_mode_are_usage_errors() {
                 "--search-floor",
                 "0",
             ],
-            "give a positive number of output tokens per second",
+            "--search-floor must be above 0, not 0",
         ),
     ] {
         let output = bin()

@@ -18,6 +18,8 @@ mod client;
 mod compat;
 mod engines;
 mod faults;
+mod hostile;
+mod limits;
 mod load;
 
 mod matrix;

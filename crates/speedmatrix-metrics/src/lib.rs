@@ -13,6 +13,8 @@
 //!   tokens, TTFT and time-between-token [`Summary`]s.
 //! - [`prefill_metrics`]: prompt tok/s and TTFT of a cold request.
 //! - [`average_gauges`]: the server's running/waiting gauges over a window.
+//! - [`check_counts`]: the bounds a server's token counts must keep to be
+//!   believed (`max_tokens`, the streamed text, the time taken).
 //! - [`Summary`] and [`percentile`]: one percentile method, Hyndman & Fan
 //!   type 7 (numpy's default), with errors instead of NaN.
 //!
@@ -62,6 +64,7 @@ mod calibrate;
 mod chunks;
 mod error;
 mod load;
+mod plausible;
 mod rate;
 mod request;
 mod series;
@@ -77,6 +80,11 @@ pub use crate::calibrate::{CONFIDENCE, Calibration};
 pub use crate::chunks::{Chunks, Iter as ChunkIter};
 pub use crate::error::MetricsError;
 pub use crate::load::{LoadMetrics, LoadRequest, load_metrics};
+pub use crate::plausible::{
+    BoundRule, CountBounds, CountField, ImpossibleCount, MAX_TOKENS_PER_S, ReportedCounts,
+    SPECULATIVE_OVERSHOOT, Streamed, TEMPLATE_TOKENS, TOKENS_PER_TEXT_UNIT, check_counts,
+    impossible_window_output,
+};
 pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
 pub use crate::series::binned_levels;

@@ -68,7 +68,7 @@ pub(crate) async fn run_conversation_cell(
     };
     let shape = RequestShape {
         keep_text: true,
-        ..spec.shape.clone()
+        ..spec.shape.together(spec.openings.len())
     };
     let mut set = tokio::task::JoinSet::new();
     for (opening, questions) in spec.openings.iter().zip(&spec.questions) {

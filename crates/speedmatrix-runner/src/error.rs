@@ -44,6 +44,36 @@ pub enum ConfigProblem {
         /// What the server said, when it failed; `None` when it reported no usage.
         error: Option<String>,
     },
+    /// A cell would plan more requests than a cell may hold
+    /// ([`crate::limits::MAX_REQUESTS_PER_CELL`]).
+    TooManyRequests {
+        /// The cell, in words (`rate 1000/s for 1h`, `a burst of 200000`).
+        cell: String,
+        /// The requests it would plan.
+        requests: u64,
+        /// The most a cell may plan.
+        cap: u64,
+    },
+    /// A length of time beyond what a run can take.
+    TooLong {
+        /// What it is: `window`, `drain`, ...
+        what: &'static str,
+        /// Its length.
+        length: std::time::Duration,
+        /// The most it may be.
+        max: std::time::Duration,
+    },
+    /// A rate cell whose seeded schedule has no arrival inside its sending time.
+    NoArrival {
+        /// The cell's rate.
+        rate: speedmatrix_units::RequestRate,
+        /// The cell's context.
+        context: Tokens,
+        /// When its first request would be sent.
+        first: std::time::Duration,
+        /// How long it sends.
+        length: std::time::Duration,
+    },
 }
 
 impl std::fmt::Display for ConfigProblem {
@@ -86,6 +116,34 @@ impl std::fmt::Display for ConfigProblem {
             }
             ConfigProblem::ChatOverheadUnknown { error: None } => f.write_str(
                 "the server reported no usage for a chat request, so the chat template's token overhead is unknown",
+            ),
+            ConfigProblem::TooManyRequests {
+                cell,
+                requests,
+                cap,
+            } => write!(
+                f,
+                "{cell} plans {} requests, more than the {} a cell may hold",
+                speedmatrix_units::group_thousands(*requests),
+                speedmatrix_units::group_thousands(*cap)
+            ),
+            ConfigProblem::TooLong { what, length, max } => write!(
+                f,
+                "a {what} of {} is longer than the {} a run allows",
+                humantime::format_duration(*length),
+                humantime::format_duration(*max)
+            ),
+            ConfigProblem::NoArrival {
+                rate,
+                context,
+                first,
+                length,
+            } => write!(
+                f,
+                "the rate cell {rate} at context {context} draws its first arrival at {:.1} s, after its \
+                 {:.1} s of sending: it would send nothing",
+                first.as_secs_f64(),
+                length.as_secs_f64()
             ),
         }
     }

@@ -65,11 +65,11 @@ pub(crate) async fn calibration_requests(
     epoch: Instant,
     cancel: &CancellationToken,
 ) -> Vec<Recorded> {
+    let at_once = (concurrency.get() as usize).clamp(1, CALIBRATION_REQUESTS);
     let shape = RequestShape {
         max_tokens: Tokens::new(CALIBRATION_TOKENS.min(shape.max_tokens.get())),
-        ..shape.clone()
+        ..shape.together(at_once)
     };
-    let at_once = (concurrency.get() as usize).clamp(1, CALIBRATION_REQUESTS);
     let mut out = Vec::with_capacity(CALIBRATION_REQUESTS);
     let mut next = 0;
     while next < CALIBRATION_REQUESTS && !cancel.is_cancelled() {

@@ -121,6 +121,7 @@ pub use crate::config::{
 pub use crate::error::{ConfigProblem, RunnerError};
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Silent, StepPhase};
+pub use crate::options::limits;
 pub use crate::outcome::{
     CellOutcome, CounterIncrease, Exclusion, Failure, FailureKind, Interference, KneePath, KneeTry,
     Latency, LoadOutcome, LoadPoint, LoadResult, Notice, PrefillOutcome, PrefixCacheCheck,

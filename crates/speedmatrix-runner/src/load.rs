@@ -28,7 +28,7 @@ use crate::outcome::{
 };
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{Server, read_counters};
-use crate::{Observer, RunnerError};
+use crate::{ConfigProblem, Observer, RunnerError};
 use speedmatrix_engines::CounterDeltas;
 
 /// Inputs of one load cell.
@@ -63,24 +63,65 @@ pub(crate) struct PrefixWarm {
 pub(crate) const BURST_DRAIN: Duration = Duration::from_secs(3_600);
 
 /// A rate cell's send times: drawn from the run's seed mixed with the cell's
-/// context and rate (cells are independent, runs repeatable); at least one.
+/// context and rate (cells are independent, runs repeatable). Only arrivals
+/// inside the cell's sending time are sent; a schedule with none, or with
+/// more than a cell may hold, is refused (`validate` refuses both before
+/// the run; this is the cell's own check).
 pub(crate) fn rate_schedule(
     r: &RateSpec,
     context: Tokens,
     rate: RequestRate,
 ) -> Result<Vec<Duration>, RunnerError> {
-    let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
-    let arrivals = speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed)
-        .map_err(RunnerError::Arrivals)?;
-    let times = match r.length {
-        RateLength::Duration(d) => arrivals.within(d),
-        RateLength::Requests(n) => arrivals.first(usize::try_from(n).unwrap_or(usize::MAX)),
+    let arrivals = cell_arrivals(r, context, rate)?;
+    let cap = crate::limits::MAX_REQUESTS_PER_CELL;
+    let most = usize::try_from(cap.saturating_add(1)).unwrap_or(usize::MAX);
+    let (times, length) = match r.length {
+        RateLength::Duration(d) => (arrivals.within_at_most(d, most), Some(d)),
+        RateLength::Requests(n) => (
+            arrivals.first(usize::try_from(n).unwrap_or(usize::MAX).min(most)),
+            None,
+        ),
     };
-    Ok(if times.is_empty() {
-        arrivals.first(1)
-    } else {
-        times
-    })
+    let too_many = |requests: u64| {
+        RunnerError::InvalidConfig(ConfigProblem::TooManyRequests {
+            cell: format!("the rate cell {rate} at context {context}"),
+            requests,
+            cap,
+        })
+    };
+    if let RateLength::Requests(n) = r.length
+        && n > cap
+    {
+        return Err(too_many(n));
+    }
+    if times.len() as u64 > cap {
+        return Err(too_many(times.len() as u64));
+    }
+    match (times.is_empty(), length) {
+        (true, Some(length)) => Err(RunnerError::InvalidConfig(ConfigProblem::NoArrival {
+            rate,
+            context,
+            first: arrivals.first(1).first().copied().unwrap_or(Duration::MAX),
+            length,
+        })),
+        _ => Ok(times),
+    }
+}
+
+/// When a rate cell's first request would be sent; `None` when its schedule
+/// cannot be drawn.
+pub(crate) fn first_arrival(r: &RateSpec, context: Tokens, rate: RequestRate) -> Option<Duration> {
+    let arrivals = cell_arrivals(r, context, rate).ok()?;
+    Some(arrivals.first(1).first().copied().unwrap_or(Duration::MAX))
+}
+
+fn cell_arrivals(
+    r: &RateSpec,
+    context: Tokens,
+    rate: RequestRate,
+) -> Result<speedmatrix_workload::Arrivals, RunnerError> {
+    let seed = r.seed ^ context.get().rotate_left(20) ^ rate.milli();
+    speedmatrix_workload::Arrivals::new(r.arrival, rate.get(), seed).map_err(RunnerError::Arrivals)
 }
 
 /// Counts requests in flight and the most at once.
@@ -145,6 +186,11 @@ pub(crate) async fn run_load_cell(
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut last_send_at = start;
+    // Every request may queue behind all the others, or behind the cap's worth.
+    let together = spec.max_in_flight.map_or(spec.schedule.len(), |n| {
+        (n.get() as usize).min(spec.schedule.len())
+    });
+    let shape = spec.shape.together(together);
     for (prompt, &at) in spec.prompts.iter().zip(&spec.schedule) {
         let intended = start + at;
         tokio::select! {
@@ -152,11 +198,7 @@ pub(crate) async fn run_load_cell(
             () = cancel.cancelled() => break,
         }
         last_send_at = Instant::now();
-        let (client, shape, prompt) = (
-            server.client.clone(),
-            spec.shape.clone(),
-            Arc::clone(prompt),
-        );
+        let (client, shape, prompt) = (server.client.clone(), shape.clone(), Arc::clone(prompt));
         let (stop, in_flight, slots) = (stop.clone(), Arc::clone(&in_flight), slots.clone());
         tasks.spawn(async move {
             // The wait for a slot is part of the request's latency.
@@ -236,7 +278,7 @@ async fn warm(
     epoch: Instant,
     cancel: &CancellationToken,
 ) -> Option<Failure> {
-    let shape = spec.shape.for_one_token();
+    let shape = spec.shape.for_one_token().together(8);
     let slots = Arc::new(Semaphore::new(8));
     let mut set = tokio::task::JoinSet::new();
     for prompt in &spec.prompts {

@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use speedmatrix_client::{
     ChatRequest, Client, CompletionRequest, Generation, Message, ResponseStream, StreamOptions,
 };
-use speedmatrix_metrics::{Chunk, Chunks, Outcome, RequestTimeline, Timestamp, Usage};
-use speedmatrix_units::Tokens;
+use speedmatrix_metrics::{
+    Chunk, Chunks, CountBounds, ImpossibleCount, Outcome, ReportedCounts, RequestTimeline,
+    Streamed, Timestamp, Usage, check_counts,
+};
+use speedmatrix_units::{Tokens, group_thousands};
 
 use crate::config::Api;
 use crate::outcome::{Failure, FailureKind};
@@ -35,6 +38,53 @@ pub(crate) struct RequestShape {
     /// Keep every request's streamed text even when the server counts its
     /// tokens (a conversation's next turn quotes the answer).
     pub(crate) keep_text: bool,
+    /// How long the server may take to start answering before any prefill
+    /// is counted: the run's headers timeout. Part of every request's
+    /// deadline ([`RequestShape::deadline`]).
+    pub(crate) first_token_allowance: Duration,
+    /// Requests of this shape sent at the same time as this one, whose
+    /// prefills may all come before its own (at least 1).
+    pub(crate) sent_together: u32,
+}
+
+/// The slowest prefill a request's deadline allows for, counting every byte of
+/// the prompt as a token (an upper bound on its tokens).
+pub(crate) const DEADLINE_PREFILL_BYTES_PER_S: u64 = 1_000;
+
+/// The slowest output a request's deadline allows for.
+pub(crate) const DEADLINE_DECODE_TOKENS_PER_S: u64 = 1;
+
+/// How long one request may run, from its send to its last byte, and what
+/// that is made of (see [`RequestShape::deadline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline {
+    pub(crate) limit: Duration,
+    first_token: Duration,
+    prompt_bytes: u64,
+    together: u32,
+    max_tokens: Tokens,
+}
+
+impl Deadline {
+    /// The failure of a request that ran `ran` past it.
+    fn failure(&self, ran: Duration) -> Failure {
+        Failure {
+            kind: FailureKind::Deadline,
+            message: format!(
+                "the request was still running after {:.1} s, past its deadline of {:.1} s \
+                 ({:.1} s to start answering, {} prompt bytes × {} sent together at {} a second, \
+                 max_tokens {} at {DEADLINE_DECODE_TOKENS_PER_S} tok/s): the server ignores \
+                 max_tokens or streams slower than any engine",
+                ran.as_secs_f64(),
+                self.limit.as_secs_f64(),
+                self.first_token.as_secs_f64(),
+                group_thousands(self.prompt_bytes),
+                self.together,
+                group_thousands(DEADLINE_PREFILL_BYTES_PER_S),
+                group_thousands(self.max_tokens.get()),
+            ),
+        }
+    }
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -115,6 +165,51 @@ impl RequestShape {
             min_tokens: false,
             ..self.clone()
         }
+    }
+
+    /// The same requests, `n` of them sent at once.
+    pub(crate) fn together(&self, n: usize) -> RequestShape {
+        RequestShape {
+            sent_together: u32::try_from(n).unwrap_or(u32::MAX).max(1),
+            ..self.clone()
+        }
+    }
+
+    /// The `max_tokens` the server is sent: the run's, unless `--extra-body`
+    /// sets its own (`max_tokens` or `max_completion_tokens`, the larger);
+    /// `None` when it sets one that is not a count (the server's default).
+    pub(crate) fn max_tokens_sent(&self) -> Option<Tokens> {
+        let mut most = None;
+        for key in ["max_tokens", "max_completion_tokens"] {
+            match self.extra.get(key) {
+                None => {}
+                Some(v) => most = most.max(Some(Tokens::new(v.as_u64()?))),
+            }
+        }
+        Some(most.unwrap_or(self.max_tokens))
+    }
+
+    /// The longest a request of this shape may run (docs/metrics.md, "Request
+    /// deadlines"): the time to start answering, its prompt and those sent with
+    /// it prefilled at [`DEADLINE_PREFILL_BYTES_PER_S`], and `max_tokens` at
+    /// [`DEADLINE_DECODE_TOKENS_PER_S`]. `None` when the server is sent no
+    /// `max_tokens` the client can read.
+    pub(crate) fn deadline(&self, prompt_bytes: usize) -> Option<Deadline> {
+        let max_tokens = self.max_tokens_sent()?;
+        let prompt_bytes = prompt_bytes as u64;
+        let prefill_s = prompt_bytes.saturating_mul(u64::from(self.sent_together.max(1)))
+            / DEADLINE_PREFILL_BYTES_PER_S;
+        let decode_s = max_tokens.get() / DEADLINE_DECODE_TOKENS_PER_S;
+        let limit = self
+            .first_token_allowance
+            .saturating_add(Duration::from_secs(prefill_s.saturating_add(decode_s)));
+        Some(Deadline {
+            limit,
+            first_token: self.first_token_allowance,
+            prompt_bytes,
+            together: self.sent_together.max(1),
+            max_tokens,
+        })
     }
 
     /// The sampling and streaming fields every request of this shape carries.
@@ -208,6 +303,9 @@ pub(crate) async fn record_one<'s>(
         shape.one_event_per_token,
     );
     recorder.always_keep_text = shape.keep_text;
+    let deadline = shape
+        .deadline(prompt.len())
+        .and_then(|d| Some((timings.sent_at.checked_add(d.limit)?, d)));
     let mut cancelled = stop.stopped();
     let outcome = loop {
         // Events already received are taken without looking at the stop
@@ -230,6 +328,20 @@ pub(crate) async fn record_one<'s>(
             // The flag is one load; the stop future is polled (its waker
             // registered) only when the read must wait.
             None if stop.is_stopped() => break Outcome::Cancelled,
+            // The deadline is looked at once per read: a server that keeps
+            // sending passes it on a read, a silent one is the idle timeout's.
+            None if deadline.is_some_and(|(due, _)| Instant::now() >= due) => {
+                let now = Instant::now();
+                let ran = now.saturating_duration_since(timings.sent_at);
+                let failure = match recorder.check_counts(&shape.count_bounds(prompt), at(now)) {
+                    Err(impossible) => Some(impossible_failure(&impossible)),
+                    Ok(()) => deadline.map(|(_, limit)| limit.failure(ran)),
+                };
+                let first_byte = stream.timings().first_byte_at.map(at);
+                let mut r = recorder.into_failed(at(now), failure, first_byte);
+                r.retries = retries;
+                return r;
+            }
             None => match tokio::select! {
                 biased;
                 r = stream.read_more() => r,
@@ -239,9 +351,20 @@ pub(crate) async fn record_one<'s>(
                 Err(e) => e,
             },
         };
+        let ended = at(Instant::now());
+        let bounds = shape.count_bounds(prompt);
+        if let Err(impossible) = recorder.check_counts(&bounds, ended) {
+            let mut r = recorder.into_failed(
+                ended,
+                Some(impossible_failure(&impossible)),
+                stream.timings().first_byte_at.map(at),
+            );
+            r.retries = retries;
+            return r;
+        }
         let mut r = failed(
             recorder.timeline.sent_at,
-            at(Instant::now()),
+            ended,
             &failure,
             shape.secret.as_deref(),
         );
@@ -260,6 +383,17 @@ pub(crate) async fn record_one<'s>(
         Some(done) => at(done),
         None => at(Instant::now()),
     };
+    // Counts no server can have produced are not kept: the request fails.
+    if let Err(impossible) = recorder.check_counts(&shape.count_bounds(prompt), ended_at) {
+        let mut r = recorder.into_failed(
+            ended_at,
+            Some(impossible_failure(&impossible)),
+            timings.first_byte_at.map(at),
+        );
+        r.retries = retries;
+        r.unexpected_content_type = stream.unexpected_content_type().map(str::to_owned);
+        return r;
+    }
     let (timeline, prompt_tokens_reported, text) =
         recorder.finish(outcome, ended_at, timings.first_byte_at.map(at));
     Recorded {
@@ -290,6 +424,10 @@ pub(crate) struct Recorder {
     /// Index of the last chunk with text, and the last usage with its index.
     last_text: Option<usize>,
     last_usage: Option<(usize, Usage)>,
+    /// Bytes of text streamed, and the largest counts the server reported:
+    /// what [`check_counts`] judges.
+    text_bytes: u64,
+    most: ReportedCounts,
 }
 
 impl Recorder {
@@ -311,6 +449,63 @@ impl Recorder {
             text_lost: false,
             last_text: None,
             last_usage: None,
+            text_bytes: 0,
+            most: ReportedCounts::default(),
+        }
+    }
+
+    /// Checks the counts the server reported so far against the request's
+    /// bounds, its text and its time up to `ended`.
+    pub(crate) fn check_counts(
+        &self,
+        bounds: &CountBounds,
+        ended: Timestamp,
+    ) -> Result<(), ImpossibleCount> {
+        let streamed = Streamed {
+            text_bytes: self.text_bytes,
+            events: self.events_with_choices,
+            elapsed: ended.saturating_since(self.timeline.sent_at),
+        };
+        check_counts(bounds, &streamed, &self.most)
+    }
+
+    /// A failed request with the times recorded so far and none of the
+    /// server's counts: they are not to be trusted, so its chunks go too.
+    fn into_failed(
+        self,
+        ended: Timestamp,
+        failure: Option<Failure>,
+        first_byte_at: Option<Timestamp>,
+    ) -> Recorded {
+        let kind = failure.as_ref().map_or("failed", |f| f.kind.as_str());
+        let keep_chunks = failure
+            .as_ref()
+            .is_some_and(|f| f.kind != FailureKind::ImpossibleCount);
+        let last_chunk = self.timeline.chunks.last().map(|c| c.at);
+        let mut timeline = RequestTimeline::new(
+            self.timeline.sent_at,
+            last_chunk.map_or(ended, |c| c.max(ended)),
+            Outcome::Failed {
+                kind: kind.to_owned(),
+            },
+        );
+        timeline.headers_at = self.timeline.headers_at;
+        timeline.first_byte_at = first_byte_at;
+        if keep_chunks {
+            timeline.chunks = self.timeline.chunks;
+            timeline.chunks.shrink_to_fit();
+        }
+        Recorded {
+            timeline,
+            prompt_tokens_reported: if keep_chunks {
+                self.prompt_tokens
+            } else {
+                None
+            },
+            error: failure,
+            retries: 0,
+            text: None,
+            unexpected_content_type: None,
         }
     }
 
@@ -327,9 +522,16 @@ impl Recorder {
         if let Some(u) = chunk.usage {
             self.prompt_tokens = Some(u.prompt_tokens);
             self.last_usage = Some((index, u));
+            let most = &mut self.most;
+            most.usage_completion = most.usage_completion.max(Some(u.completion_tokens.get()));
+            most.prompt = most.prompt.max(Some(u.prompt_tokens.get()));
+        }
+        if let Some(n) = ev.engine_tokens {
+            self.most.engine_completion = self.most.engine_completion.max(Some(n.get()));
         }
         let first = chunk.has_text() && self.last_text.is_none();
         if chunk.has_text() {
+            self.text_bytes += (ev.content.len() + ev.reasoning_content.len()) as u64;
             self.last_text = Some(index);
             let counted = chunk.usage.is_some_and(|u| u.completion_tokens.get() > 0)
                 || chunk.engine_count.is_some_and(|n| n.get() > 0);
@@ -401,6 +603,24 @@ impl Recorder {
         let text =
             (self.keep_text && !self.text_lost && self.last_text.is_some()).then_some(self.text);
         (self.timeline, self.prompt_tokens, text)
+    }
+}
+
+impl RequestShape {
+    /// What bounds the counts a request of this shape with `prompt` can have.
+    fn count_bounds(&self, prompt: &str) -> CountBounds {
+        CountBounds {
+            max_tokens: self.max_tokens_sent(),
+            prompt_bytes: prompt.len() as u64,
+        }
+    }
+}
+
+/// The failure of a request whose server reported an impossible count.
+fn impossible_failure(e: &ImpossibleCount) -> Failure {
+    Failure {
+        kind: FailureKind::ImpossibleCount,
+        message: e.to_string(),
     }
 }
 
@@ -564,6 +784,87 @@ mod tests {
         text.assign(&[4, 7, 8, 10, 10], &mut chunks);
         let got: Vec<Option<u32>> = chunks.iter().map(|c| c.text_tokens).collect();
         assert_eq!(got, vec![Some(1), None, Some(2), Some(2)]);
+    }
+
+    fn shape(max_tokens: u64) -> RequestShape {
+        RequestShape {
+            model: "m".into(),
+            api: Api::Completions,
+            max_tokens: Tokens::new(max_tokens),
+            ignore_eos: true,
+            min_tokens: false,
+            secret: None,
+            extra: Arc::default(),
+            one_event_per_token: false,
+            keep_text: false,
+            first_token_allowance: Duration::from_secs(2),
+            sent_together: 1,
+        }
+    }
+
+    fn usage_chunk(prompt: u64, completion: u64) -> String {
+        format!(
+            "{CHUNK}\n\ndata: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion}}}}}\n\n"
+        )
+    }
+
+    #[test]
+    fn impossible_counts_are_caught_with_the_value_and_the_bound() {
+        let ended = Timestamp::from_millis(99);
+        let bounds = shape(16).count_bounds("a prompt of a few words");
+        let honest = record(&usage_chunk(5, 16), false);
+        assert_eq!(honest.check_counts(&bounds, ended), Ok(()));
+        let huge = record(&usage_chunk(5, u64::MAX), false);
+        let e = huge.check_counts(&bounds, ended).unwrap_err();
+        assert_eq!((e.value, e.bound), (u64::MAX, 16 + 256));
+        let failure = impossible_failure(&e);
+        assert_eq!(failure.kind, FailureKind::ImpossibleCount);
+        assert!(
+            failure.message.contains("18,446,744,073,709,551,615"),
+            "{}",
+            failure.message
+        );
+        // The failed request keeps its times but none of the server's counts.
+        let r = huge.into_failed(ended, Some(failure), None);
+        assert!(r.timeline.chunks.is_empty() && r.timeline.final_usage.is_none());
+        assert_eq!(r.prompt_tokens_reported, None);
+        assert!(
+            matches!(&r.timeline.outcome, Outcome::Failed { kind } if kind == "impossible_count")
+        );
+        // A prompt count no prompt of 23 bytes can have.
+        let prompt = record(&usage_chunk(u64::MAX, 1), false);
+        let e = prompt.check_counts(&bounds, ended).unwrap_err();
+        assert_eq!(e.field, speedmatrix_metrics::CountField::Prompt);
+    }
+
+    #[test]
+    fn the_deadline_grows_with_the_prompt_the_company_and_max_tokens() {
+        let d = shape(1).deadline(16).unwrap();
+        assert_eq!(d.limit, Duration::from_secs(2 + 1));
+        // 64 prompts of 100 KB sent together: 6,400 s of prefill at the floor.
+        let d = shape(512).together(64).deadline(100_000).unwrap();
+        assert_eq!(d.limit, Duration::from_secs(2 + 6_400 + 512));
+        let message = d.failure(Duration::from_secs(7_000)).message;
+        assert!(message.contains("deadline of 6914.0 s"), "{message}");
+        // --extra-body's own max_tokens is the one the server gets.
+        let mut extra = serde_json::Map::new();
+        extra.insert("max_tokens".into(), 4_096.into());
+        let wider = RequestShape {
+            extra: Arc::new(extra),
+            ..shape(16)
+        };
+        assert_eq!(wider.max_tokens_sent(), Some(Tokens::new(4_096)));
+        let mut extra = serde_json::Map::new();
+        extra.insert("max_tokens".into(), serde_json::Value::Null);
+        let unknown = RequestShape {
+            extra: Arc::new(extra),
+            ..shape(16)
+        };
+        assert_eq!(
+            unknown.deadline(16),
+            None,
+            "no max_tokens the client can read"
+        );
     }
 
     #[test]

@@ -128,9 +128,96 @@ pub fn validate(config: &RunConfig) -> Result<(), RunnerError> {
     } else if m.prefill_contexts.iter().any(|c| c.get() == 0) {
         Some(ConfigProblem::ZeroPrefillContext)
     } else {
-        None
+        too_long(m)
+            .or_else(|| too_many_requests(m))
+            .or_else(|| no_arrival(m))
     };
     problem.map_or(Ok(()), |p| Err(RunnerError::InvalidConfig(p)))
+}
+
+/// A window, sending time or drain longer than a run allows: the clocks that
+/// time them would overflow, and no run needs them.
+fn too_long(m: &crate::MatrixSpec) -> Option<ConfigProblem> {
+    use crate::limits::{MAX_WINDOW, drain};
+    let mut lengths = vec![("window", m.window, MAX_WINDOW)];
+    if let LoadMode::Rate(r) = &m.load {
+        lengths.push(("drain", r.drain, drain::LIMIT.max));
+    }
+    if let Some(inject) = &m.inject {
+        lengths.push((
+            "settle time",
+            inject.settle,
+            crate::limits::inject_settle::LIMIT.max,
+        ));
+    }
+    lengths
+        .into_iter()
+        .find(|(_, length, max)| length > max)
+        .map(|(what, length, max)| ConfigProblem::TooLong { what, length, max })
+}
+
+/// The most requests one cell plans, in words, when it is more than a cell may hold.
+fn too_many_requests(m: &crate::MatrixSpec) -> Option<ConfigProblem> {
+    use crate::limits::MAX_REQUESTS_PER_CELL as CAP;
+    let most_streams = m.concurrencies.iter().map(|c| u64::from(c.get())).max();
+    let (cell, requests) = match &m.load {
+        LoadMode::Sustained => {
+            let n = most_streams?;
+            (format!("a sustained cell of {n} streams"), n)
+        }
+        LoadMode::Burst(b) => {
+            let n = b.requests.iter().copied().max().map(u64::from)?;
+            (format!("a burst of {n}"), n)
+        }
+        LoadMode::Conversation(c) => {
+            let n = most_streams?;
+            let turns = u64::from(c.turns);
+            (
+                format!("{n} conversations of {turns} turns"),
+                n.saturating_mul(turns),
+            )
+        }
+        LoadMode::Rate(r) => match r.length {
+            RateLength::Requests(n) => (format!("a rate cell of {n} requests"), n),
+            RateLength::Duration(d) => {
+                let rate = r.rates.iter().copied().max()?;
+                let expected = rate.get() * d.as_secs_f64();
+                (
+                    format!(
+                        "the rate cell {rate} sending for {}",
+                        humantime::format_duration(d)
+                    ),
+                    expected.ceil().min(u64::MAX as f64) as u64,
+                )
+            }
+        },
+    };
+    (requests > CAP).then_some(ConfigProblem::TooManyRequests {
+        cell,
+        requests,
+        cap: CAP,
+    })
+}
+
+/// The first rate cell whose seeded schedule sends nothing within its time.
+fn no_arrival(m: &crate::MatrixSpec) -> Option<ConfigProblem> {
+    let LoadMode::Rate(r) = &m.load else {
+        return None;
+    };
+    let RateLength::Duration(length) = r.length else {
+        return None;
+    };
+    m.contexts.iter().find_map(|&context| {
+        r.rates.iter().find_map(|&rate| {
+            let first = crate::load::first_arrival(r, context, rate)?;
+            (first > length).then_some(ConfigProblem::NoArrival {
+                rate,
+                context,
+                first,
+                length,
+            })
+        })
+    })
 }
 
 /// Runs the matrix. See the crate docs for the protocol.
@@ -188,6 +275,8 @@ async fn plan_and_run(
             extra: Arc::new(request_fields(server, config)),
             one_event_per_token: server.info.engine().one_event_per_token(),
             keep_text: false,
+            first_token_allowance: first_token_allowance(config),
+            sent_together: 1,
         },
         nonce: run_nonce(),
         unexpected_content_type: None,
@@ -380,6 +469,8 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 extra: Arc::new(request_fields(server, config)),
                 one_event_per_token: false,
                 keep_text: false,
+                first_token_allowance: first_token_allowance(config),
+                sent_together: 1,
             };
             let r = request::record_one(
                 &server.client,
@@ -416,6 +507,84 @@ pub(crate) fn request_fields(
     fields
 }
 
+/// How long a request may wait for its answer to start before its prefill is
+/// counted in its deadline: the headers timeout (`--idle-timeout`), else the
+/// client's default.
+fn first_token_allowance(config: &RunConfig) -> std::time::Duration {
+    config
+        .timeouts
+        .headers
+        .or(speedmatrix_client::Timeouts::default().headers)
+        .unwrap_or(std::time::Duration::from_secs(300))
+}
+
 fn secret_of(config: &RunConfig) -> Option<Arc<str>> {
     config.api_key.as_ref().map(|k| Arc::from(k.expose()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{BurstSpec, Preset, RateSpec};
+
+    fn rate(rate: &str, length: RateLength) -> crate::MatrixSpec {
+        let mut m = Preset::Quick.matrix();
+        m.contexts = vec![Tokens::ZERO];
+        m.load = LoadMode::Rate(RateSpec {
+            rates: vec![rate.parse().unwrap()],
+            arrival: speedmatrix_workload::ArrivalProcess::Constant,
+            seed: 0,
+            length,
+            max_in_flight: None,
+            drain: Duration::from_secs(60),
+            warm_cache: false,
+        });
+        m
+    }
+
+    #[test]
+    fn a_cell_planning_more_requests_than_a_cell_holds_is_refused() {
+        let hour = RateLength::Duration(Duration::from_secs(3_600));
+        let p = too_many_requests(&rate("1000", hour)).unwrap();
+        assert_eq!(
+            p.to_string(),
+            "the rate cell 1000/s sending for 1h plans 3,600,000 requests, more than the 100,000 a cell may hold"
+        );
+        assert_eq!(too_many_requests(&rate("10", hour)), None);
+        let mut burst = Preset::Quick.matrix();
+        burst.load = LoadMode::Burst(BurstSpec {
+            requests: vec![8, 200_000],
+            max_concurrency: None,
+            warm_cache: false,
+        });
+        assert!(matches!(
+            too_many_requests(&burst),
+            Some(ConfigProblem::TooManyRequests {
+                requests: 200_000,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_rate_cell_with_no_arrival_in_its_time_and_a_window_past_a_day_are_refused() {
+        let two = RateLength::Duration(Duration::from_secs(2));
+        match no_arrival(&rate("0.001", two)) {
+            Some(ConfigProblem::NoArrival { first, length, .. }) => {
+                assert_eq!(first, Duration::from_secs(1_000));
+                assert_eq!(length, Duration::from_secs(2));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(no_arrival(&rate("1", two)), None);
+        assert_eq!(no_arrival(&rate("0.001", RateLength::Requests(1))), None);
+        let mut m = rate("1", two);
+        m.window = Duration::from_secs(10_000_000_000);
+        assert!(matches!(
+            too_long(&m),
+            Some(ConfigProblem::TooLong { what: "window", .. })
+        ));
+    }
 }

@@ -154,10 +154,29 @@ pub(crate) fn upper_bound(m: &MatrixSpec, first: u64) -> u64 {
         LoadMode::Sustained => Vec::new(),
     };
     let top = given.iter().copied().max().unwrap_or(first);
-    if top > first {
+    let bound = if top > first {
         top
     } else {
         first.saturating_mul(1 << 20)
+    };
+    bound.min(most_units(m)).max(first)
+}
+
+/// The highest load whose cell plans no more requests than a cell may hold
+/// ([`crate::limits::MAX_REQUESTS_PER_CELL`]), in the search's units.
+fn most_units(m: &MatrixSpec) -> u64 {
+    let cap = crate::limits::MAX_REQUESTS_PER_CELL;
+    match &m.load {
+        LoadMode::Burst(_) | LoadMode::Sustained => cap,
+        LoadMode::Conversation(c) => cap / u64::from(c.turns.max(1)),
+        LoadMode::Rate(r) => match r.length {
+            crate::config::RateLength::Requests(_) => u64::MAX,
+            // Thousandths of a request per second that send at most `cap` in `d`.
+            crate::config::RateLength::Duration(d) => {
+                let per_s = cap as f64 / d.as_secs_f64().max(1e-3);
+                (per_s * 1_000.0).floor().min(u64::MAX as f64) as u64
+            }
+        },
     }
 }
 

@@ -191,6 +191,7 @@ impl Study {
         }
         // Every point's run options must read, before anything starts (points whose names
         // clash are refused by `points`, which every use of the study calls).
+        self.check_point_count()?;
         for point in self.points().unwrap_or_default() {
             self.run_options(&point, 0)?;
         }

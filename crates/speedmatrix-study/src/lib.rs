@@ -48,7 +48,7 @@ pub use crate::file::{ParamValue, RunSpec, ServerSpec, StopSignal, Study};
 pub use crate::journal::{JournalRead, PointOutcome, PointRecord};
 pub use crate::k8s::{K8sOptions, k8s_manifests};
 pub use crate::options::shown_flags;
-pub use crate::points::Point;
+pub use crate::points::{MAX_POINTS, Point};
 pub use crate::run::{
     POINT_OUTCOME, STUDY_FILE, STUDY_JOURNAL, StudyObserver, StudySettings, run_one, run_study,
 };

@@ -1,9 +1,14 @@
 //! A study's points: the grid's combinations and the listed ones, named,
 //! and the templates filled in for each.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{ParamValue, Study, StudyError};
+
+/// The most points a study may have: each is a server started and measured in
+/// turn (hours of GPU time), and every point is held in memory with its
+/// filled-in command and options while the study is planned.
+pub const MAX_POINTS: u64 = 10_000;
 
 /// One server configuration of a study.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +25,7 @@ impl Study {
     /// Every point: the grid's combinations in order (the last parameter
     /// varies fastest), then the listed points.
     pub fn points(&self) -> Result<Vec<Point>, StudyError> {
+        self.check_point_count()?;
         let mut combos: Vec<BTreeMap<String, ParamValue>> = Vec::new();
         if !self.parameters.is_empty() {
             combos.push(BTreeMap::new());
@@ -40,6 +46,7 @@ impl Study {
             combos.push(p.clone());
         }
         let mut points = Vec::with_capacity(combos.len());
+        let mut names = BTreeSet::new();
         for mut typed in combos {
             let given = typed.remove("name").map(|n| n.render());
             let values: BTreeMap<String, String> =
@@ -63,7 +70,7 @@ impl Study {
                     name.chars().take(40).collect::<String>()
                 )));
             }
-            if points.iter().any(|p: &Point| p.name == name) {
+            if !names.insert(name.clone()) {
                 return Err(StudyError::Invalid(format!(
                     "two points are both named `{name}`: give them a `name` or a point_name template"
                 )));
@@ -80,6 +87,36 @@ impl Study {
 
 /// The longest folder name file systems take (ext4, xfs, btrfs: 255 bytes).
 const MAX_NAME_BYTES: usize = 255;
+
+impl Study {
+    /// Refuses a study of more than [`MAX_POINTS`] points before any is made: the
+    /// grid's size is the product of its parameters' value counts.
+    pub(crate) fn check_point_count(&self) -> Result<(), StudyError> {
+        let grid = if self.parameters.is_empty() {
+            Some(0)
+        } else {
+            self.parameters
+                .values()
+                .try_fold(1u64, |n, values| n.checked_mul(values.len() as u64))
+        };
+        let total = grid.and_then(|g| g.checked_add(self.points.len() as u64));
+        if total.is_some_and(|t| t <= MAX_POINTS) {
+            return Ok(());
+        }
+        let sizes: Vec<String> = self
+            .parameters
+            .iter()
+            .map(|(k, v)| format!("{k} {}", v.len()))
+            .collect();
+        let count = total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string());
+        Err(StudyError::Invalid(format!(
+            "the study has {count} points ([parameters] {} and {} listed points), more than the \
+             {MAX_POINTS} a study may have: give fewer values, or split it into several studies",
+            sizes.join(" × "),
+            self.points.len()
+        )))
+    }
+}
 
 /// A name safe as one folder: anything outside `[A-Za-z0-9._=-]` becomes `-`.
 fn folder_name(name: &str) -> String {
@@ -203,6 +240,22 @@ seqs = 128
         assert_eq!(
             p.fill(&s.server.command, 8123).unwrap(),
             "serve fp8 --port 8123"
+        );
+    }
+
+    #[test]
+    fn a_grid_of_more_points_than_a_study_may_have_is_refused_before_it_is_made() {
+        let values: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        let list = values.join(", ");
+        let s = study(&format!(
+            "[parameters]\nkv = [{list}]\nseqs = [{list}]\nbatch = [{list}]\nblock = [{list}]\n"
+        ));
+        let start = std::time::Instant::now();
+        let e = s.points().unwrap_err().to_string();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert!(
+            e.contains("100000000 points") && e.contains("more than the 10000"),
+            "{e}"
         );
     }
 

@@ -16,6 +16,14 @@ pub enum TelemetryError {
     /// No GPU source could be opened (no driver library, no tool on PATH).
     #[error("no GPU telemetry: {0}")]
     NoGpuSource(String),
+    /// A tool ran past its time limit and was killed.
+    #[error("{tool} did not answer within {after:?} and was stopped (a hung driver or tool)")]
+    ToolTimedOut {
+        /// The tool.
+        tool: &'static str,
+        /// The limit.
+        after: std::time::Duration,
+    },
     /// A tool ran but failed.
     #[error("{tool} failed: {why}")]
     ToolFailed {

@@ -41,9 +41,12 @@ mod summary;
 
 pub use error::TelemetryError;
 pub use export::SAMPLES_SCHEMA;
-pub use gpu::{GpuInfo, GpuReader, GpuSample, Replay, Throttle, Timed};
+pub use gpu::{GpuInfo, GpuReader, GpuSample, Replay, TOOL_TIMEOUT, Throttle, Timed};
 pub use host::HostReading;
-pub use sampler::{GpuSourceKind, Recorded, Sampler, SamplerConfig, TelemetryMode, probe_gpus};
+pub use sampler::{
+    GpuSourceKind, MAX_INTERVAL, MIN_INTERVAL, Recorded, Sampler, SamplerConfig, TelemetryMode,
+    probe_gpus,
+};
 pub use summary::{
     EnergySource, GpuWindow, HostWindow, ThrottleSeconds, integrate, integrate_steps,
     summarize_gpus, summarize_host,

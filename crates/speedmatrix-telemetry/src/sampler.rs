@@ -44,12 +44,19 @@ impl std::str::FromStr for TelemetryMode {
     }
 }
 
+/// The shortest time between samples: GPU counters do not change faster.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest time between samples: a window sampled less often than this
+/// has no telemetry worth the name.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(3_600);
+
 /// What the sampler uses and how often.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SamplerConfig {
     /// GPU source.
     pub mode: TelemetryMode,
-    /// Time between samples.
+    /// Time between samples, held between [`MIN_INTERVAL`] and [`MAX_INTERVAL`].
     pub interval: Duration,
     /// Also read `/proc/stat` and `/proc/meminfo`.
     pub host: bool,
@@ -338,6 +345,7 @@ fn sample_loop(
     };
     let mut last_read: Option<Instant> = None;
     let mut next = Instant::now();
+    let interval = config.interval.clamp(MIN_INTERVAL, MAX_INTERVAL);
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let gpus: Vec<Timed<GpuSample>> = match &mut source {
@@ -358,12 +366,12 @@ fn sample_loop(
                 None => {}
             }
         }
-        next += config.interval;
         let now = Instant::now();
-        if next < now {
+        next = match next.checked_add(interval) {
             // Fell behind (a slow tool): skip the missed ticks, do not burst.
-            next = now + config.interval;
-        }
+            Some(n) if n >= now => n,
+            _ => now + interval,
+        };
         // Sleep in short steps so that `finish` returns promptly.
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();

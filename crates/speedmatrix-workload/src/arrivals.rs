@@ -122,7 +122,8 @@ impl Arrivals {
     }
 
     /// Send times, as offsets from the run's start, while `keep(index, time)`
-    /// holds; the first request arrives one gap after the start.
+    /// holds; the first request arrives one gap after the start. The draw
+    /// also ends where a time can no longer be represented (a gap of years).
     fn draw(&self, mut keep: impl FnMut(usize, Duration) -> bool) -> Vec<Duration> {
         let gap = self.gap();
         let mut rng = SplitMix64::new(self.seed ^ 0x6172_7269_7661_6c73);
@@ -136,7 +137,9 @@ impl Arrivals {
                 Gap::Gamma(d) => d.inverse_cdf(u),
                 Gap::Constant(c) => *c,
             };
-            let t = Duration::from_secs_f64(at);
+            let Ok(t) = Duration::try_from_secs_f64(at) else {
+                return out;
+            };
             if !keep(out.len(), t) {
                 return out;
             }
@@ -152,6 +155,22 @@ impl Arrivals {
     /// The send times up to `length` (those at or before it).
     pub fn within(&self, length: Duration) -> Vec<Duration> {
         self.draw(|_, t| t <= length)
+    }
+
+    /// The send times up to `length`, but no more than `n` of them: a caller
+    /// that holds each request in memory bounds what a schedule can ask.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use speedmatrix_workload::{ArrivalProcess, Arrivals};
+    ///
+    /// let a = Arrivals::new(ArrivalProcess::Constant, 1_000.0, 0)?;
+    /// assert_eq!(a.within_at_most(Duration::from_secs(3_600), 5).len(), 5);
+    /// assert!(a.within_at_most(Duration::from_micros(10), 5).is_empty());
+    /// # Ok::<(), speedmatrix_workload::WorkloadError>(())
+    /// ```
+    pub fn within_at_most(&self, length: Duration, n: usize) -> Vec<Duration> {
+        self.draw(|i, t| i < n && t <= length)
     }
 }
 

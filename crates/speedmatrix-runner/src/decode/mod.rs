@@ -195,7 +195,10 @@ pub(crate) async fn run_cell(
     // The probe: a cold long prompt into the running streams, then the settle time.
     let inject = match (&spec.inject, alone) {
         (Some(inject), Some(alone)) if window_opened && !cancel.is_cancelled() => {
-            let shape = spec.shape.for_one_token();
+            let shape = spec
+                .shape
+                .for_one_token()
+                .together(spec.concurrency.get() as usize + 1);
             let loaded =
                 record_one(&server.client, &shape, &inject.loaded, epoch, cancel, None).await;
             tokio::select! {

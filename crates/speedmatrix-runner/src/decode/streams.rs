@@ -48,7 +48,15 @@ pub(super) async fn warm_up(
     if spec.measure_first_warmup
         && let Some(prompt) = prompts.next()
     {
-        let r = record_one(&server.client, &shape, prompt, epoch, cancel, None).await;
+        let r = record_one(
+            &server.client,
+            &shape.together(1),
+            prompt,
+            epoch,
+            cancel,
+            None,
+        )
+        .await;
         let failure = r.error.clone();
         first = Some(r);
         if failure.is_some() {
@@ -56,6 +64,7 @@ pub(super) async fn warm_up(
         }
     }
     let mut set = tokio::task::JoinSet::new();
+    let shape = shape.together(prompts.len());
     for prompt in prompts {
         let client = server.client.clone();
         let shape = shape.clone();
@@ -87,7 +96,7 @@ pub(super) fn start_streams(
         .map(|slot| {
             let prompt = Arc::clone(&spec.prompts[slot % spec.prompts.len()]);
             let client = server.client.clone();
-            let shape = spec.shape.clone();
+            let shape = spec.shape.together(spec.concurrency.get() as usize);
             let stop = stop.listener();
             let first = Arc::clone(first_tokens);
             let dead = Arc::clone(dead_slots);

@@ -12,7 +12,7 @@ use speedmatrix_capacity::{
 };
 use speedmatrix_units::{ByteSize, Engine, Tokens};
 
-use super::text;
+use super::{limits, text};
 use crate::RunnerError;
 
 /// vLLM `--mamba-cache-mode`.
@@ -63,31 +63,31 @@ pub struct EngineOptions {
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub gpu_catalog: Option<PathBuf>,
     /// vLLM --gpu-memory-utilization.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.9))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::gpu_memory_utilization::parse, default_value_t = 0.9))]
+    #[serde(deserialize_with = "limits::gpu_memory_utilization::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub gpu_memory_utilization: f64,
     /// --max-model-len (default: the config's max_position_embeddings).
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::max_model_len::parse))]
+    #[serde(deserialize_with = "limits::max_model_len::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub max_model_len: Option<Tokens>,
     /// vLLM --max-num-seqs.
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::max_num_seqs::parse))]
+    #[serde(deserialize_with = "limits::max_num_seqs::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub max_num_seqs: Option<u32>,
     /// vLLM --max-num-batched-tokens.
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::max_num_batched_tokens::parse))]
+    #[serde(deserialize_with = "limits::max_num_batched_tokens::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub max_num_batched_tokens: Option<u64>,
     /// --kv-cache-dtype (auto, fp8, fp8_e5m2, fp8_per_token_head, nvfp4).
     #[cfg_attr(feature = "clap", arg(long, default_value = "auto"))]
     pub kv_cache_dtype: String,
     /// vLLM --block-size.
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::block_size::parse))]
+    #[serde(deserialize_with = "limits::block_size::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub block_size: Option<u64>,
     /// vLLM --enable-prefix-caching.
@@ -106,28 +106,28 @@ pub struct EngineOptions {
     pub kv_cache_memory_bytes: Option<ByteSize>,
     /// --tensor-parallel-size: KV heads, weights and linear layers split over ranks (KV heads
     /// are replicated when there are more ranks than heads; an MLA latent is on every rank).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::tensor_parallel_size::parse, default_value_t = 1))]
+    #[serde(deserialize_with = "limits::tensor_parallel_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub tensor_parallel_size: u32,
     /// vLLM --pipeline-parallel-size: layers split over stages as vLLM does (get_pp_indices);
     /// each stage sizes its own pool and the one with the fewest blocks decides.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::pipeline_parallel_size::parse, default_value_t = 1))]
+    #[serde(deserialize_with = "limits::pipeline_parallel_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub pipeline_parallel_size: u32,
     /// vLLM --data-parallel-size: replicas with a KV pool each (the prediction is one
     /// replica's; the server holds this many times as many requests).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::data_parallel_size::parse, default_value_t = 1))]
+    #[serde(deserialize_with = "limits::data_parallel_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub data_parallel_size: u32,
     /// vLLM --enable-expert-parallel: routed experts spread whole over tensor × data ranks.
     #[cfg_attr(feature = "clap", arg(long))]
     pub enable_expert_parallel: bool,
     /// Speculative tokens (MTP/EAGLE), when --speculative-config does not give them.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::num_speculative_tokens::parse, default_value_t = 0))]
+    #[serde(deserialize_with = "limits::num_speculative_tokens::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub num_speculative_tokens: u64,
     /// vLLM --speculative-config, the same JSON, e.g. '{"method": "mtp",
@@ -156,8 +156,8 @@ pub struct EngineOptions {
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub vllm_version: Option<String>,
     /// vLLM CPU backend: VLLM_CPU_KVCACHE_SPACE in GiB (selects the CPU path).
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::cpu_kvcache_space_gib::parse))]
+    #[serde(deserialize_with = "limits::cpu_kvcache_space_gib::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub cpu_kvcache_space_gib: Option<u64>,
     /// model.safetensors.index.json: the checkpoint's exact total bytes (split over ranks like
@@ -187,35 +187,35 @@ pub struct EngineOptions {
 
     /// SGLang --mem-fraction-static [default: derived as SGLang does from the GPU's memory,
     /// --tensor-parallel-size and the chunked-prefill and CUDA-graph sizes; e.g. 0.83 on an H100].
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::mem_fraction_static::parse))]
+    #[serde(deserialize_with = "limits::mem_fraction_static::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub mem_fraction_static: Option<f64>,
     /// SGLang --chunked-prefill-size [default: SGLang's for the GPU's memory: 2048 under 20 GiB,
     /// 4096 under 60 GiB, 8192 under 160 GiB, else 16384].
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::chunked_prefill_size::parse))]
+    #[serde(deserialize_with = "limits::chunked_prefill_size::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub chunked_prefill_size: Option<u64>,
     /// SGLang --page-size.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::page_size::parse, default_value_t = 1))]
+    #[serde(deserialize_with = "limits::page_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub page_size: u64,
     /// SGLang --max-running-requests.
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::max_running_requests::parse))]
+    #[serde(deserialize_with = "limits::max_running_requests::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub max_running_requests: Option<u32>,
 
     /// llama.cpp --ctx-size (0: the model's training context, per slot with --fit on).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::ctx_size::parse, default_value_t = 0))]
+    #[serde(deserialize_with = "limits::ctx_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub ctx_size: u64,
     /// llama.cpp --parallel [default: llama-server's auto: 4 slots sharing a unified cache].
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::parallel::parse))]
+    #[serde(deserialize_with = "limits::parallel::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub parallel: Option<u32>,
     /// llama.cpp --kv-unified.
@@ -225,8 +225,8 @@ pub struct EngineOptions {
     #[cfg_attr(feature = "clap", arg(long))]
     pub swa_full: bool,
     /// llama.cpp --ubatch-size (sliding-window caches hold one ubatch beyond the window).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
-    #[serde(deserialize_with = "text::one")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::ubatch_size::parse, default_value_t = 512))]
+    #[serde(deserialize_with = "limits::ubatch_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub ubatch_size: u64,
     /// llama.cpp --fit off: with --ctx-size 0 the training context is shared by the slots

@@ -7,6 +7,7 @@
 
 mod engine;
 mod labels;
+pub mod limits;
 mod load;
 mod resolve;
 pub(crate) mod text;
@@ -70,26 +71,26 @@ pub struct RunOptions {
     #[cfg_attr(feature = "clap", arg(long, value_enum))]
     pub preset: Option<Preset>,
     /// Decode context lengths (rows), e.g. 0,16k,32k,64k,128k,248k (k = 1,024 tokens).
-    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
-    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', value_parser = limits::contexts::parse))]
+    #[serde(deserialize_with = "limits::contexts::opt_list")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
     pub contexts: Option<Vec<Tokens>>,
     /// Simultaneous requests (columns), e.g. 1,2,4,8,16,32,64,128.
     #[cfg_attr(
         feature = "clap",
-        arg(long, value_delimiter = ',', alias = "max-concurrency")
+        arg(long, value_delimiter = ',', alias = "max-concurrency", value_parser = limits::concurrency::parse)
     )]
-    #[serde(deserialize_with = "text::opt_list")]
+    #[serde(deserialize_with = "limits::concurrency::opt_list")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
     pub concurrency: Option<Vec<Concurrency>>,
     /// Cold prefill context lengths, e.g. 8k,16k,32k,64k,128k; `none` for no prefill rows.
-    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
-    #[serde(deserialize_with = "text::opt_list")]
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', value_parser = limits::prefill_contexts::parse))]
+    #[serde(deserialize_with = "limits::prefill_contexts::opt_list")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
     pub prefill_contexts: Option<Vec<ContextOrNone>>,
     /// Cold prefill requests per context; the median is reported.
-    #[cfg_attr(feature = "clap", arg(long))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::prefill_repeats::parse))]
+    #[serde(deserialize_with = "limits::prefill_repeats::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub prefill_repeats: Option<u32>,
     /// How prefill is measured: `cold` (separate requests) or `warmup` (the first, cold warm-up
@@ -97,13 +98,13 @@ pub struct RunOptions {
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "cold"))]
     pub prefill_mode: PrefillMode,
     /// Measurement window per decode cell, e.g. 30s, 2m.
-    #[cfg_attr(feature = "clap", arg(long = "duration", value_parser = humantime::parse_duration))]
-    #[serde(rename = "duration", deserialize_with = "text::opt_duration")]
+    #[cfg_attr(feature = "clap", arg(long = "duration", value_parser = limits::window::parse))]
+    #[serde(rename = "duration", deserialize_with = "limits::window::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
     pub window: Option<Duration>,
     /// max_tokens of every decode request (ignore_eos is always set).
-    #[cfg_attr(feature = "clap", arg(long = "max-tokens"))]
-    #[serde(rename = "max-tokens", deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long = "max-tokens", value_parser = limits::max_tokens::parse))]
+    #[serde(rename = "max-tokens", deserialize_with = "limits::max_tokens::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub max_output: Option<Tokens>,
     /// Whether the streams of a cell share one prompt.
@@ -125,8 +126,8 @@ pub struct RunOptions {
     pub extra_body: Option<ExtraBody>,
 
     /// KV cache capacity in tokens, when the server does not report it.
-    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
-    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS", value_parser = limits::kv_capacity_tokens::parse))]
+    #[serde(deserialize_with = "limits::kv_capacity_tokens::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub kv_capacity_tokens: Option<Tokens>,
     /// The model's config.json, to predict the KV capacity offline when the server does not
@@ -165,14 +166,14 @@ pub struct RunOptions {
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub telemetry: speedmatrix_telemetry::TelemetryMode,
     /// Time between GPU and host samples.
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "250ms", help_heading = "Telemetry"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::telemetry_interval::parse, default_value = "250ms", help_heading = "Telemetry"))]
+    #[serde(deserialize_with = "limits::telemetry_interval::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub telemetry_interval: Duration,
     /// Time between scrapes of the server's /metrics inside a window (running, waiting and KV
     /// usage); its counters are also read at each window's edges.
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "1s", help_heading = "Telemetry"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::metrics_interval::parse, default_value = "1s", help_heading = "Telemetry"))]
+    #[serde(deserialize_with = "limits::metrics_interval::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub metrics_interval: Duration,
 
@@ -200,10 +201,11 @@ pub struct RunOptions {
             long,
             value_delimiter = ',',
             value_name = "N",
-            help_heading = "Load modes"
+            help_heading = "Load modes",
+            value_parser = limits::requests::parse
         )
     )]
-    #[serde(deserialize_with = "text::opt_list")]
+    #[serde(deserialize_with = "limits::requests::opt_list")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
     pub requests: Option<Vec<Concurrency>>,
     /// Requests per second, e.g. 0.5,1,2,4 (--mode rate); each rate cell sends for --duration.
@@ -213,10 +215,11 @@ pub struct RunOptions {
             long,
             value_delimiter = ',',
             value_name = "PER_S",
-            help_heading = "Load modes"
+            help_heading = "Load modes",
+            value_parser = limits::request_rate::parse
         )
     )]
-    #[serde(deserialize_with = "text::opt_list")]
+    #[serde(deserialize_with = "limits::request_rate::opt_list")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ListText>"))]
     pub request_rate: Option<Vec<speedmatrix_units::RequestRate>>,
     /// How arrivals are spaced (--mode rate).
@@ -233,9 +236,9 @@ pub struct RunOptions {
     /// The gamma shape of --arrival gamma: 1 is Poisson, below 1 burstier, above 1 more even.
     #[cfg_attr(
         feature = "clap",
-        arg(long, value_name = "B", help_heading = "Load modes")
+        arg(long, value_name = "B", help_heading = "Load modes", value_parser = limits::burstiness::parse)
     )]
-    #[serde(deserialize_with = "text::opt")]
+    #[serde(deserialize_with = "limits::burstiness::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub burstiness: Option<f64>,
     /// Seed of the arrival schedule (default: --seed); the same seed sends at the same times.
@@ -248,8 +251,8 @@ pub struct RunOptions {
     pub arrival_seed: Option<u64>,
     /// How long a rate cell waits, after its last send, for the requests still running; those
     /// still running then are cancelled and counted as unfinished.
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "120s", help_heading = "Load modes"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::drain::parse, default_value = "120s", help_heading = "Load modes"))]
+    #[serde(deserialize_with = "limits::drain::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub drain: Duration,
     /// Burst and rate modes: send every prompt once first (max_tokens 1) so that the prefix
@@ -280,9 +283,9 @@ pub struct RunOptions {
     /// bracketing and bisection.
     #[cfg_attr(
         feature = "clap",
-        arg(long, value_name = "TOK/S", help_heading = "Load modes")
+        arg(long, value_name = "TOK/S", help_heading = "Load modes", value_parser = limits::search_floor::parse)
     )]
-    #[serde(deserialize_with = "text::opt")]
+    #[serde(deserialize_with = "limits::search_floor::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub search_floor: Option<f64>,
     /// Burst and rate modes: every request's prompt begins with a prefix shared by the cell's
@@ -303,10 +306,11 @@ pub struct RunOptions {
             long,
             value_name = "N",
             default_value_t = 4,
-            help_heading = "Load modes"
+            help_heading = "Load modes",
+            value_parser = limits::turns::parse
         )
     )]
-    #[serde(deserialize_with = "text::one")]
+    #[serde(deserialize_with = "limits::turns::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub turns: u32,
     /// Tokens of each new question after a conversation's first turn (--mode conversation).
@@ -316,10 +320,11 @@ pub struct RunOptions {
             long,
             value_name = "TOKENS",
             default_value = "128",
-            help_heading = "Load modes"
+            help_heading = "Load modes",
+            value_parser = limits::question_tokens::parse
         )
     )]
-    #[serde(deserialize_with = "text::one")]
+    #[serde(deserialize_with = "limits::question_tokens::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub question_tokens: Tokens,
     /// Sustained mode: after each cell's window, send one cold prompt of this many tokens
@@ -328,14 +333,14 @@ pub struct RunOptions {
     /// (the seed tool's mixed-prefill phase).
     #[cfg_attr(
         feature = "clap",
-        arg(long, value_name = "TOKENS", help_heading = "Load modes")
+        arg(long, value_name = "TOKENS", help_heading = "Load modes", value_parser = limits::inject::parse)
     )]
-    #[serde(deserialize_with = "text::opt")]
+    #[serde(deserialize_with = "limits::inject::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
     pub inject: Option<Tokens>,
     /// How long the streams are watched after the injected prompt's first token.
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "3s", help_heading = "Load modes"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::inject_settle::parse, default_value = "3s", help_heading = "Load modes"))]
+    #[serde(deserialize_with = "limits::inject_settle::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub inject_settle: Duration,
     /// At most this many cells per context's search.
@@ -345,10 +350,11 @@ pub struct RunOptions {
             long,
             value_name = "N",
             default_value_t = 12,
-            help_heading = "Load modes"
+            help_heading = "Load modes",
+            value_parser = limits::search_steps::parse
         )
     )]
-    #[serde(deserialize_with = "text::one")]
+    #[serde(deserialize_with = "limits::search_steps::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub search_steps: usize,
     /// The search stops when the lowest failing load is within this share of the highest
@@ -370,13 +376,13 @@ pub struct RunOptions {
     #[cfg_attr(feature = "clap", arg(long))]
     pub insecure: bool,
     /// Connect timeout.
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "10s"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::connect_timeout::parse, default_value = "10s"))]
+    #[serde(deserialize_with = "limits::connect_timeout::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub connect_timeout: Duration,
     /// Longest silence allowed between two chunks of a stream (and before response headers).
-    #[cfg_attr(feature = "clap", arg(long, value_parser = humantime::parse_duration, default_value = "120s"))]
-    #[serde(deserialize_with = "text::duration")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::idle_timeout::parse, default_value = "120s"))]
+    #[serde(deserialize_with = "limits::idle_timeout::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub idle_timeout: Duration,
 

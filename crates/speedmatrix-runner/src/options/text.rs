@@ -5,7 +5,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::str::FromStr;
-use std::time::Duration;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
@@ -44,61 +43,6 @@ where
     }
 }
 
-/// A list: an array of values, or one text of comma-separated values as the flag takes it.
-struct List<T>(PhantomData<T>);
-
-impl<'de, T> Visitor<'de> for List<T>
-where
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    type Value = Vec<T>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list: an array, or comma-separated text as the command line takes it")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<T>, E> {
-        v.split(',')
-            .map(|part| Scalar::<T>(PhantomData).visit_str(part.trim()))
-            .collect()
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Vec<T>, E> {
-        self.visit_str(&v.to_string())
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Vec<T>, E> {
-        self.visit_str(&v.to_string())
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Vec<T>, E> {
-        self.visit_str(&v.to_string())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(v) = seq.next_element_seed(ScalarSeed::<T>(PhantomData))? {
-            out.push(v);
-        }
-        Ok(out)
-    }
-}
-
-struct ScalarSeed<T>(PhantomData<T>);
-
-impl<'de, T> de::DeserializeSeed<'de> for ScalarSeed<T>
-where
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    type Value = T;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        d.deserialize_any(Scalar::<T>(PhantomData))
-    }
-}
-
 /// A required value.
 pub(crate) fn one<'de, D, T>(d: D) -> Result<T, D::Error>
 where
@@ -119,36 +63,96 @@ where
     one(d).map(Some)
 }
 
-/// An optional list (absent: `None`).
-pub(crate) fn opt_list<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    d.deserialize_any(List::<T>(PhantomData)).map(Some)
-}
+/// One value read by a parse function (a flag's [`super::limits`] range), as text or as the
+/// scalar that prints as that text.
+struct ScalarWith<T>(fn(&str) -> Result<T, String>);
 
-/// A duration as humantime text (`30s`, `2m`, `250ms`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Humantime(pub(crate) Duration);
+impl<'de, T> Visitor<'de> for ScalarWith<T> {
+    type Value = T;
 
-impl FromStr for Humantime {
-    type Err = humantime::DurationError;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value as the command line spells it (text or a number)")
+    }
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        humantime::parse_duration(s).map(Humantime)
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        (self.0)(v).map_err(E::custom)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+        self.visit_str(&v.to_string())
     }
 }
 
-/// A required duration.
-pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    one::<D, Humantime>(d).map(|h| h.0)
+impl<'de, T> de::DeserializeSeed<'de> for ScalarWith<T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        d.deserialize_any(self)
+    }
 }
 
-/// An optional duration.
-pub(crate) fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    duration(d).map(Some)
+/// A list read by a parse function: an array, or comma-separated text.
+struct ListWith<T>(fn(&str) -> Result<T, String>);
+
+impl<'de, T> Visitor<'de> for ListWith<T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list: an array, or comma-separated text as the command line takes it")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<T>, E> {
+        v.split(',')
+            .map(|part| (self.0)(part.trim()).map_err(E::custom))
+            .collect()
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Vec<T>, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Vec<T>, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Vec<T>, E> {
+        self.visit_str(&v.to_string())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(v) = seq.next_element_seed(ScalarWith(self.0))? {
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
+
+/// A required value read by `parse`.
+pub(crate) fn one_with<'de, D, T>(d: D, parse: fn(&str) -> Result<T, String>) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    d.deserialize_any(ScalarWith(parse))
+}
+
+/// A list read by `parse`.
+pub(crate) fn list_with<'de, D, T>(
+    d: D,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    d.deserialize_any(ListWith(parse))
 }
 
 /// The JSON Schema of a value given as text or a scalar (`text::one`, `text::opt`).
@@ -165,7 +169,7 @@ pub(crate) enum ScalarText {
     Flag(bool),
 }
 
-/// The JSON Schema of a list given as an array or as comma-separated text (`text::opt_list`).
+/// The JSON Schema of a list given as an array or as comma-separated text (`limits::*::opt_list`).
 #[cfg(feature = "schemars")]
 #[allow(dead_code, reason = "describes the accepted forms in the schema only")]
 #[derive(schemars::JsonSchema)]
@@ -184,11 +188,11 @@ mod tests {
 
     #[derive(Debug, Deserialize, PartialEq)]
     struct Probe {
-        #[serde(default, deserialize_with = "super::opt_list")]
+        #[serde(default, deserialize_with = "crate::limits::contexts::opt_list")]
         contexts: Option<Vec<Tokens>>,
         #[serde(default, deserialize_with = "super::opt")]
         max: Option<Tokens>,
-        #[serde(default, deserialize_with = "super::opt_duration")]
+        #[serde(default, deserialize_with = "crate::limits::window::opt")]
         window: Option<std::time::Duration>,
     }
 
@@ -207,5 +211,12 @@ mod tests {
         assert_eq!(none.contexts, None);
         let err = serde_json::from_str::<Probe>(r#"{"max": "lots"}"#).unwrap_err();
         assert!(err.to_string().contains("`lots`"), "{err}");
+        // A value out of its flag's range is refused with the flag and the limit.
+        let err = serde_json::from_str::<Probe>(r#"{"window": "1000000h"}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--duration must be at most 1day, not 1000000h"),
+            "{err}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use super::{Latency, LoadPoint, Notice, StepId, StepStatus, duration_ns, opt_dur
 
 /// One burst or rate cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct LoadOutcome {
     /// Prompt length of every request.
     pub context: Tokens,
@@ -25,7 +26,50 @@ pub struct LoadOutcome {
     pub notices: Vec<Notice>,
 }
 
+// Read through `without_impossible_counts`, as decode cells are.
+impl Serialize for LoadOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LoadOutcome::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for LoadOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        LoadOutcome::deserialize(d).map(LoadOutcome::without_impossible_counts)
+    }
+}
+
 impl LoadOutcome {
+    /// The cell as read from a journal: output no server can have produced
+    /// for its requests over its span (each at
+    /// [`speedmatrix_metrics::MAX_TOKENS_PER_S`]), or a rate that is not a
+    /// number, fails it, so that a resume measures it again.
+    fn without_impossible_counts(mut self) -> Self {
+        let Some(r) = &self.result else {
+            return self;
+        };
+        let impossible = !r.output_tokens_per_s.is_finite()
+            || speedmatrix_metrics::impossible_window_output(
+                r.output_tokens,
+                r.span,
+                r.sent,
+                r.sent,
+            );
+        if !impossible {
+            return self;
+        }
+        let message = format!(
+            "the journal holds {} output tokens for {} requests over {:.1} s, more than any \
+             server produces: recorded before impossible counts were rejected",
+            speedmatrix_units::group_thousands(r.output_tokens.get()),
+            r.sent,
+            r.span.as_secs_f64(),
+        );
+        self.status = StepStatus::failed(super::FailureKind::ImpossibleCount, message);
+        self.result = None;
+        self
+    }
+
     /// The step this cell is.
     pub fn step(&self) -> StepId {
         StepId::Load {

@@ -86,15 +86,23 @@ pub enum FailureKind {
     Metrics,
     /// No output token arrived inside the window.
     NoTokens,
+    /// The server reported a token count no server can have produced for
+    /// the request (`speedmatrix_metrics::check_counts`); the count is not kept.
+    ImpossibleCount,
+    /// The request ran past the deadline its plan gives it (`docs/metrics.md`).
+    Deadline,
 }
 
 impl FailureKind {
-    /// The stable name: the client's error kind, `metrics` or `no_tokens`.
+    /// The stable name: the client's error kind, `metrics`, `no_tokens`,
+    /// `impossible_count` or `deadline`.
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Request(k) => k.as_str(),
             FailureKind::Metrics => "metrics",
             FailureKind::NoTokens => "no_tokens",
+            FailureKind::ImpossibleCount => "impossible_count",
+            FailureKind::Deadline => "deadline",
         }
     }
 }
@@ -111,6 +119,8 @@ impl TryFrom<String> for FailureKind {
         match name.as_str() {
             "metrics" => Ok(FailureKind::Metrics),
             "no_tokens" => Ok(FailureKind::NoTokens),
+            "impossible_count" => Ok(FailureKind::ImpossibleCount),
+            "deadline" => Ok(FailureKind::Deadline),
             other => ErrorKind::from_name(other)
                 .map(FailureKind::Request)
                 .ok_or_else(|| format!("unknown failure kind `{other}`")),
@@ -288,6 +298,8 @@ mod tests {
             FailureKind::Request(ErrorKind::Disconnected),
             FailureKind::Metrics,
             FailureKind::NoTokens,
+            FailureKind::ImpossibleCount,
+            FailureKind::Deadline,
         ] {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(serde_json::from_str::<FailureKind>(&json).unwrap(), kind);

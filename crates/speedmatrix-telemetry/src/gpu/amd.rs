@@ -4,12 +4,10 @@
 //! numbers before), a missing one is the string `"N/A"`, and the GPUs are a
 //! top-level list before amd-smi 26 and `{"gpu_data": [...]}` from it.
 
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 use speedmatrix_units::ByteSize;
 
-use super::{GpuInfo, GpuSample, Throttle};
+use super::{GpuInfo, GpuSample, Throttle, tool};
 use crate::TelemetryError;
 
 /// The tool's name on PATH.
@@ -142,27 +140,12 @@ pub fn parse_static(text: &str) -> Result<Vec<GpuInfo>, TelemetryError> {
         .collect())
 }
 
-fn run(args: &[&str]) -> Result<String, TelemetryError> {
-    let out = Command::new(TOOL)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| TelemetryError::NoGpuSource(format!("{TOOL}: {e}")))?;
-    if !out.status.success() {
-        return Err(TelemetryError::ToolFailed {
-            tool: TOOL,
-            why: out.status.to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The GPUs `amd-smi static` describes.
 ///
 /// # Errors
 /// [`TelemetryError::NoGpuSource`] when the tool is missing; others when it fails.
 pub fn info() -> Result<Vec<GpuInfo>, TelemetryError> {
-    parse_static(&run(&["static", "--json"])?)
+    parse_static(&tool::run(TOOL, &["static", "--json"])?)
 }
 
 /// One sample of every GPU (one `amd-smi metric` run).
@@ -170,7 +153,7 @@ pub fn info() -> Result<Vec<GpuInfo>, TelemetryError> {
 /// # Errors
 /// As [`info`].
 pub fn sample() -> Result<Vec<GpuSample>, TelemetryError> {
-    parse_metric(&run(&["metric", "--json"])?)
+    parse_metric(&tool::run(TOOL, &["metric", "--json"])?)
 }
 
 #[cfg(test)]

@@ -10,6 +10,9 @@ pub mod nvml;
 mod reader;
 pub mod rocm;
 pub mod smi;
+mod tool;
+
+pub use tool::TOOL_TIMEOUT;
 
 pub use reader::{AmdSmi, GpuReader, Replay, RocmSmi};
 

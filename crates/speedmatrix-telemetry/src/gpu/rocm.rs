@@ -7,8 +7,6 @@
 //! the socket power is readable (APUs, MI300), `Average Graphics Package
 //! Power (W)` otherwise.
 
-use std::process::{Command, Stdio};
-
 use serde_json::{Map, Value};
 use speedmatrix_units::ByteSize;
 
@@ -119,19 +117,7 @@ pub fn parse_info(text: &str) -> Result<Vec<GpuInfo>, TelemetryError> {
 /// # Errors
 /// [`TelemetryError::NoGpuSource`] when the tool is missing, others when it fails.
 pub fn sample_text() -> Result<String, TelemetryError> {
-    let out = Command::new(TOOL)
-        .args(SAMPLE_ARGS)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .map_err(|e| TelemetryError::NoGpuSource(format!("{TOOL}: {e}")))?;
-    if !out.status.success() {
-        return Err(TelemetryError::ToolFailed {
-            tool: TOOL,
-            why: out.status.to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    super::tool::run(TOOL, &SAMPLE_ARGS)
 }
 
 #[cfg(test)]

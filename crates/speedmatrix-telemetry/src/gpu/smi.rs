@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use speedmatrix_units::ByteSize;
 
-use super::{GpuInfo, GpuSample, Throttle, Timed, missing};
+use super::{GpuInfo, GpuSample, Throttle, Timed, missing, tool};
 use crate::TelemetryError;
 
 /// The tool's name on PATH.
@@ -129,25 +129,6 @@ pub fn parse_cuda_version(banner: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn run(args: &[&str]) -> Result<String, TelemetryError> {
-    let out = Command::new(TOOL)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| TelemetryError::NoGpuSource(format!("{TOOL}: {e}")))?;
-    if !out.status.success() {
-        return Err(TelemetryError::ToolFailed {
-            tool: TOOL,
-            why: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The GPUs `nvidia-smi` sees, with the CUDA version of its banner.
 ///
 /// # Errors
@@ -155,8 +136,14 @@ fn run(args: &[&str]) -> Result<String, TelemetryError> {
 /// [`TelemetryError::ToolFailed`] when it fails (no driver).
 pub fn info() -> Result<Vec<GpuInfo>, TelemetryError> {
     let query = format!("--query-gpu={INFO_FIELDS}");
-    let mut gpus = parse_info(&run(&[query.as_str(), "--format=csv,noheader,nounits"])?);
-    let cuda = run(&[]).ok().as_deref().and_then(parse_cuda_version);
+    let mut gpus = parse_info(&tool::run(
+        TOOL,
+        &[query.as_str(), "--format=csv,noheader,nounits"],
+    )?);
+    let cuda = tool::run(TOOL, &[])
+        .ok()
+        .as_deref()
+        .and_then(parse_cuda_version);
     for g in &mut gpus {
         g.runtime_version = cuda.clone();
     }
@@ -166,7 +153,7 @@ pub fn info() -> Result<Vec<GpuInfo>, TelemetryError> {
 /// A running `nvidia-smi … -lms N` and the lines it has printed, parsed and
 /// stamped when read.
 pub struct SmiLoop {
-    child: Child,
+    child: Option<Child>,
     lines: mpsc::Receiver<Timed<GpuSample>>,
 }
 
@@ -178,10 +165,13 @@ impl SmiLoop {
     /// As [`info`].
     pub fn start(interval: Duration) -> Result<SmiLoop, TelemetryError> {
         // One unknown field fails the whole query: try it once first.
-        let fields = if run(&[
-            &format!("--query-gpu={SAMPLE_FIELDS}"),
-            "--format=csv,noheader,nounits",
-        ])
+        let fields = if tool::run(
+            TOOL,
+            &[
+                &format!("--query-gpu={SAMPLE_FIELDS}"),
+                "--format=csv,noheader,nounits",
+            ],
+        )
         .is_ok()
         {
             SAMPLE_FIELDS
@@ -189,23 +179,29 @@ impl SmiLoop {
             SAMPLE_FIELDS_NO_THROTTLE
         };
         // Which GPUs' power.draw is a 1 s mean (an older driver refuses the field: none).
-        let averaged = run(&[
-            &format!("--query-gpu={POWER_AVERAGE_FIELDS}"),
-            "--format=csv,noheader,nounits",
-        ])
+        let averaged = tool::run(
+            TOOL,
+            &[
+                &format!("--query-gpu={POWER_AVERAGE_FIELDS}"),
+                "--format=csv,noheader,nounits",
+            ],
+        )
         .map(|t| parse_power_average(&t))
         .unwrap_or_default();
         let ms = interval.as_millis().max(100).to_string();
-        let mut child = Command::new(TOOL)
-            .args([
-                &format!("--query-gpu={fields}"),
-                "--format=csv,noheader,nounits",
-                "-lms",
-                &ms,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+        let mut cmd = Command::new(TOOL);
+        cmd.args([
+            &format!("--query-gpu={fields}"),
+            "--format=csv,noheader,nounits",
+            "-lms",
+            &ms,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd
             .spawn()
             .map_err(|e| TelemetryError::NoGpuSource(format!("{TOOL}: {e}")))?;
         let stdout = child
@@ -239,7 +235,10 @@ impl SmiLoop {
                 tool: TOOL,
                 why: e.to_string(),
             })?;
-        Ok(SmiLoop { child, lines: rx })
+        Ok(SmiLoop {
+            child: Some(child),
+            lines: rx,
+        })
     }
 
     /// The samples printed since the last call.
@@ -250,8 +249,9 @@ impl SmiLoop {
 
 impl Drop for SmiLoop {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.take() {
+            super::tool::stop(child);
+        }
     }
 }
 

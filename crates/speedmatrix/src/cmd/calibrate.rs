@@ -26,11 +26,11 @@ pub(crate) struct Args {
     out: PathBuf,
     /// The engine's prefill token budget per step (vLLM --max-num-batched-tokens) during
     /// the run: prefill chunks of this size.
-    #[arg(long, default_value_t = 2048, value_name = "TOKENS")]
+    #[arg(long, default_value_t = 2048, value_name = "TOKENS", value_parser = speedmatrix_runner::limits::max_num_batched_tokens::parse)]
     max_num_batched_tokens: u64,
     /// KV-cache tokens of the profile, instead of the run's measured or predicted
     /// capacity: ask what a bigger (or smaller) cache would allow.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", value_parser = speedmatrix_runner::limits::kv_capacity_tokens::parse)]
     kv_cache_tokens: Option<speedmatrix_units::Tokens>,
     /// Overwrite the output if it already exists (every command's outputs are refused
     /// otherwise).

@@ -10,6 +10,7 @@ use speedmatrix_capacity::{
     EngineFlags, GridSpec, MeasuredCapacity, ModelConfig, Prediction, ServerLimits,
     SglangStartupLog, VllmStartupLog, capacity_grid, predict,
 };
+use speedmatrix_runner::limits;
 use speedmatrix_runner::options::EngineOptions;
 use speedmatrix_units::{Concurrency, Engine, Tokens};
 
@@ -48,26 +49,26 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Flags {
     /// Prompt lengths to decide (rows), e.g. 0,16k,32k,64k,128k,248k.
-    #[arg(long, value_delimiter = ',', default_value = "0,16k,32k,64k,128k,248k")]
+    #[arg(long, value_delimiter = ',', default_value = "0,16k,32k,64k,128k,248k", value_parser = limits::contexts::parse)]
     contexts: Vec<Tokens>,
     /// Requests at once (columns).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128", value_parser = limits::concurrency::parse)]
     concurrency: Vec<Concurrency>,
     /// Output tokens each request may generate.
-    #[arg(long, default_value = "8192")]
+    #[arg(long, default_value = "8192", value_parser = limits::max_tokens::parse)]
     max_tokens: Tokens,
 
     #[command(flatten)]
     engine: EngineOptions,
 
     /// Measured vLLM num_gpu_blocks (from vllm:cache_config_info): decide cells from it.
-    #[arg(long, requires = "measured_block_size")]
+    #[arg(long, requires = "measured_block_size", value_parser = clap::value_parser!(u64).range(1..))]
     measured_blocks: Option<u64>,
     /// Measured vLLM block_size.
-    #[arg(long, requires = "measured_blocks")]
+    #[arg(long, requires = "measured_blocks", value_parser = limits::block_size::parse)]
     measured_block_size: Option<u64>,
     /// Measured SGLang max_total_num_tokens.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     measured_tokens: Option<u64>,
 }
 

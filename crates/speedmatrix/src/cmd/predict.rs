@@ -10,6 +10,7 @@ use std::time::Duration;
 use speedmatrix_capacity::{EngineFlags, ModelConfig, VllmFlags};
 use speedmatrix_predict::{CostModel, FactorsFile};
 use speedmatrix_report::Report;
+use speedmatrix_runner::limits;
 use speedmatrix_runner::options::{ContextOrNone, EngineOptions, HostFacts, RunOptions};
 use speedmatrix_runner::output::{RunDir, write_file, write_report};
 use speedmatrix_runner::predicted::{PredictInputs, predict_matrix};
@@ -33,19 +34,19 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value = "vllm")]
     engine: Engine,
     /// Decode contexts (rows).
-    #[arg(long, value_delimiter = ',', default_value = "0,16k,32k,64k,128k,248k")]
+    #[arg(long, value_delimiter = ',', default_value = "0,16k,32k,64k,128k,248k", value_parser = limits::contexts::parse)]
     contexts: Vec<Tokens>,
     /// Decode concurrencies (columns).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128", value_parser = limits::concurrency::parse)]
     concurrency: Vec<Concurrency>,
     /// Cold prefill prompt lengths (`none` for no prefill rows).
-    #[arg(long, value_delimiter = ',', default_value = "8k,16k,32k,64k,128k")]
+    #[arg(long, value_delimiter = ',', default_value = "8k,16k,32k,64k,128k", value_parser = limits::prefill_contexts::parse)]
     prefill_contexts: Vec<ContextOrNone>,
     /// Output tokens each request may generate.
-    #[arg(long, default_value = "8192")]
+    #[arg(long, default_value = "8192", value_parser = limits::max_tokens::parse)]
     max_tokens: Tokens,
     /// The decode window each cell is predicted over (and measured over with --simulate).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = limits::window::parse, default_value = "30s")]
     duration: Duration,
     /// The GGUF file type when the weights are a GGUF (q4_0, q4_k_m, q5_k_m, q6_k, q8_0,
     /// iq4_xs, f16): config.json cannot say it.

@@ -33,7 +33,7 @@ pub(crate) struct Args {
     /// Runtime threads of the client. Default against --url: one per 512 streams, at most half
     /// the usable cores, 1 to 4, so the engine keeps the rest; with the built-in simulator, one
     /// per core. The report says per cell how busy they were ("client-bound" past 80 %).
-    #[arg(long, value_name = "N", help_heading = "Client")]
+    #[arg(long, value_name = "N", help_heading = "Client", value_parser = client_threads)]
     pub(crate) client_threads: Option<std::num::NonZeroUsize>,
     /// Pin the client to these cores, a CPU list such as 0-3,8 (see `lscpu`, `taskset`), away
     /// from the engine's; the report warns when a server on this host may use the same cores.
@@ -55,6 +55,20 @@ stopped early (Ctrl-C, server gone) and the partial report was written, or every
 2 bad input (nothing is written).
 
 Requests answered 429 or 503 are retried up to 3 times after the server's Retry-After.";
+
+/// `--client-threads`: a runtime of 1 to 1,024 threads (more than any host's cores).
+const CLIENT_THREADS: speedmatrix_runner::limits::Limit<u32> = speedmatrix_runner::limits::Limit {
+    flag: "--client-threads",
+    min: 1,
+    min_excluded: false,
+    max: 1_024,
+};
+
+fn client_threads(text: &str) -> Result<std::num::NonZeroUsize, String> {
+    let n = CLIENT_THREADS.parse(text)?;
+    std::num::NonZeroUsize::new(n as usize)
+        .ok_or_else(|| "--client-threads must be at least 1".into())
+}
 
 #[cfg(test)]
 mod tests {

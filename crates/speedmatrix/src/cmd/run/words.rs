@@ -73,6 +73,20 @@ pub(crate) fn config_problem(p: &ConfigProblem) -> String {
         ConfigProblem::InjectTooLong { .. } => format!("{p}; lower --inject"),
         ConfigProblem::ChatOverheadUnknown { error: Some(_) } => p.to_string(),
         ConfigProblem::ChatOverheadUnknown { error: None } => format!("{p}; use --api completions"),
+        ConfigProblem::TooManyRequests { .. } => format!(
+            "{p}; lower --request-rate, --duration, --requests, --concurrency or --turns, or split the run"
+        ),
+        ConfigProblem::TooLong { what, .. } => format!(
+            "{p}; lower {}",
+            match *what {
+                "drain" => "--drain",
+                "settle time" => "--inject-settle",
+                _ => "--duration",
+            }
+        ),
+        ConfigProblem::NoArrival { .. } => format!(
+            "{p}; raise --request-rate or --duration, or send a fixed number with --requests N"
+        ),
         _ => p.to_string(),
     }
 }

@@ -54,10 +54,10 @@ pub(super) struct K8sArgs {
     #[arg(long)]
     image: String,
     /// Points measured at once.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     parallelism: u32,
     /// GPUs each pod asks for (nvidia.com/gpu).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1_024))]
     gpus_per_point: u32,
     /// Size of the results volume (ReadWriteMany).
     #[arg(long, default_value = "100Gi")]
