@@ -189,9 +189,9 @@ impl Study {
                 "no points: give [parameters] (every combination) or [[points]]".into(),
             );
         }
-        // Every point's run options must read, before anything starts (points whose names
-        // clash are refused by `points`, which every use of the study calls).
-        self.check_point_count()?;
+        // Every point's run options must read, before anything starts (a grid too large to
+        // hold and points whose names clash are refused by `points`, which every use of the
+        // study calls first).
         for point in self.points().unwrap_or_default() {
             self.run_options(&point, 0)?;
         }
