@@ -57,10 +57,22 @@ fn run_cell(
     max_tokens: u32,
     extra: &[&str],
 ) -> Outcome {
+    run_streams(name, profile, STREAMS, window, max_tokens, extra)
+}
+
+/// Runs one cell of `streams` streams against `profile`, one test at a time.
+fn run_streams(
+    name: &str,
+    profile: &Profile,
+    streams: u32,
+    window: &str,
+    max_tokens: u32,
+    extra: &[&str],
+) -> Outcome {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir(name);
     let stage = Stage::new(profile.clone(), Trouble::None);
-    let mut args = one_cell(STREAMS, window, max_tokens);
+    let mut args = one_cell(streams, window, max_tokens);
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = run_against(&stage.url, &dir, &args);
@@ -256,4 +268,45 @@ fn a_body_held_open_after_done_does_not_delay_the_next_request() {
     assert!(m.completed_requests >= 11, "{}", m.completed_requests);
     assert!(m.average_active_requests <= f64::from(STREAMS) + 0.05);
     assert_eq!(m.token_count_source, TokenCountSource::UsagePerChunk);
+}
+
+#[test]
+fn many_finished_requests_calibrate_on_a_bounded_sample_within_the_stated_interval() {
+    // Two-byte characters, a byte a step, behind a proxy that drops the
+    // running usage: every chunk with text carries two tokens, which the
+    // run's tokenizer sees as one or two. 64-token requests end every
+    // 0.65 s, so about ninety of 24 streams' finish in the cell, more than
+    // the sample whose text calibrates the estimate of the streams cancelled
+    // at the end (each sent before the window closed: a request outlasts
+    // the streams' grace after it).
+    let p = profile(|p| {
+        p.dialect = Dialect::OpenaiProxy;
+        p.text_style = TextStyle::TwoByteChars;
+    });
+    let o = run_streams("streams-sampled", &p, 24, "2s", 64, &[]);
+    let cell = o.cell(0);
+    let m = cell.measurements.clone().expect("measured");
+    let t = m.token_count.clone().expect("detail");
+    let notes = o.report().notes.join("\n");
+    assert!(t.estimated, "{t:?}");
+    assert_eq!(t.calibration_requests, 64, "{t:?}\n{notes}");
+    assert!(notes.contains("random sample of 64 of the"), "{notes}");
+    // The estimate stays within its stated interval (and the clock's 1 %)
+    // of the truth.
+    let u = t.uncertainty_pct.expect("calibrated") / 100.0;
+    let per_request = p.mean_tokens_per_step() * 1e3 / STEP_MS;
+    let err = m.per_request_tokens_per_s / per_request - 1.0;
+    eprintln!(
+        "[streams] sampled calibration: per request {:.1} vs {per_request:.1} ({:+.2} %), estimated {:.2} % ±{:.3} %, {}",
+        m.per_request_tokens_per_s,
+        err * 100.0,
+        t.estimated_share_pct,
+        u * 100.0,
+        cell.status_label(),
+    );
+    assert!(
+        err.abs() <= TOLERANCE + u,
+        "per request {}",
+        m.per_request_tokens_per_s
+    );
 }

@@ -82,7 +82,10 @@ impl Arrivals {
     /// Checks `t` and finds where its tokens arrived, by the most exact
     /// source the timeline holds (estimates unscaled).
     pub(crate) fn of(t: &RequestTimeline) -> Result<Self, MetricsError> {
-        match continuous_usage_in_one_pass(t) {
+        if let Some(arrivals) = continuous_usage_in_one_pass(t) {
+            return Ok(arrivals);
+        }
+        match final_usage_in_one_pass(t) {
             Some(arrivals) => Ok(arrivals),
             None => Self::of_any(t),
         }
@@ -316,13 +319,66 @@ fn continuous_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
     })
 }
 
+/// [`Arrivals::of`] for a finished request whose server counted only at the
+/// end (a final usage, no count beside any text, no engine count), in a
+/// single pass that also checks the timeline: a cell against such a server
+/// can hold thousands of them. `None` for any other timeline; the general
+/// path then decides, and words any error.
+fn final_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
+    let total = t.final_usage.filter(|_| t.is_finished())?.completion_tokens;
+    let ordered_edges = t.ended_at >= t.sent_at
+        && [t.headers_at, t.first_byte_at]
+            .iter()
+            .flatten()
+            .all(|at| *at >= t.sent_at && *at <= t.ended_at);
+    if !ordered_edges {
+        return None;
+    }
+    let mut weights: Vec<(Timestamp, u64)> = Vec::with_capacity(t.chunks.len());
+    let (mut previous, mut tokenized, mut any_tokens) = (t.sent_at, true, false);
+    for c in &t.chunks {
+        if c.at < previous || c.at > t.ended_at || c.engine_count.is_some() {
+            return None;
+        }
+        previous = c.at;
+        if !c.has_text() {
+            continue;
+        }
+        if c.usage.is_some() {
+            return None;
+        }
+        let n = c.text_tokens.map_or(0, u64::from);
+        tokenized &= c.text_tokens.is_some();
+        any_tokens |= n > 0;
+        weights.push((c.at, n));
+    }
+    // Tokenized text weighs each chunk; without it, every chunk weighs one.
+    if !(tokenized && any_tokens) {
+        for w in &mut weights {
+            w.1 = 1;
+        }
+    }
+    Some(Arrivals {
+        source: TokenSource::FinalUsage,
+        list: share_out(&weights, total.get()),
+    })
+}
+
 /// Shares `n` whole tokens out over the chunks in proportion to their
 /// weights: chunk `j` gets `⌊W_(j+1)·n/W⌋ − ⌊W_j·n/W⌋` where `W_j` is the sum
 /// of the weights before it, so the shares sum to `n` and never differ from
 /// the exact proportion by a whole token.
 fn share_out(weights: &[(Timestamp, u64)], n: u64) -> Vec<Arrival> {
     let total: u128 = weights.iter().map(|(_, w)| u128::from(*w)).sum();
-    let upto = |cum: u128| (cum * u128::from(n) / total.max(1)) as u64;
+    // In 64 bits when the largest product fits (always, but for absurd
+    // counts): a 128-bit division per chunk is a library call.
+    let narrow = u64::try_from(total)
+        .ok()
+        .and_then(|t| t.checked_mul(n).map(|_| t.max(1)));
+    let upto = |cum: u128| match narrow {
+        Some(total) => cum as u64 * n / total,
+        None => (cum * u128::from(n) / total.max(1)) as u64,
+    };
     let mut cum = 0u128;
     weights
         .iter()
@@ -341,6 +397,15 @@ fn share_out(weights: &[(Timestamp, u64)], n: u64) -> Vec<Arrival> {
 /// Splits `gap` into `k` intervals that differ by at most a nanosecond and
 /// sum to `gap` exactly, as `(interval, multiplicity)` pairs.
 pub(crate) fn spread(gap: Duration, k: u64) -> [(Duration, u64); 2] {
+    if let Ok(total) = u64::try_from(gap.as_nanos()) {
+        // A 64-bit division: a 128-bit one is a library call, once per chunk.
+        let k = k.max(1);
+        let (base, longer) = (total / k, total % k);
+        return [
+            (Duration::from_nanos(base + 1), longer),
+            (Duration::from_nanos(base), k - longer),
+        ];
+    }
     let total = gap.as_nanos();
     let k128 = u128::from(k.max(1));
     let base = total / k128;

@@ -48,8 +48,9 @@
 //!   the cell's finish reasons and a [`Notice`]. Tokens are counted from the
 //!   server's own counts where its stream carries them; otherwise each
 //!   stream's text is tokenized as a whole (`/tokenize` or the configured
-//!   tokenizer) and calibrated on the cell's finished requests, and the cell's
-//!   [`TokenCounting`] says which (see `docs/metrics.md`).
+//!   tokenizer) and calibrated on a bounded random sample of the cell's
+//!   finished requests (the text of the others is dropped as each ends), and
+//!   the cell's [`TokenCounting`] says which (see `docs/metrics.md`).
 //! - A journal written for another server, model, tokenizer or matrix is not
 //!   continued: [`RunnerError::ResumeMismatch`] names every difference of the
 //!   [`ResumeKey`].

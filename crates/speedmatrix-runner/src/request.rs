@@ -119,6 +119,11 @@ pub(crate) struct OutputText {
 }
 
 impl OutputText {
+    /// Bytes it holds on the heap: the text and the chunks' offsets into it.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.text.capacity() + self.ends.capacity() * std::mem::size_of::<(usize, usize)>()
+    }
+
     /// Sets each chunk's `text_tokens` from `token_ends`, the byte offsets
     /// where the tokens of the whole text end: a token belongs to the chunk
     /// in which its last byte arrived.

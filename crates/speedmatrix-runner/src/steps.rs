@@ -284,6 +284,7 @@ impl Session<'_> {
             tokenizer: &self.config.tokenizer,
             metrics_interval: self.config.telemetry.metrics_interval,
             block_tokens: self.block_tokens,
+            seed: self.config.seed.rotate_left(32) ^ i as u64,
             inject: match self.config.matrix.inject {
                 Some(inject) => {
                     let cell_id = self.nonce.wrapping_add(2_000_000 + i as u64);

@@ -219,7 +219,91 @@ fn any_timeline() -> impl Strategy<Value = RequestTimeline> {
     )
 }
 
+/// Timelines of a server that counts at the end: chunks with and without
+/// text, some tokenized, now and then a usage or an engine count beside
+/// them, a chunk out of order; a final usage, finished or not.
+fn final_usage_timeline() -> impl Strategy<Value = RequestTimeline> {
+    let chunk = (0u64..40, any::<bool>(), prop::option::of(0u32..5), 0u8..20);
+    (
+        prop::collection::vec(chunk, 0..25),
+        0u64..3_000,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(steps, total, finished, all_tokenized)| {
+            let mut at = 5u64;
+            let chunks: Vec<Chunk> = steps
+                .iter()
+                .map(|&(dt, text, tokens, odd)| {
+                    at = if odd == 1 {
+                        at.saturating_sub(3)
+                    } else {
+                        at + dt
+                    };
+                    let mut c = if text {
+                        Chunk::content(ms(at))
+                    } else {
+                        Chunk::empty(ms(at))
+                    };
+                    if let Some(n) = tokens.filter(|_| all_tokenized || odd % 3 == 0) {
+                        c = c.with_text_tokens(n);
+                    }
+                    match odd {
+                        2 => c.with_usage(usage(total / 2)),
+                        3 => c.with_engine_count(Tokens::new(1)),
+                        _ => c,
+                    }
+                })
+                .collect();
+            let outcome = if finished {
+                Outcome::Finished {
+                    finish_reason: None,
+                }
+            } else {
+                Outcome::Cancelled
+            };
+            let mut t = RequestTimeline::new(ms(0), ms(at + 10), outcome);
+            t.chunks = chunks.into();
+            t.final_usage = Some(usage(total));
+            t
+        })
+}
+
+#[test]
+fn a_usage_at_the_end_only_is_read_in_one_pass() {
+    let mut t = finished(vec![
+        Chunk::content(ms(10)).with_text_tokens(1),
+        Chunk::content(ms(20)).with_text_tokens(3),
+        Chunk::empty(ms(30)).with_usage(usage(8)),
+    ]);
+    t.final_usage = Some(usage(8));
+    let fast = final_usage_in_one_pass(&t).expect("read in one pass");
+    assert_eq!(fast.source, TokenSource::FinalUsage);
+    assert_eq!(pairs(&fast), vec![(10, 2), (20, 6)]);
+}
+
 proptest! {
+    // The one-pass reader of a usage at the end gives what the general path
+    // gives whenever it reads a timeline at all.
+    #[test]
+    fn the_final_usage_reader_agrees_with_the_general_path(t in final_usage_timeline()) {
+        if let Some(fast) = final_usage_in_one_pass(&t) {
+            prop_assert_eq!(Ok(fast), Arrivals::of_any(&t));
+        }
+    }
+
+    #[test]
+    fn shares_of_huge_counts_sum_to_the_total(
+        weights in prop::collection::vec(0u64..u64::MAX / 64, 1..10),
+        n in (u64::MAX / 2)..u64::MAX,
+    ) {
+        let w: Vec<(Timestamp, u64)> =
+            weights.iter().enumerate().map(|(i, w)| (ms(i as u64), *w)).collect();
+        let total: u64 = share_out(&w, n).iter().map(|a| a.tokens).sum();
+        let weight: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+        prop_assert_eq!(total, if weight == 0 { 0 } else { n });
+    }
+
     // The one-pass reader of the usual timeline gives what the general
     // path gives, and takes every timeline the general path reads as
     // continuous usage.

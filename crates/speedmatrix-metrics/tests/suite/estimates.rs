@@ -152,6 +152,63 @@ fn mixed_exact_and_estimated_streams_share_the_uncertainty() {
     assert_eq!(m.token_count.requests_by_source[&TokenSource::Tokenizer], 1);
 }
 
+/// A calibration on a sample (64 of 400 finished requests had their text
+/// tokenized) states an interval that holds the truth about as often as it
+/// says: in at least 88 of 100 cells, for a nominal 95.
+#[test]
+fn a_sampled_calibration_states_an_interval_that_holds_the_truth() {
+    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    let mut draw = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let (cells, mut held) = (100, 0);
+    for _ in 0..cells {
+        // Each request truly carries 22–26 tokens on every chunk where the
+        // run's tokenizer sees 20: ratios 1.1–1.3, one per request.
+        let mut all = Vec::new();
+        let mut truth = 0;
+        for s in 0..16 {
+            let per = 22 + draw(5);
+            let (t, n) = blind(s, 100, 10, 100, |_| per, |_| 20);
+            truth += n;
+            all.push(t);
+        }
+        for i in 0..400 {
+            let per = 22 + draw(5);
+            let (mut t, n) = blind(2_000 + i, 2_100 + i, 1, 10, |_| per, |_| 20);
+            if i >= 64 {
+                t.chunks = t
+                    .chunks
+                    .iter()
+                    .map(|c| Chunk {
+                        text_tokens: None,
+                        ..c
+                    })
+                    .collect();
+            }
+            all.push(finished(t, n));
+        }
+        // Every chunk of the 16 streams is inside the window.
+        let m = window_metrics(&all, window(50, 1_100)).unwrap();
+        let c = m.token_count.calibration.unwrap();
+        assert_eq!((c.requests, c.finished), (64, 400));
+        assert!(c.sample_widening.unwrap() > 1.0);
+        let u = m.token_count.relative_uncertainty().unwrap();
+        assert!(u > 0.0 && u < 0.1, "{u}");
+        let got = m.total_output_rate.get() * 1.1;
+        if (got / truth as f64 - 1.0).abs() <= u {
+            held += 1;
+        }
+    }
+    assert!(
+        held >= 88,
+        "the interval held the truth in {held} of {cells} cells"
+    );
+}
+
 proptest! {
     /// Whatever the chunking (1–5 tokens per chunk, as speculative decoding
     /// or UTF-8 holdback make it) and however the run's tokenizer misjudges

@@ -5,8 +5,8 @@
 mod streams;
 mod summary;
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use speedmatrix_metrics::{Timestamp, Window};
@@ -14,6 +14,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::client_load::{ClientLoad, CpuReading, runtime_threads};
+use crate::estimate::{CALIBRATION_SAMPLE, CalibrationSample};
 use crate::observer::{Event, StepPhase};
 use crate::outcome::{CellOutcome, CounterIncrease, FailureKind, Notice, StepId, StepStatus};
 use crate::request::{Recorded, RequestShape, record_one};
@@ -22,7 +23,9 @@ use crate::stop::StopSignal;
 use crate::telemetry::{CellWindow, RunTelemetry};
 use crate::{Observer, RunnerError};
 
-use self::streams::{Readiness, SlotRecord, measure_window, start_streams, wait_ready, warm_up};
+use self::streams::{
+    Readiness, Shared, SlotRecord, measure_window, start_streams, wait_ready, warm_up,
+};
 use self::summary::Cell;
 
 /// Inputs of one decode cell.
@@ -45,6 +48,8 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) block_tokens: Option<u64>,
     /// The interference probe: a cold long prompt after the window.
     pub(crate) inject: Option<CellInject>,
+    /// Seeds the choice of the finished requests that calibrate estimates.
+    pub(crate) seed: u64,
 }
 
 /// The interference probe's two cold prompts (one sent alone, one into the
@@ -131,13 +136,28 @@ pub(crate) async fn run_cell(
     } else {
         None
     };
-    let stop = StopSignal::default();
-    let first_tokens = Arc::new(AtomicUsize::new(0));
-    let dead_slots = Arc::new(AtomicUsize::new(0));
-    let tasks = start_streams(server, &spec, epoch, &stop, &first_tokens, &dead_slots);
+    let shared = Shared {
+        stop: StopSignal::default(),
+        first_tokens: Arc::new(AtomicUsize::new(0)),
+        dead_slots: Arc::new(AtomicUsize::new(0)),
+        sample: Arc::new(Mutex::new(CalibrationSample::new(
+            CALIBRATION_SAMPLE,
+            spec.seed,
+        ))),
+    };
+    let stop = &shared.stop;
+    let tasks = start_streams(server, &spec, epoch, &shared);
 
     let n = spec.concurrency.get() as usize;
-    let ready = wait_ready(server, &spec, n, &first_tokens, &dead_slots, cancel).await;
+    let ready = wait_ready(
+        server,
+        &spec,
+        n,
+        &shared.first_tokens,
+        &shared.dead_slots,
+        cancel,
+    )
+    .await;
     let mut queueing = false;
     match ready {
         Readiness::Ready | Readiness::StreamsDied => {}
@@ -221,6 +241,7 @@ pub(crate) async fn run_cell(
             recorded.append(&mut r);
         }
     }
+    restore_sample(&shared.sample, &mut recorded);
     if cancel.is_cancelled() {
         return Err(RunnerError::Cancelled);
     }
@@ -274,6 +295,20 @@ pub(crate) async fn run_cell(
     }
     outcome.first_warmup = first_warmup;
     Ok(outcome)
+}
+
+/// Gives the calibration sample's texts back to their requests (every
+/// stream has ended).
+fn restore_sample(sample: &Mutex<CalibrationSample>, recorded: &mut [SlotRecord]) {
+    let sample = std::mem::replace(
+        &mut *sample.lock().unwrap_or_else(PoisonError::into_inner),
+        CalibrationSample::new(0, 0),
+    );
+    sample.restore(
+        recorded
+            .iter_mut()
+            .map(|r| ((r.slot, r.seq), &mut r.record)),
+    );
 }
 
 /// A cell that produced no numbers.

@@ -1,8 +1,8 @@
 //! The cell's load: cache warm-up, N stream slots kept busy, readiness, and
 //! the fixed window with its gauge scrapes.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use speedmatrix_units::{Concurrency, Tokens};
@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::DecodeCellSpec;
+use crate::estimate::CalibrationSample;
 use crate::outcome::Failure;
 use crate::request::{Recorded, RequestShape, record_one};
 use crate::server::{Gauges, Server};
@@ -27,9 +28,11 @@ fn readiness_limit(context: Tokens, n: Concurrency) -> Duration {
     Duration::from_secs(60) + Duration::from_secs_f64(work / 2_000.0)
 }
 
-/// One request of the cell and the stream slot that sent it.
+/// One request of the cell, the stream slot that sent it and its place
+/// among that slot's requests.
 pub(super) struct SlotRecord {
     pub(super) slot: usize,
+    pub(super) seq: usize,
     pub(super) record: Recorded,
 }
 
@@ -83,46 +86,77 @@ pub(super) async fn warm_up(
     (first, failure)
 }
 
+/// What every stream slot of a cell shares.
+pub(super) struct Shared {
+    pub(super) stop: StopSignal,
+    /// Slots that have had their first token.
+    pub(super) first_tokens: Arc<AtomicUsize>,
+    /// Slots that stopped after repeated failures.
+    pub(super) dead_slots: Arc<AtomicUsize>,
+    /// The texts of the finished requests that calibrate the cell's estimates.
+    pub(super) sample: Arc<Mutex<CalibrationSample>>,
+}
+
 /// Starts one task per stream slot; each returns its requests when `stop` fires.
 pub(super) fn start_streams(
     server: &Server,
     spec: &DecodeCellSpec<'_>,
     epoch: Instant,
-    stop: &StopSignal,
-    first_tokens: &Arc<AtomicUsize>,
-    dead_slots: &Arc<AtomicUsize>,
+    shared: &Shared,
 ) -> Vec<JoinHandle<Vec<SlotRecord>>> {
     (0..spec.concurrency.get() as usize)
         .map(|slot| {
             let prompt = Arc::clone(&spec.prompts[slot % spec.prompts.len()]);
-            let client = server.client.clone();
-            let shape = spec.shape.together(spec.concurrency.get() as usize);
-            let stop = stop.listener();
-            let first = Arc::clone(first_tokens);
-            let dead = Arc::clone(dead_slots);
+            let slot_run = SlotRun {
+                slot,
+                client: server.client.clone(),
+                shape: spec.shape.together(spec.concurrency.get() as usize),
+                epoch,
+                stop: shared.stop.listener(),
+                first_tokens: Arc::clone(&shared.first_tokens),
+                dead: Arc::clone(&shared.dead_slots),
+                sample: Arc::clone(&shared.sample),
+            };
             tokio::spawn(async move {
-                let records = stream_loop(client, shape, prompt, epoch, stop, first, dead).await;
+                let records = stream_loop(slot_run, prompt).await;
                 records
                     .into_iter()
-                    .map(|record| SlotRecord { slot, record })
+                    .enumerate()
+                    .map(|(seq, record)| SlotRecord { slot, seq, record })
                     .collect()
             })
         })
         .collect()
 }
 
-/// Keeps one stream slot busy until `stop`: a finished request is replaced
-/// at once, a failed one after a short pause, and a slot whose requests fail
-/// [`MAX_CONSECUTIVE_FAILURES`] times in a row stops (counted in `dead`).
-async fn stream_loop(
+/// What one stream slot's task holds.
+struct SlotRun {
+    slot: usize,
     client: speedmatrix_client::Client,
     shape: RequestShape,
-    prompt: Arc<str>,
     epoch: Instant,
     stop: StopListener,
     first_tokens: Arc<AtomicUsize>,
     dead: Arc<AtomicUsize>,
-) -> Vec<Recorded> {
+    sample: Arc<Mutex<CalibrationSample>>,
+}
+
+/// Keeps one stream slot busy until `stop`: a finished request is replaced
+/// at once, a failed one after a short pause, and a slot whose requests fail
+/// [`MAX_CONSECUTIVE_FAILURES`] times in a row stops (counted in `dead`).
+/// A finished request's text goes to the calibration sample or is dropped
+/// as soon as it ends.
+async fn stream_loop(run: SlotRun, prompt: Arc<str>) -> Vec<Recorded> {
+    let SlotRun {
+        slot,
+        client,
+        shape,
+        epoch,
+        stop,
+        first_tokens,
+        dead,
+        sample,
+    } = run;
     let stop = Stop::Listener(&stop);
     let mut out = Vec::new();
     let mut counted = false;
@@ -130,8 +164,14 @@ async fn stream_loop(
     while !stop.is_stopped() {
         let counter = (!counted).then_some(&first_tokens);
         let before = first_tokens.load(Ordering::Relaxed);
-        let r = record_one(&client, &shape, &prompt, epoch, stop, counter).await;
+        let mut r = record_one(&client, &shape, &prompt, epoch, stop, counter).await;
         counted |= counter.is_some() && first_tokens.load(Ordering::Relaxed) > before;
+        if CalibrationSample::is_candidate(&r) {
+            sample
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .offer((slot, out.len()), &mut r);
+        }
         let failed = r.error.is_some();
         out.push(r);
         if !failed {

@@ -156,8 +156,10 @@ impl Cell<'_, '_> {
                 share: m.token_count.estimated_share,
                 method: c.method,
                 calibration_requests: c.requests,
+                finished_requests: c.finished,
                 factor: c.factor,
                 uncertainty: m.token_count.relative_uncertainty(),
+                sample_widening: c.sample_widening,
             });
         }
         let latency = |s: Option<speedmatrix_metrics::Summary<Duration>>| {

@@ -75,10 +75,18 @@ pub enum Notice {
         method: EstimateMethod,
         /// Finished requests the factor came from (0: uncalibrated).
         calibration_requests: u64,
+        /// Finished requests with the server's total in all; more than
+        /// `calibration_requests` when those were a sample of them.
+        #[serde(default)]
+        finished_requests: u64,
         /// The factor.
         factor: f64,
         /// Relative uncertainty of the window's tokens, when known.
         uncertainty: Option<f64>,
+        /// How many times wider the uncertainty is for coming from a sample
+        /// than it would be from every finished request at the same spread.
+        #[serde(default)]
+        sample_widening: Option<f64>,
     },
     /// The context 0 row sent a short prompt with a unique cache marker.
     ZeroContextPrompt {

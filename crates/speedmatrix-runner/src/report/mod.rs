@@ -544,14 +544,27 @@ impl Notice {
                 share,
                 method,
                 calibration_requests,
+                finished_requests,
                 factor,
                 uncertainty,
+                sample_widening,
             } => {
                 let how = match method {
                     EstimateMethod::Tokenizer => "re-tokenizing each stream's whole text",
                     EstimateMethod::ChunkCount => "counting chunks",
                 };
-                let calibration = if *calibration_requests > 0 {
+                let calibration = if *calibration_requests > 0
+                    && finished_requests > calibration_requests
+                {
+                    let widening = sample_widening.map_or_else(String::new, |w| {
+                        format!(
+                            "; the interval is {w:.2}× as wide as all {finished_requests} would give at the same spread"
+                        )
+                    });
+                    format!(
+                        "calibrated on a random sample of {calibration_requests} of the {finished_requests} finished requests (× {factor:.3}{widening})"
+                    )
+                } else if *calibration_requests > 0 {
                     format!(
                         "calibrated on {calibration_requests} finished requests (× {factor:.3})"
                     )
