@@ -223,6 +223,11 @@ impl fmt::Debug for Client {
     }
 }
 
+/// Largest read buffer of one connection. hyper's grows by doubling while
+/// reads fill it, up to 400 KiB by default: against a fast server every
+/// stream of a 128-stream cell got there, over 40 MiB for bytes that are
+/// parsed as soon as they arrive. 64 KiB holds hundreds of events a read.
+const CONNECTION_READ_BUFFER: usize = 64 * 1024;
 /// Largest error body kept, in bytes.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// Largest probe body read (`/metrics` pages of big deployments are large).
@@ -249,6 +254,7 @@ impl Client {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
             .pool_max_idle_per_host(usize::MAX)
+            .http1_max_buf_size(CONNECTION_READ_BUFFER)
             .build(StampingConnector(connector));
         Ok(Client {
             inner: Arc::new(Inner {

@@ -1,13 +1,18 @@
 //! The whole tool near the reader's limit: `speedmatrix run`, as a whole
 //! process, against a loopback server that streams vLLM-shaped chunks, beside
 //! a raw reader (a minimal hyper loop that only counts bytes) in the same run.
+//! The `final-` scenarios' server sends usage only at the end of each request
+//! (a proxy that drops `continuous_usage_stats`), so speedmatrix estimates the
+//! streams cancelled at the window's end and calibrates on finished requests.
 //!
 //! Each client is a child process measured from outside: CPU is utime +
 //! stime from `/proc/PID/stat`, read once the process has exited and before
 //! it is reaped (a zombie keeps its totals); peak RSS is `VmHWM` from
 //! `/proc/PID/status`, sampled while it runs. Tokens are the server's own
-//! count of what it sent while the client ran. Bytes retained per token is
-//! the slope of peak RSS over window tokens between a short and a long window.
+//! count of what it sent while the client ran. Post-window CPU is what the
+//! client spent after the server's count last grew (summaries, estimates,
+//! reports, exit). Bytes retained per token is the slope of peak RSS over
+//! window tokens between a short and a long window.
 //!
 //! `cargo bench -p speedmatrix --bench whole` (or `cargo xtask perf -p speedmatrix`).
 //! `SPEEDMATRIX_BASELINE=PATH` also measures another speedmatrix binary in the same
@@ -45,7 +50,7 @@ const PACED_TOKENS: u64 = 8_192;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("--serve") => return serve(args[2].parse().unwrap()),
+        Some("--serve") => return serve(args[2].parse().unwrap(), args[3].parse().unwrap()),
         Some("--raw") => return raw_reader(&args[2..]),
         _ => {}
     }
@@ -61,13 +66,14 @@ fn main() {
         .map(|s| s.split(',').map(str::to_owned).collect());
     println!("speedmatrix whole-tool benchmark ({} cores)", cores());
     println!(
-        "{:<14} {:<12} {:>10} {:>8} {:>6} {:>9} {:>9} {:>9} {:>7}",
+        "{:<14} {:<12} {:>10} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "scenario",
         "client",
         "tok/s",
         "µs/tok",
         "cores",
         "peak RSS",
+        "post CPU",
         "TTFT p50",
         "ITL p50",
         "failed"
@@ -80,7 +86,7 @@ fn main() {
         {
             continue;
         }
-        let server = Server::start(&exe, s.pace);
+        let server = Server::start(&exe, s.pace, s.usage_at_end);
         let raw = measure_raw(&exe, &server, &s);
         print_row(&s, "raw reader", &raw);
         for (name, bin) in &clients {
@@ -89,11 +95,13 @@ fn main() {
             if s.name.starts_with("bulk-128") {
                 retained.push((name.to_string(), r.peak_rss, r.window_tokens));
             }
-            if let Some(ratio) = (raw.tok_s > 0.0).then(|| r.tok_s / raw.tok_s) {
+            if raw.tok_s > 0.0 && raw.sent_tokens > 0 && raw.peak_rss > 0 {
                 println!(
-                    "{:<14} {name:<12} {:>9.0}% of the raw reader's tok/s",
+                    "{:<14} {name:<12} {:.0} % of the raw reader's tok/s, {:.2}× its CPU per token, {:.2}× its peak RSS",
                     "",
-                    ratio * 100.0
+                    r.tok_s / raw.tok_s * 100.0,
+                    r.us_per_token() / raw.us_per_token(),
+                    r.peak_rss as f64 / raw.peak_rss as f64,
                 );
             }
         }
@@ -117,6 +125,8 @@ struct Scenario {
     /// Tokens per second per stream; 0 streams as fast as the socket takes.
     pace: u32,
     window: Duration,
+    /// The server reports usage only at the end of a request.
+    usage_at_end: bool,
 }
 
 impl Scenario {
@@ -135,11 +145,16 @@ fn scenarios() -> Vec<Scenario> {
         streams,
         pace,
         window: Duration::from_secs(secs),
+        usage_at_end: false,
     };
     vec![
         s("bulk-128", 128, 0, 4),
         s("bulk-128-long", 128, 0, 8),
         s("bulk-1", 1, 0, 4),
+        Scenario {
+            usage_at_end: true,
+            ..s("final-128", 128, 0, 10)
+        },
         s("paced-128", 128, 100, 5),
         s("paced-4096", 4096, 10, 10),
     ]
@@ -154,20 +169,29 @@ struct Figures {
     wall_s: f64,
     sent_tokens: u64,
     peak_rss: u64,
+    /// CPU seconds after the server's count last grew.
+    post_cpu_s: f64,
     ttft_p50_ms: Option<f64>,
     itl_p50_ms: Option<f64>,
     failed: u64,
 }
 
+impl Figures {
+    fn us_per_token(&self) -> f64 {
+        self.cpu_s / self.sent_tokens.max(1) as f64 * 1e6
+    }
+}
+
 fn print_row(s: &Scenario, client: &str, f: &Figures) {
-    let us_per_token = f.cpu_s / f.sent_tokens.max(1) as f64 * 1e6;
     let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2} ms"));
     println!(
-        "{:<14} {client:<12} {:>10.0} {us_per_token:>8.2} {:>6.2} {:>7.0} MiB {:>9} {:>9} {:>7}",
+        "{:<14} {client:<12} {:>10.0} {:>8.2} {:>6.2} {:>7.0} MiB {:>7.2} s {:>9} {:>9} {:>7}",
         s.name,
         f.tok_s,
+        f.us_per_token(),
         f.cpu_s / f.wall_s.max(1e-9),
         f.peak_rss as f64 / (1024.0 * 1024.0),
+        f.post_cpu_s,
         ms(f.ttft_p50_ms),
         ms(f.itl_p50_ms),
         f.failed,
@@ -210,7 +234,7 @@ fn measure_speedmatrix(bin: &Path, server: &Server, s: &Scenario) -> Figures {
     .args(["--quiet", "--force", "--out"])
     .arg(&out);
     let before = server.sent();
-    let (_, proc) = run_measured(cmd);
+    let (_, proc) = run_measured(cmd, server);
     let sent_tokens = server.sent() - before;
     let report: serde_json::Value = std::fs::read(out.join("run.json"))
         .ok()
@@ -226,6 +250,23 @@ fn measure_speedmatrix(bin: &Path, server: &Server, s: &Scenario) -> Figures {
             u64::from(s.streams)
         }
     };
+    if let Some(t) = m["token_count"]
+        .as_object()
+        .filter(|t| t["estimated"] == true)
+    {
+        println!(
+            "{:<14} {:<12} estimated {:.2} % of the tokens by {}, × {:.4} from {} finished requests, ±{} %",
+            s.name,
+            "",
+            t["estimated_share_pct"].as_f64().unwrap_or(0.0),
+            t["estimate_method"].as_str().unwrap_or("?"),
+            t["calibration_factor"].as_f64().unwrap_or(1.0),
+            t["calibration_requests"],
+            t["uncertainty_pct"]
+                .as_f64()
+                .map_or("?".to_owned(), |u| format!("{u:.4}")),
+        );
+    }
     let _ = std::fs::remove_dir_all(&out);
     Figures {
         tok_s: m["total_tokens_per_s"].as_f64().unwrap_or(0.0),
@@ -234,6 +275,7 @@ fn measure_speedmatrix(bin: &Path, server: &Server, s: &Scenario) -> Figures {
         wall_s: proc.wall_s,
         sent_tokens,
         peak_rss: proc.peak_rss,
+        post_cpu_s: proc.post_cpu_s,
         ttft_p50_ms: m["ttft_ms"]["p50"].as_f64(),
         itl_p50_ms: m["time_between_tokens_ms"]["p50"].as_f64(),
         failed,
@@ -250,7 +292,7 @@ fn measure_raw(exe: &Path, server: &Server, s: &Scenario) -> Figures {
         s.pace.to_string(),
     ]);
     let before = server.sent();
-    let (stdout, proc) = run_measured(cmd);
+    let (stdout, proc) = run_measured(cmd, server);
     let sent_tokens = server.sent() - before;
     let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
     let tokens = r["tokens"].as_f64().unwrap_or(0.0);
@@ -261,6 +303,7 @@ fn measure_raw(exe: &Path, server: &Server, s: &Scenario) -> Figures {
         wall_s: proc.wall_s,
         sent_tokens,
         peak_rss: proc.peak_rss,
+        post_cpu_s: proc.post_cpu_s,
         ttft_p50_ms: r["ttft_p50_ms"].as_f64(),
         itl_p50_ms: r["itl_p50_ms"].as_f64(),
         failed: r["failed"].as_u64().unwrap_or(0),
@@ -272,9 +315,11 @@ struct ProcTotals {
     cpu_s: f64,
     wall_s: f64,
     peak_rss: u64,
+    /// CPU after the server's token count last grew.
+    post_cpu_s: f64,
 }
 
-fn run_measured(mut cmd: Command) -> (String, ProcTotals) {
+fn run_measured(mut cmd: Command, server: &Server) -> (String, ProcTotals) {
     let start = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -285,13 +330,21 @@ fn run_measured(mut cmd: Command) -> (String, ProcTotals) {
     let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
     let pid = child.id();
     let mut peak_rss = 0;
+    // The client's CPU time when the server's count was last seen to grow.
+    let (mut sent, mut cpu_at_last_token) = (server.sent(), 0.0);
     let cpu_s = loop {
         if let Some(hwm) = vm_hwm(pid) {
             peak_rss = peak_rss.max(hwm);
         }
         match proc_stat(pid) {
             Some(('Z', cpu)) => break cpu,
-            Some(_) => std::thread::sleep(Duration::from_millis(20)),
+            Some((_, cpu)) => {
+                let now = server.sent();
+                if now != sent {
+                    (sent, cpu_at_last_token) = (now, cpu);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             None => break 0.0,
         }
     };
@@ -306,6 +359,7 @@ fn run_measured(mut cmd: Command) -> (String, ProcTotals) {
             cpu_s,
             wall_s,
             peak_rss,
+            post_cpu_s: (cpu_s - cpu_at_last_token).max(0.0),
         },
     )
 }
@@ -350,9 +404,9 @@ struct Server {
 }
 
 impl Server {
-    fn start(exe: &Path, pace: u32) -> Server {
+    fn start(exe: &Path, pace: u32, usage_at_end: bool) -> Server {
         let mut child = Command::new(exe)
-            .args(["--serve", &pace.to_string()])
+            .args(["--serve", &pace.to_string(), &usage_at_end.to_string()])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -393,6 +447,7 @@ impl Server {
 struct ServerState {
     sent: AtomicU64,
     pace: u32,
+    usage_at_end: bool,
     bulk: Mutex<HashMap<u64, Arc<Frames>>>,
 }
 
@@ -400,7 +455,7 @@ type Body = BoxBody<Bytes, Infallible>;
 /// A prebuilt response: each frame with the tokens it carries.
 type Frames = Vec<(Bytes, u64)>;
 
-fn serve(pace: u32) {
+fn serve(pace: u32, usage_at_end: bool) {
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -412,6 +467,7 @@ fn serve(pace: u32) {
         let state = Arc::new(ServerState {
             sent: AtomicU64::new(0),
             pace,
+            usage_at_end,
             bulk: Mutex::new(HashMap::new()),
         });
         loop {
@@ -469,15 +525,25 @@ async fn handle(
     })
 }
 
-fn token_event(out: &mut String, i: u64, max: u64) {
+/// Token `i` of `max`; with `usage_at_end`, without the running usage (a
+/// proxy that drops `continuous_usage_stats`).
+fn token_event(out: &mut String, i: u64, max: u64, usage_at_end: bool) {
     use std::fmt::Write as _;
     let finish = if i + 1 == max { "\"length\"" } else { "null" };
     let _ = write!(
         out,
-        "data: {{\"id\":\"cmpl-bench\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":{finish},\"stop_reason\":null}}],\"usage\":{{\"prompt_tokens\":8,\"total_tokens\":{},\"completion_tokens\":{}}}}}\n\n",
-        8 + i + 1,
-        i + 1
+        "data: {{\"id\":\"cmpl-bench\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":{finish},\"stop_reason\":null}}]"
     );
+    if usage_at_end {
+        out.push_str("}\n\n");
+    } else {
+        let _ = write!(
+            out,
+            ",\"usage\":{{\"prompt_tokens\":8,\"total_tokens\":{},\"completion_tokens\":{}}}}}\n\n",
+            8 + i + 1,
+            i + 1
+        );
+    }
 }
 
 fn tail(out: &mut String, max: u64) {
@@ -501,7 +567,7 @@ fn bulk_body(state: &Arc<ServerState>, max: u64) -> Body {
             let mut frame = String::new();
             let mut in_frame = 0;
             for i in 0..max {
-                token_event(&mut frame, i, max);
+                token_event(&mut frame, i, max, state.usage_at_end);
                 in_frame += 1;
                 if in_frame == EVENTS_PER_FRAME && i + 1 < max {
                     frames.push((Bytes::from(std::mem::take(&mut frame)), in_frame));
@@ -539,7 +605,7 @@ fn paced_body(state: &Arc<ServerState>, max: u64) -> Body {
             if i == max {
                 tail(&mut text, max);
             } else {
-                token_event(&mut text, i, max);
+                token_event(&mut text, i, max, state.usage_at_end);
                 state.sent.fetch_add(1, Ordering::Relaxed);
             }
             Some((Ok::<_, Infallible>(Frame::data(Bytes::from(text))), i + 1))
