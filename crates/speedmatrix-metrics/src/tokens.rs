@@ -278,18 +278,22 @@ fn from_running_count(
     Ok(Arrivals { source, list })
 }
 
+/// Whether the request's headers and first byte lie between its send and its end.
+fn edges_in_order(t: &RequestTimeline) -> bool {
+    t.ended_at >= t.sent_at
+        && [t.headers_at, t.first_byte_at]
+            .iter()
+            .flatten()
+            .all(|at| *at >= t.sent_at && *at <= t.ended_at)
+}
+
 /// [`Arrivals::of`] for the usual timeline, cumulative usage on every chunk
 /// with text, in a single pass that also checks the timeline: a window holds
 /// millions of chunks, and each pass decodes them all. `None` for any other
 /// timeline (a text chunk without usage, a bad order, a count going down):
 /// the general path then decides, and words any error.
 fn continuous_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
-    let ordered_edges = t.ended_at >= t.sent_at
-        && [t.headers_at, t.first_byte_at]
-            .iter()
-            .flatten()
-            .all(|at| *at >= t.sent_at && *at <= t.ended_at);
-    if !ordered_edges {
+    if !edges_in_order(t) {
         return None;
     }
     let (mut list, mut so_far, mut previous, mut grows) = (Vec::new(), 0, t.sent_at, false);
@@ -326,12 +330,7 @@ fn continuous_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
 /// path then decides, and words any error.
 fn final_usage_in_one_pass(t: &RequestTimeline) -> Option<Arrivals> {
     let total = t.final_usage.filter(|_| t.is_finished())?.completion_tokens;
-    let ordered_edges = t.ended_at >= t.sent_at
-        && [t.headers_at, t.first_byte_at]
-            .iter()
-            .flatten()
-            .all(|at| *at >= t.sent_at && *at <= t.ended_at);
-    if !ordered_edges {
+    if !edges_in_order(t) {
         return None;
     }
     let mut weights: Vec<(Timestamp, u64)> = Vec::with_capacity(t.chunks.len());
