@@ -22,6 +22,9 @@ fn main() {
         commit
     };
     println!("cargo:rustc-env=SPEEDMATRIX_COMMIT={text}");
+    // `debug` or `release` (a custom profile builds on one of them).
+    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into());
+    println!("cargo:rustc-env=SPEEDMATRIX_PROFILE={profile}");
     // Rebuilt when the checked-out commit moves.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");

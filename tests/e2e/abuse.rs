@@ -322,6 +322,7 @@ fn study_file(dir: &Path, profile: &Path, window: &str) -> std::path::PathBuf {
             r#"name = "abuse"
 [server]
 command = "echo $$ > {pid} && exec speedmatrix sim --profile {profile} --port {{port}}"
+shell = true
 ready_timeout = "30s"
 grace = "5s"
 [[points]]

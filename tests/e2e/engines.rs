@@ -7,7 +7,7 @@ use speedmatrix_report::{CellStatus, Report};
 use speedmatrix_runner::prompt_len;
 use speedmatrix_sim::{CapacityApi, Profile};
 
-use crate::support::{bin, read_report, temp_dir, test_profile};
+use crate::support::{SimProcess, bin, read_report, run_url, stderr_after, temp_dir, test_profile};
 
 const MAX_TOKENS: u64 = 256;
 
@@ -132,4 +132,68 @@ fn vllm_windows_carry_the_servers_own_token_count() {
             counter.tokens_per_s()
         );
     }
+}
+
+/// A strict server (as Hugging Face `transformers serve` is) refuses `ignore_eos` and
+/// `min_tokens` with HTTP 422 and answers `/v1/models` with 500: with `--model` named, the
+/// run says so once per field and measures without them (outputs may then end at the
+/// model's end of text); without `--model`, it asks for it.
+#[test]
+fn a_server_that_refuses_unknown_fields_is_measured_without_them() {
+    let dir = temp_dir("engines-strict");
+    let (mut profile, _) = test_profile(&dir);
+    profile.refused_fields = vec!["ignore_eos".into(), "min_tokens".into()];
+    profile.models_status = Some(500);
+    // Nothing names its engine, as transformers serve names none.
+    profile.anonymous = true;
+    let path = dir.join("strict.json");
+    std::fs::write(&path, serde_json::to_string(&profile).unwrap()).unwrap();
+    let mut sim = SimProcess::start(&path);
+    let out = dir.join("run");
+    let output = run_url(&sim.url)
+        .args(["--model", "tiny", "--contexts", "0", "--concurrency", "1,2"])
+        .args([
+            "--prefill-contexts",
+            "none",
+            "--duration",
+            "2s",
+            "--max-tokens",
+            "512",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&output, 0);
+    let report = read_report(&out);
+    let notes = report.notes.join("\n");
+    for field in ["`ignore_eos`", "`min_tokens`"] {
+        assert!(notes.contains(field), "{notes}");
+    }
+    assert!(notes.contains("/v1/models"), "{notes}");
+    for cell in &report.decode {
+        let m = cell.measurements.as_ref().expect("measured");
+        assert!(m.total_tokens_per_s > 0.0, "{cell:?}");
+        // The tiny model ends its answers after 100 tokens when nothing stops it.
+        assert!(
+            m.finish_reasons.get("stop").copied().unwrap_or(0) > 0,
+            "{m:?}"
+        );
+    }
+    let unnamed = run_url(&sim.url)
+        .args([
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1",
+            "--prefill-contexts",
+            "none",
+        ])
+        .args(["--duration", "1s", "-o"])
+        .arg(dir.join("unnamed"))
+        .output()
+        .unwrap();
+    let stderr2 = stderr_after(&unnamed, 2);
+    assert!(stderr2.contains("--model"), "{stderr}\n{stderr2}");
+    sim.kill();
 }

@@ -699,3 +699,106 @@ fn conversations_grow_their_prompts_turn_by_turn_and_hit_the_cache() {
     assert_eq!(load_records(&out), 1);
     assert_eq!(load_of(&out).cells, load.cells);
 }
+
+/// `--respect-eos` lets a burst's answers end where the model ends them (the tiny model after
+/// 100 tokens) and the cell says how long they were; without it every answer runs to
+/// `--max-tokens`. Sustained cells refuse it.
+#[test]
+fn respect_eos_lets_answers_end_and_reports_their_lengths() {
+    let dir = temp_dir("load-eos");
+    let (_, path) = test_profile(&dir);
+    let mut sim = SimProcess::start(&path);
+    let burst = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let o = run_url(&sim.url)
+            .args(["--mode", "burst", "--requests", "4", "--contexts", "0"])
+            .args(["--prefill-contexts", "none", "--max-tokens", "160", "-o"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        stderr_after(&o, 0);
+        let load = load_of(&out);
+        let m = load.cells[0].measurements.clone().unwrap();
+        (m, std::fs::read_to_string(out.join("report.md")).unwrap())
+    };
+    let (full, _) = burst("full", &[]);
+    let lengths = full.output_tokens_per_request.unwrap();
+    assert_eq!(
+        (lengths.min, lengths.max),
+        (160.0, 160.0),
+        "ignore_eos keeps every answer"
+    );
+    let (ended, page) = burst("eos", &["--respect-eos"]);
+    let lengths = ended.output_tokens_per_request.unwrap();
+    assert_eq!(
+        (lengths.min, lengths.max),
+        (100.0, 100.0),
+        "the model ends after 100"
+    );
+    assert!(ended.ttfc_ms.is_some());
+    assert_eq!(ended.output_tokens.get(), 400);
+    let _ = page;
+    let refused = run_url(&sim.url)
+        .args([
+            "--contexts",
+            "0",
+            "--concurrency",
+            "1",
+            "--respect-eos",
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    assert!(stderr_after(&refused, 2).contains("--respect-eos"));
+    sim.kill();
+}
+
+/// A reasoning model (the simulator's first 20 tokens of each chat answer stream as
+/// `reasoning_content`): TTFT is its first thinking token, TTFC its first answer token, about
+/// 20 decode steps later, and the page gives TTFC a column of its own.
+#[test]
+fn a_model_that_thinks_first_has_its_time_to_first_content_apart() {
+    let dir = temp_dir("load-ttfc");
+    let (mut profile, _) = test_profile(&dir);
+    profile.reasoning_tokens = 20;
+    let path = dir.join("thinking.json");
+    std::fs::write(&path, serde_json::to_string(&profile).unwrap()).unwrap();
+    let mut sim = SimProcess::start(&path);
+    let out = dir.join("run");
+    let o = run_url(&sim.url)
+        .args([
+            "--api",
+            "chat",
+            "--mode",
+            "burst",
+            "--requests",
+            "2",
+            "--contexts",
+            "0",
+        ])
+        .args(["--prefill-contexts", "none", "--max-tokens", "64", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&o, 0);
+    sim.kill();
+    let m = load_of(&out).cells[0].measurements.clone().unwrap();
+    let (ttft, ttfc) = (m.ttft_ms.unwrap().p50, m.ttfc_ms.unwrap().p50);
+    // 19 more decode steps of at least the profile's 8 ms base.
+    assert!(ttfc >= ttft + 19.0 * 8.0, "TTFT {ttft} ms, TTFC {ttfc} ms");
+    assert_eq!(
+        m.output_tokens.get(),
+        128,
+        "thinking tokens are output tokens"
+    );
+    let thought = m.reasoning_tokens_per_request.unwrap();
+    assert_eq!(
+        (thought.min, thought.max),
+        (20.0, 20.0),
+        "20 thinking tokens each"
+    );
+    let page = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(page.contains("TTFC p50"), "{page}");
+    assert!(page.contains("Thinking tokens p50"), "{page}");
+}

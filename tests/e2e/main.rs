@@ -23,12 +23,16 @@ mod limits;
 mod load;
 
 mod matrix;
+mod noise;
 mod predict;
 mod prompts;
+mod provenance;
 mod reliability;
 mod security;
 mod stage;
 mod streams;
 mod study;
+mod study_parallel;
 mod support;
 mod telemetry;
+mod workload;

@@ -228,9 +228,11 @@ fn prefill_measured_during_decode_warm_up_is_cold_and_said_so() {
         assert_eq!(row.prompt_tokens_reported, Some(row.context));
         let ttft = row.ttft_ms.unwrap();
         let model = cold(row.context.get());
-        // A cold prompt costs its whole prefill: a cached one would be a step or so.
+        // A cold prompt costs its whole prefill: a cached one would be a step or so
+        // (8 ms here). Only the lower bound tells the two apart; the upper one is
+        // loose because a loaded 2-core CI host delays a first token by tens of ms.
         assert!(
-            (ttft / model - 1.0).abs() < 0.35,
+            ttft > 0.65 * model && ttft < 3.0 * model + 50.0,
             "prefill {}: {ttft} ms vs {model} ms cold",
             row.context
         );
@@ -255,4 +257,36 @@ fn prefill_measured_during_decode_warm_up_is_cold_and_said_so() {
         md.contains("**Prefill mode:** Measured during decode warm-up"),
         "{md}"
     );
+}
+
+#[test]
+fn plain_progress_lines_count_the_steps_and_the_time_left() {
+    let dir = temp_dir("progress");
+    let (_, profile_path) = test_profile(&dir);
+    // Not a terminal: one line per event; the 1K prefill point ends during
+    // the 1K × 1 cell's warm-up, out of the plan's order.
+    let run = bin()
+        .args(["run", "--sim-profile"])
+        .arg(&profile_path)
+        .args(["--contexts", "0,1k", "--concurrency", "1,2"])
+        .args(["--prefill-contexts", "512,1k", "--prefill-mode", "warmup"])
+        .args(["--duration", "1s", "--max-tokens", "128", "--out"])
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    let stderr = crate::support::stderr_after(&run, 0);
+    assert!(stderr.contains("6 steps planned, about "), "{stderr}");
+    let counts: Vec<(usize, bool)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let (_, tail) = l.rsplit_once(" (")?;
+            let (done, rest) = tail.split_once("/6 steps")?;
+            Some((done.parse().ok()?, rest.starts_with(", about ")))
+        })
+        .collect();
+    // Every step ends once, with the time left until the last one: never 0 s.
+    let expect: Vec<(usize, bool)> = (1..=6).map(|k| (k, k < 6)).collect();
+    assert_eq!(counts, expect, "{stderr}");
+    assert!(!stderr.contains("about 0s left"), "{stderr}");
+    assert!(stderr.contains("(6/6 steps)\n"), "{stderr}");
 }

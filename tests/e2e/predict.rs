@@ -315,3 +315,111 @@ fn the_built_in_seed_profile_lays_out_the_seeds_hybrid_model() {
     );
     assert!(text.contains("Σ groups"), "the hybrid rule decides: {text}");
 }
+
+/// Every predicted figure carries its 80 % band, the page shows it to three significant
+/// digits, a cell too long for `max_model_len` says so (it is not over capacity), and
+/// `compare` of the prediction against a measurement says where each measurement fell.
+#[test]
+fn predicted_cells_carry_bands_and_compare_says_where_measurements_fell() {
+    let dir = temp_dir("predict-bands");
+    let out = dir.join("predicted");
+    let output = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(["--gpu", "rtx3090", "--max-model-len", "24576"])
+        .args(["--contexts", "0,16k,32k", "--concurrency", "1,2"])
+        .args(["--prefill-contexts", "8k,32k", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let predicted = read_report(&out);
+    for cell in &predicted.decode {
+        match &cell.status {
+            CellStatus::Valid => {
+                let m = cell.measurements.as_ref().unwrap();
+                let band = m.band.expect("a band on every predicted cell");
+                assert!(
+                    band.total_tokens_per_s.contains(m.total_tokens_per_s),
+                    "{band:?}"
+                );
+                assert!(band.level > 0.79 && band.level < 0.81);
+            }
+            CellStatus::Skipped { reason } => {
+                assert!(reason.contains("max_model_len"), "{reason}");
+                assert!(cell.context.get() >= 16 * 1024, "{cell:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let long = predicted
+        .prefill_row(speedmatrix_units::Tokens::kibi(32))
+        .unwrap();
+    assert!(
+        matches!(&long.status, CellStatus::Skipped { reason } if reason.contains("max_model_len"))
+    );
+    let short = predicted
+        .prefill_row(speedmatrix_units::Tokens::kibi(8))
+        .unwrap();
+    assert!(
+        short
+            .prompt_tokens_per_s_band
+            .unwrap()
+            .contains(short.prompt_tokens_per_s.unwrap())
+    );
+    let page = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(page.contains("Bands (decode): 80 %"), "{page}");
+    assert!(page.contains(" (") && page.contains("≈"), "{page}");
+    let csv = std::fs::read_to_string(out.join("measurements.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with("predicted_band_low,predicted_band_high")
+    );
+
+    // A measurement of two of its cells, on the simulator.
+    let measured = dir.join("measured");
+    let output = bin()
+        .args(["run", "--quiet", "--preset", "seed", "--contexts", "0"])
+        .args([
+            "--concurrency",
+            "1,2",
+            "--prefill-contexts",
+            "8k",
+            "--duration",
+            "2s",
+            "-o",
+        ])
+        .arg(&measured)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let json = dir.join("cmp.json");
+    let output = bin()
+        .args(["compare", "--json", "-o"])
+        .arg(&json)
+        .arg(out.join("run.json"))
+        .arg(measured.join("run.json"))
+        .output()
+        .unwrap();
+    assert!(matches!(output.status.code(), Some(0 | 1)), "{output:?}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let checked: Vec<&serde_json::Value> = doc["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("band").is_some())
+        .collect();
+    assert_eq!(
+        checked.len(),
+        3,
+        "two decode cells and one prefill row: {doc}"
+    );
+    for c in checked {
+        let place = c["band"]["place"].as_str().unwrap();
+        assert!(["below", "inside", "above"].contains(&place), "{c}");
+    }
+}

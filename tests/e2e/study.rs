@@ -47,7 +47,22 @@ fn a_study_runs_each_point_records_a_failing_one_and_resumes() {
         .output()
         .unwrap();
     // A failed point: the study ends with 1, having run the others.
-    stderr_after(&output, 1);
+    let stderr = stderr_after(&output, 1);
+    // A line per point as it starts and as it ends, with the study's time left; the failed
+    // point's is followed by the lines of its log that say why.
+    assert!(
+        stderr.contains("[1/3] tiny: starting its server (") && stderr.contains("study: about"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("[2/3] free: measured in "), "{stderr}");
+    assert!(stderr.contains("total tok/s at 0 × "), "{stderr}");
+    assert!(stderr.contains("[3/3] broken: failed after "), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("    | ") && l.contains("no-such-profile")),
+        "{stderr}"
+    );
     let journal = std::fs::read_to_string(out.join("study.jsonl")).unwrap();
     let records = PointRecord::parse_all(&journal).records;
     let names: Vec<&str> = records.iter().map(|r| r.point.as_str()).collect();
@@ -58,8 +73,16 @@ fn a_study_runs_each_point_records_a_failing_one_and_resumes() {
         assert_eq!(report.decode.len(), 2);
     }
     match &records[2].outcome {
-        PointOutcome::Failed { reason, log_tail } => {
+        PointOutcome::Failed {
+            reason,
+            log_tail,
+            error_lines,
+        } => {
             assert!(reason.contains("before it was ready"), "{reason}");
+            assert!(
+                error_lines.iter().any(|l| l.contains("no-such-profile")),
+                "{error_lines:?}"
+            );
             assert!(
                 log_tail.iter().any(|l| l.contains("no-such-profile")),
                 "{log_tail:?}"
@@ -290,4 +313,148 @@ fn points_run_as_separate_processes_are_collected_into_one_study() {
         job.contains("completionMode: Indexed") && job.contains("$(JOB_COMPLETION_INDEX)"),
         "{job}"
     );
+}
+
+/// A parameter value is one argument of the server command, never shell text: `x; touch
+/// FILE`, `$(touch FILE)` and a value with spaces reach the program whole, and no FILE appears.
+#[test]
+fn parameter_values_reach_the_server_as_single_arguments_and_never_run() {
+    let dir = temp_dir("study-injection");
+    let program = env!("CARGO_BIN_EXE_speedmatrix");
+    let pwned = dir.join("pwned");
+    let values = [
+        format!("x; touch {}", pwned.display()),
+        format!("$(touch {})", pwned.display()),
+        format!("`touch {}`", pwned.display()),
+    ];
+    let list: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    let text = format!(
+        r#"name = "inert"
+[server]
+command = "{program} sim --profile {{profile}} --port {{port}}"
+ready_timeout = "10s"
+grace = "2s"
+[parameters]
+profile = [{}]
+[run]
+tokenizer = "bundled"
+contexts = "0"
+concurrency = "1"
+duration = "1s"
+"#,
+        list.join(", ")
+    );
+    let study = dir.join("study.toml");
+    std::fs::write(&study, text).unwrap();
+    let out = dir.join("out");
+    let output = bin()
+        .args(["study", "run"])
+        .arg(&study)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    stderr_after(&output, 1);
+    assert!(!pwned.exists(), "a value ran as a command");
+    let journal = std::fs::read_to_string(out.join("study.jsonl")).unwrap();
+    let records = PointRecord::parse_all(&journal).records;
+    assert_eq!(records.len(), 3);
+    for (r, value) in records.iter().zip(&values) {
+        let PointOutcome::Failed { log_tail, .. } = &r.outcome else {
+            panic!("{r:?}");
+        };
+        // The simulator names the profile it was given: the whole value, one argument.
+        let log = log_tail.join("\n");
+        assert!(log.contains(value.as_str()), "{value}: {log}");
+    }
+}
+
+/// `study k8s` packs every file the study names into the ConfigMap and refuses what a pod
+/// could not read; `--check-locally` runs each pod's exact command from the ConfigMap's files
+/// and collects them: a failing point fails only its index, the others are measured.
+#[test]
+fn the_manifests_carry_every_file_and_their_pods_run_here() {
+    let dir = temp_dir("study-k8s");
+    let (_, profile) = crate::support::test_profile(&dir);
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::copy(&profile, dir.join("profiles/p.json")).unwrap();
+    let study = |command: &str| {
+        format!(
+            r#"name = "pods"
+[server]
+command = "{command}"
+ready_timeout = "30s"
+grace = "5s"
+[[points]]
+name = "packed"
+profile = "profiles/p.json"
+[[points]]
+name = "broken"
+profile = "no-such-profile"
+[run]
+tokenizer = "bundled"
+contexts = "0"
+concurrency = "1"
+max-tokens = 32
+duration = "1s"
+prefill-contexts = "none"
+telemetry = "off"
+"#
+        )
+    };
+    std::fs::write(
+        dir.join("study.toml"),
+        study("speedmatrix sim --profile {profile} --port {port}"),
+    )
+    .unwrap();
+    let out = bin()
+        .args([
+            "study",
+            "k8s",
+            "study.toml",
+            "-o",
+            "k8s",
+            "--image",
+            "speedmatrix:test",
+        ])
+        .args(["--gpus-per-point", "0", "--check-locally"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&out, 1);
+    assert!(stderr.contains("1 of 2 indexes failed"), "{stderr}");
+    let config = std::fs::read_to_string(dir.join("k8s/configmap.yaml")).unwrap();
+    assert!(config.contains("p.json"), "{config}");
+    let job = std::fs::read_to_string(dir.join("k8s/job.yaml")).unwrap();
+    assert!(
+        job.contains("backoffLimitPerIndex: 0") && job.contains("FailIndex"),
+        "{job}"
+    );
+    let results = dir.join("k8s/local-check/results");
+    let report = read_report(&results.join("packed/run"));
+    assert_eq!(report.decode.len(), 1);
+    let outcome = std::fs::read_to_string(results.join("broken/outcome.json")).unwrap();
+    assert!(outcome.contains("failed"), "{outcome}");
+    assert!(results.join("study.json").is_file());
+
+    // A file a pod cannot read is refused before anything is written.
+    let absolute = format!("gpu-catalog = \"{}\"\n", profile.display());
+    std::fs::write(
+        dir.join("abs.toml"),
+        study("speedmatrix sim --profile {profile} --port {port}")
+            .replace("[run]\n", &format!("[run]\n{absolute}")),
+    )
+    .unwrap();
+    let out = bin()
+        .args(["study", "k8s", "abs.toml", "-o", "k8s-abs", "--image", "x"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&out, 2);
+    assert!(
+        stderr.contains("absolute") && stderr.contains("/models"),
+        "{stderr}"
+    );
+    assert!(!dir.join("k8s-abs").exists());
 }

@@ -23,11 +23,16 @@ pub(crate) struct Args {
     /// Print every figure: measured, predicted, and what bounds its step.
     #[arg(long)]
     figures: bool,
+    /// Also cross-validate, leaving one rig out at a time (a fit per rig: minutes), and
+    /// derive each engine family's and phase's 80 % band from the held-out errors; with
+    /// `--write` the bands are stored beside the factors.
+    #[arg(long)]
+    cross_validate: bool,
 }
 
 /// One measured figure of a rig and how to predict it.
 #[derive(Debug, Clone)]
-enum Figure {
+pub(crate) enum Figure {
     /// Per-request decode tok/s of `n` streams at `context`.
     Decode { context: u64, n: u64, tok_s: f64 },
     /// Prompt tok/s of `prompt` new tokens after `cached` ones.
@@ -38,12 +43,12 @@ enum Figure {
     },
 }
 
-struct Rig {
-    id: String,
-    engine: String,
+pub(crate) struct Rig {
+    pub(crate) id: String,
+    pub(crate) engine: String,
     holdout: bool,
-    cost: CostModel,
-    figures: Vec<Figure>,
+    pub(crate) cost: CostModel,
+    pub(crate) figures: Vec<Figure>,
 }
 
 fn data_dir() -> PathBuf {
@@ -166,7 +171,7 @@ fn measured(f: &Figure) -> f64 {
 }
 
 /// Log errors of one rig's figures under `factors`.
-fn log_errors(rig: &mut Rig, factors: Factors) -> Vec<f64> {
+pub(crate) fn log_errors(rig: &mut Rig, factors: Factors) -> Vec<f64> {
     rig.cost.factors = factors;
     rig.figures
         .iter()
@@ -200,8 +205,8 @@ const CONSUMER_RATIO: f64 = 2.0;
 /// Factors held fixed in a fit: the all-reduce latency where no fitted rig
 /// has tensor parallelism.
 #[derive(Debug, Clone, Copy, Default)]
-struct Fixed {
-    allreduce_us: Option<f64>,
+pub(crate) struct Fixed {
+    pub(crate) allreduce_us: Option<f64>,
 }
 
 /// Soft-L1 on log errors: quadratic for small errors, linear past ~25 %,
@@ -236,7 +241,7 @@ impl CostFunction for Loss<'_> {
     }
 }
 
-fn fit(rigs: Vec<&mut Rig>, start: Factors, fixed: Fixed) -> anyhow::Result<Factors> {
+pub(crate) fn fit(rigs: Vec<&mut Rig>, start: Factors, fixed: Fixed) -> anyhow::Result<Factors> {
     // The free parameters are the first six; a fixed one keeps its place
     // and is ignored.
     let _ = fixed;
@@ -343,17 +348,28 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             within(50.0) * 100.0
         );
     }
+    let bands = if args.cross_validate {
+        Some(crate::fit_predict_cv::cross_validate(&mut rigs, start)?)
+    } else {
+        None
+    };
     if args.write {
         let engines: Vec<Value> = fitted
             .iter()
             .map(|(engine, f, count, figures)| {
-                serde_json::json!({
+                let mut entry = serde_json::json!({
                     "engine": engine,
                     "fitted_on": format!(
                         "{count} public rigs, {figures} measured figures (data/validation.json, role fit)"
                     ),
                     "factors": f,
-                })
+                });
+                if let Some(b) = bands.as_ref().and_then(|b| b.get(*engine)) {
+                    let phases: serde_json::Map<String, Value> =
+                        b.iter().map(|(p, band)| (p.clone(), band.to_json())).collect();
+                    entry["bands"] = Value::Object(phases);
+                }
+                entry
             })
             .collect();
         let file = serde_json::json!({

@@ -222,6 +222,31 @@ fn targets() -> Vec<Target> {
             test: "resume::tests::fuzz_journal",
             seeds: vec![read("journal/seed.jsonl")],
         },
+        Target {
+            name: "dataset-sharegpt",
+            package: "speedmatrix-workload",
+            test: "dataset::tests::fuzz_dataset_sharegpt",
+            seeds: vec![
+                br#"[{"id": "a", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}]"#.to_vec(),
+            ],
+        },
+        Target {
+            name: "dataset-jsonl",
+            package: "speedmatrix-workload",
+            test: "dataset::tests::fuzz_dataset_jsonl",
+            seeds: vec![
+                b"{\"prompt\": \"Hi\", \"output_tokens\": 8}\n{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n".to_vec(),
+            ],
+        },
+        Target {
+            name: "dataset-text",
+            package: "speedmatrix-workload",
+            test: "dataset::tests::fuzz_dataset_text",
+            seeds: vec![
+                b"The quiet harbor measured twelve meters.\nA second line, with \xc3\xa9 and a tab\t.\n"
+                    .to_vec(),
+            ],
+        },
     ]
 }
 

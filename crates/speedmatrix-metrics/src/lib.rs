@@ -73,6 +73,7 @@ mod stats;
 mod time;
 mod timeline;
 mod tokens;
+mod uncertainty;
 mod verdict;
 mod window;
 
@@ -89,14 +90,17 @@ pub use crate::rate::TokensPerSecond;
 pub use crate::request::{PrefillMetrics, RequestMetrics, prefill_metrics, request_metrics};
 pub use crate::series::binned_levels;
 pub use crate::slo::{RequestLatency, Slo, SloMetric, SloOutcome, SloTerm, TermOutcome, judge};
-pub use crate::stats::{Summary, percentile};
+pub use crate::stats::{LengthBin, Summary, length_histogram, percentile};
 pub use crate::time::{Timestamp, Window};
 pub use crate::timeline::{Chunk, Outcome, RequestTimeline, Usage};
 pub use crate::tokens::{EstimateMethod, TokenSource};
+pub use crate::uncertainty::{
+    LATENCY_FLOOR, Spread, WINDOW_BATCHES, batch_means, quantile_ranks, ratio_interval, spread,
+};
 pub use crate::verdict::{
     CellSignals, VerdictKind, VerdictRules, intended_hit_rate, intended_prefix_hit_rate, verdicts,
 };
 pub use crate::window::{
-    GaugeAverages, GaugeSample, TokenCount, WindowMetrics, average_gauges, series_bins,
-    window_metrics,
+    GaugeAverages, GaugeSample, TokenCount, WindowIntervals, WindowMetrics, average_gauges,
+    series_bins, window_metrics,
 };

@@ -55,6 +55,18 @@ pub struct LoadMetrics {
     pub output_rate: TokensPerSecond,
     /// Intended send → first token, finished requests.
     pub ttft: Option<Summary<Duration>>,
+    /// Intended send → first *content* token (after any reasoning), finished requests that
+    /// wrote content: later than `ttft` when the model reasons first.
+    pub ttfc: Option<Summary<Duration>>,
+    /// Output tokens of each finished request: its length as the model ended it (with
+    /// `ignore_eos`, `max_tokens` each; without, where the model stopped).
+    pub output_lengths: Option<Summary<f64>>,
+    /// The same lengths in power-of-two bins ([`crate::length_histogram`]).
+    pub output_length_histogram: Vec<crate::LengthBin>,
+    /// Reasoning ("thinking") tokens of each finished request — its output tokens that
+    /// arrived before its first content chunk — when any request streamed reasoning text;
+    /// `None` for a model that answered at once.
+    pub reasoning_lengths: Option<Summary<f64>>,
     /// Intended send → end, finished requests.
     pub end_to_end: Option<Summary<Duration>>,
     /// Per request mean time per output token after the first.
@@ -69,6 +81,23 @@ pub struct LoadMetrics {
     pub token_source: Option<TokenSource>,
     /// The objective's verdict, when one was given.
     pub slo: Option<SloOutcome>,
+}
+
+/// A request's reasoning tokens: those that arrived before its first content chunk (all of
+/// them when it wrote reasoning and no content). Reasoning parsers stream the thinking first
+/// and the answer after it (vLLM's `reasoning_content`, SGLang's, llama.cpp's
+/// `reasoning_content`), so this split is exact wherever the counts are per chunk.
+fn reasoning_tokens(t: &RequestTimeline, arrivals: &Arrivals) -> u64 {
+    if !t.chunks.iter().any(|c| c.reasoning) {
+        return 0;
+    }
+    let first_content = t.first_content().map(|c| c.at);
+    arrivals
+        .list
+        .iter()
+        .filter(|a| first_content.is_none_or(|at| a.at < at))
+        .map(|a| a.tokens)
+        .sum()
 }
 
 /// Measures a load cell. Latencies count only finished requests; failed
@@ -102,6 +131,9 @@ pub fn load_metrics(
         DurationSample::default(),
         DurationSample::default(),
     );
+    let mut ttfc = DurationSample::default();
+    let mut lengths: Vec<f64> = Vec::new();
+    let (mut thinking, mut reasoned): (Vec<f64>, bool) = (Vec::new(), false);
     let mut latencies = Vec::new();
     let mut intervals = Vec::new();
     let (mut completed, mut failed, mut unfinished) = (0, 0, 0);
@@ -121,6 +153,12 @@ pub fn load_metrics(
         }
         let arrivals = Arrivals::of(t)?;
         let first = t.first_text().map(|c| c.at.saturating_since(r.intended));
+        if let Some(c) = t.first_content() {
+            ttfc.push(c.at.saturating_since(r.intended), 1);
+        }
+        lengths.push(arrivals.total().get() as f64);
+        thinking.push(reasoning_tokens(t, &arrivals) as f64);
+        reasoned |= t.chunks.iter().any(|c| c.reasoning);
         let total = t.ended_at.saturating_since(r.intended);
         let per_token = tpot(&arrivals, arrivals.total());
         if let Some(d) = first {
@@ -133,7 +171,7 @@ pub fn load_metrics(
         arrivals.scaled_intervals(
             1.0,
             |_| true,
-            |d, n| {
+            |_, d, n| {
                 itl.push(d, n);
                 if slo.is_some() {
                     intervals.extend(std::iter::repeat_n(d, n as usize));
@@ -164,6 +202,16 @@ pub fn load_metrics(
         output_tokens: w.output_tokens,
         output_rate: w.total_output_rate,
         ttft: ttft.summary(),
+        ttfc: ttfc.summary(),
+        output_lengths: Summary::of(&lengths).ok(),
+        output_length_histogram: crate::length_histogram(
+            &lengths.iter().map(|&n| n as u64).collect::<Vec<_>>(),
+        ),
+        reasoning_lengths: if reasoned {
+            Summary::of(&thinking).ok()
+        } else {
+            None
+        },
         end_to_end: e2e.summary(),
         tpot: per_token_sample.summary(),
         itl: itl.summary(),

@@ -55,7 +55,7 @@ pub fn request_metrics(t: &RequestTimeline) -> Result<RequestMetrics, MetricsErr
         tpot: tpot(&arrivals, output_tokens),
         time_between_tokens: {
             let mut sample = DurationSample::default();
-            arrivals.scaled_intervals(1.0, |_| true, |d, n| sample.push(d, n));
+            arrivals.scaled_intervals(1.0, |_| true, |_, d, n| sample.push(d, n));
             sample.summary()
         },
         chunk_gaps: {

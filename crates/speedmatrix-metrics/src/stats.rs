@@ -211,6 +211,9 @@ pub(crate) struct DurationSample {
     runs: Vec<(u64, u64)>,
 }
 
+/// The bounds of a median's interval, when the sample can state one.
+pub(crate) type MedianBounds = Option<(Duration, Duration)>;
+
 /// Repeats up to this many go into the 4-byte values; more make a run.
 const MOST_REPEATS: u64 = 8;
 
@@ -238,7 +241,30 @@ impl DurationSample {
     }
 
     /// The summary, `None` for no values.
-    pub(crate) fn summary(mut self) -> Option<Summary<Duration>> {
+    pub(crate) fn summary(self) -> Option<Summary<Duration>> {
+        self.summary_with(&[]).map(|(s, _)| s)
+    }
+
+    /// The summary and the distribution-free 95 % interval of the median
+    /// ([`crate::quantile_ranks`]; `None` for too few values), `None` for
+    /// no values.
+    pub(crate) fn summary_and_median_interval(self) -> Option<(Summary<Duration>, MedianBounds)> {
+        let count = self.count();
+        let ranks = u64::try_from(count)
+            .ok()
+            .and_then(|n| crate::quantile_ranks(n, 0.5))
+            .map(|(l, u)| [u128::from(l) - 1, u128::from(u) - 1]);
+        let (summary, at) = self.summary_with(ranks.as_ref().map_or(&[], |r| &r[..]))?;
+        let interval = (at.len() == 2).then(|| (at[0], at[1]));
+        Some((summary, interval))
+    }
+
+    fn count(&self) -> u128 {
+        self.short.len() as u128 + self.runs.iter().map(|(_, n)| u128::from(*n)).sum::<u128>()
+    }
+
+    /// The summary, and the values at `extra` 0-based ranks of the sorted sample.
+    fn summary_with(mut self, extra: &[u128]) -> Option<(Summary<Duration>, Vec<Duration>)> {
         let count =
             self.short.len() as u128 + self.runs.iter().map(|(_, n)| u128::from(*n)).sum::<u128>();
         if count == 0 {
@@ -258,11 +284,19 @@ impl DurationSample {
             .fold(0u128, u128::saturating_add);
         // Round half up: the mean of whole nanoseconds, to the nanosecond.
         let mean = total / count + u128::from((total % count).saturating_mul(2) >= count);
-        let ranks = self.ranks_needed(count);
+        let mut ranks = self.ranks_needed(count);
+        ranks.extend(extra.iter().filter(|r| **r < count));
+        ranks.sort_unstable();
+        ranks.dedup();
         let values = self.values_at(&ranks);
         let at = |r: u128| -> u64 { ranks.binary_search(&r).map_or(u64::MAX, |i| values[i]) };
         let percentile = |p: f64| from_nanos(type_7(count, |r| at(r) as f64, p));
-        Some(Summary {
+        let extra = extra
+            .iter()
+            .filter(|r| **r < count)
+            .map(|&r| Duration::from_nanos(at(r)))
+            .collect();
+        let summary = Summary {
             count: u64::try_from(count).unwrap_or(u64::MAX),
             min: Duration::from_nanos(at(0)),
             mean: Duration::from_nanos(u64::try_from(mean).unwrap_or(u64::MAX)),
@@ -270,7 +304,8 @@ impl DurationSample {
             p90: percentile(90.0),
             p99: percentile(99.0),
             max: Duration::from_nanos(at(count - 1)),
-        })
+        };
+        Some((summary, extra))
     }
 
     /// The ranks a summary reads, sorted: the extremes and the two ranks
@@ -511,6 +546,78 @@ mod tests {
             let sf = Summary::of(&f).unwrap();
             prop_assert_eq!(sd.p90, Duration::from_nanos(sf.p90.round() as u64));
             prop_assert_eq!(sd.min, Duration::from_millis(*ms.iter().min().unwrap()));
+        }
+    }
+}
+
+/// One bin of a [`length_histogram`]: counts `from..=to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthBin {
+    /// The smallest length in the bin.
+    pub from: u64,
+    /// The largest length in the bin.
+    pub to: u64,
+    /// How many lengths fell in it.
+    pub count: u64,
+}
+
+/// Token lengths in power-of-two bins (`0`, `1`, `2..=3`, `4..=7`, …), the
+/// empty bins between the shortest and the longest kept so that the shape
+/// reads at a glance: lengths of real prompts and answers span orders of
+/// magnitude, so equal-width bins would put nearly all in one.
+pub fn length_histogram(lengths: &[u64]) -> Vec<LengthBin> {
+    let bin = |n: u64| if n == 0 { 0 } else { 64 - n.leading_zeros() };
+    let (Some(lo), Some(hi)) = (
+        lengths.iter().map(|&n| bin(n)).min(),
+        lengths.iter().map(|&n| bin(n)).max(),
+    ) else {
+        return Vec::new();
+    };
+    let mut counts = vec![0u64; (hi - lo + 1) as usize];
+    for &n in lengths {
+        counts[(bin(n) - lo) as usize] += 1;
+    }
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(i, count)| {
+            let b = lo + i as u32;
+            let (from, to) = match b {
+                0 => (0, 0),
+                64 => (1 << 63, u64::MAX),
+                b => (1u64 << (b - 1), (1u64 << b) - 1),
+            };
+            LengthBin { from, to, count }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn bins_are_powers_of_two_with_the_gaps_kept() {
+        let h = length_histogram(&[1, 2, 3, 9]);
+        let bins: Vec<_> = h.iter().map(|b| (b.from, b.to, b.count)).collect();
+        assert_eq!(bins, [(1, 1, 1), (2, 3, 2), (4, 7, 0), (8, 15, 1)]);
+        assert!(length_histogram(&[]).is_empty());
+        assert_eq!(length_histogram(&[0, u64::MAX]).len(), 65);
+    }
+
+    proptest! {
+        #[test]
+        fn every_length_lands_in_exactly_its_bin(lengths in proptest::collection::vec(any::<u64>(), 1..200)) {
+            let h = length_histogram(&lengths);
+            prop_assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), lengths.len() as u64);
+            for w in h.windows(2) {
+                prop_assert_eq!(w[0].to + 1, w[1].from);
+            }
+            for &n in &lengths {
+                let b = h.iter().find(|b| (b.from..=b.to).contains(&n));
+                prop_assert!(b.is_some_and(|b| b.count > 0));
+            }
         }
     }
 }

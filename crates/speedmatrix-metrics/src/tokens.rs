@@ -164,7 +164,7 @@ impl Arrivals {
     #[cfg(test)]
     pub(crate) fn token_intervals(&self, keep: impl Fn(Timestamp) -> bool) -> Vec<(Duration, u64)> {
         let mut out = Vec::new();
-        self.scaled_intervals(1.0, keep, |d, n| out.push((d, n)));
+        self.scaled_intervals(1.0, keep, |_, d, n| out.push((d, n)));
         out
     }
 
@@ -177,7 +177,7 @@ impl Arrivals {
         &self,
         scale: f64,
         keep: impl Fn(Timestamp) -> bool,
-        mut to: impl FnMut(Duration, u64),
+        mut to: impl FnMut(Timestamp, Duration, u64),
     ) {
         let scaled = |k: u64| -> u64 {
             if scale == 1.0 {
@@ -187,13 +187,13 @@ impl Arrivals {
             }
         };
         if let Some(first) = self.list.first().filter(|a| keep(a.at)) {
-            to(Duration::ZERO, scaled(first.tokens) - 1);
+            to(first.at, Duration::ZERO, scaled(first.tokens) - 1);
         }
         for w in self.list.windows(2) {
             if keep(w[1].at) {
                 for (d, n) in spread(w[1].at.saturating_since(w[0].at), scaled(w[1].tokens)) {
                     if n > 0 {
-                        to(d, n);
+                        to(w[1].at, d, n);
                     }
                 }
             }

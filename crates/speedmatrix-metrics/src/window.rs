@@ -3,11 +3,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use speedmatrix_units::Tokens;
+use speedmatrix_units::{Interval, Tokens};
 
 use crate::calibrate::{Calibration, Calibrator};
 use crate::stats::DurationSample;
 use crate::tokens::{Arrivals, EstimateMethod};
+use crate::uncertainty::{
+    HISTOGRAM_RESOLUTION, LogHistogram, WINDOW_BATCHES, batch_means, with_latency_floor,
+};
 use crate::{
     MetricsError, Outcome, RequestTimeline, Summary, Timestamp, TokenSource, TokensPerSecond,
     Window,
@@ -51,7 +54,32 @@ pub struct WindowMetrics {
     /// order: the same curves as `total_output_rate`, cut at the parts' edges,
     /// so the parts' tokens add up to the window's.
     pub output_rate_series: Vec<TokensPerSecond>,
+    /// The 95 % intervals of the window's figures.
+    pub intervals: WindowIntervals,
 }
+
+/// The 95 % confidence intervals of a window's figures (`docs/metrics.md`,
+/// "Uncertainty"); each `None` when the window cannot support one.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WindowIntervals {
+    /// Equal parts the window was split into for batch means.
+    pub batches: usize,
+    /// Of `total_output_rate`, tokens per second: batch means, widened by
+    /// the token count's own uncertainty when it is an estimate.
+    pub total_output_rate: Option<Interval>,
+    /// Of `per_request_rate`, tokens per second: batch means of each part's
+    /// decoding tokens over its decoding time, widened likewise.
+    pub per_request_rate: Option<Interval>,
+    /// Of the median TTFT, seconds: distribution-free (order statistics),
+    /// from six requests up, never narrower than [`crate::LATENCY_FLOOR`].
+    pub ttft_p50: Option<Interval>,
+    /// Of the median time between tokens, seconds: batch medians (each
+    /// part's median to 0.1 %), never narrower than [`crate::LATENCY_FLOOR`].
+    pub time_between_tokens_p50: Option<Interval>,
+}
+
+/// Batch medians of time between tokens count from this many values a part.
+const LEAST_BATCH_VALUES: u64 = 10;
 
 /// How many equal parts a window's time series has: one per half second,
 /// at most 60 (a 30 s window: 60 parts of 0.5 s), at least one.
@@ -126,6 +154,9 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
     let mut acc = Accumulator::default();
     acc.edges = bin_edges(window, series_bins(window.duration()));
     acc.bins = vec![0.0; acc.edges.len() - 1];
+    let batches = WINDOW_BATCHES.min(series_bins(window.duration()));
+    acc.batch_edges = bin_edges(window, batches);
+    acc.batches = vec![Batch::default(); batches];
     // One interval per token and one gap per chunk, mostly: room for them
     // at once rather than by doubling (an estimate's scaling may add more).
     let chunks: usize = requests.iter().map(|t| t.as_ref().chunks.len()).sum();
@@ -171,6 +202,12 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
     // The time-between-tokens sample is summarized, and its memory freed,
     // before the chunk gaps' is gathered: the two never take room together.
     let time_between_tokens = std::mem::take(&mut acc.intervals).summary();
+    let itl_batches: Vec<f64> = acc
+        .batches
+        .iter_mut()
+        .filter(|b| b.itl.total() >= LEAST_BATCH_VALUES)
+        .filter_map(|b| std::mem::take(&mut b.itl).quantile(0.5))
+        .collect();
     let mut gaps = DurationSample::default();
     gaps.reserve(chunks);
     let inside = |at: Timestamp| window.contains(at);
@@ -178,7 +215,17 @@ pub fn window_metrics<T: AsRef<RequestTimeline>>(
         let (arrivals, _) = counted(t, calibration.as_ref())?;
         arrivals.chunk_gaps(inside, |d| gaps.push(d, 1));
     }
-    Ok(acc.finish(window, calibration, time_between_tokens, gaps.summary()))
+    let mut m = acc.finish(window, calibration, time_between_tokens, gaps.summary());
+    m.intervals.time_between_tokens_p50 = m.time_between_tokens.and_then(|tbt| {
+        let p50 = tbt.p50.as_secs_f64();
+        let i = batch_means(
+            &itl_batches.iter().map(|ns| ns / 1e9).collect::<Vec<_>>(),
+            p50,
+        )?;
+        let i = Interval::around(p50, i.half_width().max(p50 * HISTOGRAM_RESOLUTION))?;
+        with_latency_floor(p50, i)
+    });
+    Ok(m)
 }
 
 /// How `t`'s tokens are counted in the window, and the factor on each
@@ -223,6 +270,18 @@ struct Accumulator {
     /// The series' part edges and the tokens in each part.
     edges: Vec<Timestamp>,
     bins: Vec<f64>,
+    /// The batch-means parts' edges and what each part holds.
+    batch_edges: Vec<Timestamp>,
+    batches: Vec<Batch>,
+}
+
+/// What one batch-means part of the window holds.
+#[derive(Debug, Clone, Default)]
+struct Batch {
+    tokens: f64,
+    decode_tokens: f64,
+    decode_time: Duration,
+    itl: LogHistogram,
 }
 
 impl Accumulator {
@@ -261,6 +320,7 @@ impl Accumulator {
                 self.decode_tokens += (curve.at(b) - curve.at(a)).max(0.0);
                 self.decode_time += b.saturating_since(a);
             }
+            self.add_to_batches(&curve, from, to);
         }
         let overlaps = t.sent_at < w.end() && t.ended_at > w.start();
         if overlaps {
@@ -274,12 +334,67 @@ impl Accumulator {
             self.completed += 1;
         }
         let inside = |at: Timestamp| w.contains(at);
-        let intervals = &mut self.intervals;
-        arrivals.scaled_intervals(scale, inside, |d, n| intervals.push(d, n));
+        let (intervals, edges, batches) =
+            (&mut self.intervals, &self.batch_edges, &mut self.batches);
+        arrivals.scaled_intervals(scale, inside, |at, d, n| {
+            intervals.push(d, n);
+            // The part whose (start, end] holds `at`.
+            let k = edges.partition_point(|e| *e < at).saturating_sub(1);
+            if let Some(b) = batches.get_mut(k) {
+                b.itl.push(d.as_nanos() as f64, n);
+            }
+        });
+    }
+
+    /// The request's tokens, and its decoding tokens and time, in each
+    /// batch-means part (its curve rises between `from` and `to`).
+    fn add_to_batches(&mut self, curve: &Curve, from: Timestamp, to: Timestamp) {
+        for (k, b) in self.batches.iter_mut().enumerate() {
+            let (lo, hi) = (self.batch_edges[k], self.batch_edges[k + 1]);
+            b.tokens += (curve.at(hi) - curve.at(lo)).max(0.0);
+            let (a, z) = (from.max(lo), to.min(hi));
+            if a < z {
+                b.decode_tokens += (curve.at(z) - curve.at(a)).max(0.0);
+                b.decode_time += z.saturating_since(a);
+            }
+        }
+    }
+
+    /// Batch-means intervals of the total and the per-request rate, each
+    /// widened by the count's relative uncertainty `count_u` (0 when exact).
+    fn rate_intervals(
+        &self,
+        total: f64,
+        per_request: Option<f64>,
+        count_u: Option<f64>,
+    ) -> (Option<Interval>, Option<Interval>) {
+        let part_s = |k: usize| {
+            self.batch_edges[k + 1]
+                .saturating_since(self.batch_edges[k])
+                .as_secs_f64()
+        };
+        let totals: Vec<f64> = (0..self.batches.len())
+            .filter(|&k| part_s(k) > 0.0)
+            .map(|k| self.batches[k].tokens / part_s(k))
+            .collect();
+        let per: Vec<f64> = self
+            .batches
+            .iter()
+            .filter(|b| !b.decode_time.is_zero())
+            .map(|b| b.decode_tokens / b.decode_time.as_secs_f64())
+            .collect();
+        // Timing noise and an estimated count's error add in quadrature.
+        let widen = |i: Interval, estimate: f64| {
+            let u = count_u?;
+            Interval::around(estimate, i.half_width().hypot(u * estimate))
+        };
+        let total_i = batch_means(&totals, total).and_then(|i| widen(i, total));
+        let per_i = per_request.and_then(|p| batch_means(&per, p).and_then(|i| widen(i, p)));
+        (total_i, per_i)
     }
 
     fn finish(
-        self,
+        mut self,
         w: Window,
         calibration: Option<Calibration>,
         time_between_tokens: Option<Summary<Duration>>,
@@ -298,26 +413,51 @@ impl Accumulator {
         } else {
             0.0
         };
+        let calibration = calibration.filter(|_| self.estimated_tokens > 0.0);
+        let token_count = TokenCount {
+            requests_by_source: std::mem::take(&mut self.by_source),
+            estimated_share,
+            calibration,
+        };
+        let total_output_rate = TokensPerSecond::over(self.tokens, d).unwrap_or_default();
+        let per_request_rate = TokensPerSecond::over(self.decode_tokens, self.decode_time);
+        let (total_i, per_i) = self.rate_intervals(
+            total_output_rate.get(),
+            per_request_rate.map(TokensPerSecond::get),
+            token_count.relative_uncertainty(),
+        );
+        let (ttft, ttft_p50) = match std::mem::take(&mut self.ttft).summary_and_median_interval() {
+            Some((s, i)) => (
+                Some(s),
+                i.and_then(|(lo, hi)| Interval::new(lo.as_secs_f64(), hi.as_secs_f64()))
+                    .and_then(|i| with_latency_floor(s.p50.as_secs_f64(), i)),
+            ),
+            None => (None, None),
+        };
+        let intervals = WindowIntervals {
+            batches: self.batches.len(),
+            total_output_rate: total_i,
+            per_request_rate: per_i,
+            ttft_p50,
+            time_between_tokens_p50: None,
+        };
         WindowMetrics {
             window: w,
             output_tokens: Tokens::new(self.tokens.round() as u64),
-            total_output_rate: TokensPerSecond::over(self.tokens, d).unwrap_or_default(),
-            per_request_rate: TokensPerSecond::over(self.decode_tokens, self.decode_time),
+            total_output_rate,
+            per_request_rate,
             average_active_requests: by_time(self.active_time),
             average_decoding_requests: by_time(self.decode_time),
             requests: self.requests,
             completed_requests: self.completed,
             failed_requests: self.failed,
-            ttft: self.ttft.summary(),
+            ttft,
             time_between_tokens,
             chunk_gaps,
             token_source: self.source,
-            token_count: TokenCount {
-                requests_by_source: self.by_source,
-                estimated_share,
-                calibration: calibration.filter(|_| self.estimated_tokens > 0.0),
-            },
+            token_count,
             output_rate_series,
+            intervals,
         }
     }
 }

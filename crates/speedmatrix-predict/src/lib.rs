@@ -67,6 +67,47 @@ pub struct EngineFactors {
     pub fitted_on: String,
     /// The factors.
     pub factors: Factors,
+    /// The 80 % bands of predicted figures by phase, from held-out errors (absent in a
+    /// file written before they were computed).
+    #[serde(default)]
+    pub bands: Bands,
+}
+
+/// An engine family's 80 % bands by phase.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct Bands {
+    /// Of decode tok/s.
+    pub decode: Option<Band>,
+    /// Of prefill (prompt) tok/s.
+    pub prefill: Option<Band>,
+}
+
+/// Where measurements fell around the predictions of rigs the factors were not fitted on
+/// (`cargo xtask fit-predict --cross-validate`, leave-one-rig-out): the 10th and 90th
+/// percentiles of `ln(predicted / measured)`, every rig weighing the same.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Band {
+    /// 10th percentile of `ln(predicted / measured)`.
+    pub low_log_error: f64,
+    /// 90th percentile.
+    pub high_log_error: f64,
+    /// Rigs behind it.
+    pub rigs: usize,
+    /// Figures behind it.
+    pub figures: usize,
+    /// Share of each rig's figures inside the band of the other rigs.
+    pub coverage: f64,
+}
+
+impl Band {
+    /// The range a measurement of the figure predicted at `predicted` falls in with about
+    /// 80 % chance: `predicted / e^high` to `predicted / e^low`.
+    pub fn around(&self, predicted: f64) -> (f64, f64) {
+        (
+            predicted / self.high_log_error.exp(),
+            predicted / self.low_log_error.exp(),
+        )
+    }
 }
 
 impl FactorsFile {

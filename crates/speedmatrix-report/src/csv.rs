@@ -4,7 +4,7 @@ use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 61] = [
+pub const CSV_COLUMNS: [&str; 80] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -66,6 +66,25 @@ pub const CSV_COLUMNS: [&str; 61] = [
     "slo_met",
     "slo_attainment_pct",
     "goodput_per_s",
+    "total_tokens_per_s_ci_low",
+    "total_tokens_per_s_ci_high",
+    "per_request_tokens_per_s_ci_low",
+    "per_request_tokens_per_s_ci_high",
+    "ttft_p50_ms_ci_low",
+    "ttft_p50_ms_ci_high",
+    "time_between_tokens_p50_ms_ci_low",
+    "time_between_tokens_p50_ms_ci_high",
+    "repeats",
+    "total_tokens_per_s_cv",
+    "ttfc_p50_ms",
+    "output_tokens_per_request_p50",
+    "output_tokens_per_request_max",
+    "input_tokens_per_request_p50",
+    "input_tokens_per_request_max",
+    "reasoning_tokens_per_request_p50",
+    "reasoning_tokens_per_request_max",
+    "predicted_band_low",
+    "predicted_band_high",
 ];
 
 /// Renders every measurement as CSV with a header row ([`CSV_COLUMNS`]): prefill rows
@@ -113,8 +132,18 @@ fn prefill_fields(row: &PrefillRow) -> Vec<String> {
         row.prompt_tokens_requested.get().to_string(),
         int(row.prompt_tokens_reported.map(|t| t.get())),
     ];
-    // The rest are decode-only columns.
+    // The rest are decode-only columns, but for a predicted prompt rate's band.
     fields.resize(CSV_COLUMNS.len(), String::new());
+    if let Some(band) = row.prompt_tokens_per_s_band {
+        for (name, v) in [
+            ("predicted_band_low", band.low),
+            ("predicted_band_high", band.high),
+        ] {
+            if let Some(i) = CSV_COLUMNS.iter().position(|c| *c == name) {
+                fields[i] = num(Some(v));
+            }
+        }
+    }
     fields
 }
 
@@ -169,6 +198,50 @@ fn load_fields(mode: crate::model::LoadKind, cell: &crate::model::LoadCell) -> V
     );
     set("slo_attainment_pct", num(slo.map(|s| s.attainment_pct)));
     set("goodput_per_s", num(slo.map(|s| s.goodput_per_s)));
+    // With --repeats: the repeats' intervals and spread.
+    let repeats = m.and_then(|m| m.repeats.as_ref());
+    let interval = |f: Option<&crate::model::RepeatFigure>| f.and_then(|f| f.interval);
+    let bounds = [
+        (
+            "total_tokens_per_s",
+            repeats.and_then(|r| interval(Some(&r.total_tokens_per_s))),
+        ),
+        (
+            "ttft_p50_ms",
+            repeats.and_then(|r| interval(r.ttft_p50_ms.as_ref())),
+        ),
+        (
+            "time_between_tokens_p50_ms",
+            repeats.and_then(|r| interval(r.time_between_tokens_p50_ms.as_ref())),
+        ),
+    ];
+    for (name, i) in bounds {
+        set(&format!("{name}_ci_low"), num(i.map(|i| i.low)));
+        set(&format!("{name}_ci_high"), num(i.map(|i| i.high)));
+    }
+    set("repeats", int(repeats.map(|r| u64::from(r.count))));
+    set("ttfc_p50_ms", p(|m| m.ttfc_ms, |p| p.p50));
+    for (name, lengths) in [
+        (
+            "output_tokens_per_request",
+            m.and_then(|m| m.output_tokens_per_request.as_ref()),
+        ),
+        (
+            "input_tokens_per_request",
+            m.and_then(|m| m.input_tokens_per_request.as_ref()),
+        ),
+        (
+            "reasoning_tokens_per_request",
+            m.and_then(|m| m.reasoning_tokens_per_request.as_ref()),
+        ),
+    ] {
+        set(&format!("{name}_p50"), num(lengths.map(|l| l.p50)));
+        set(&format!("{name}_max"), num(lengths.map(|l| l.max)));
+    }
+    set(
+        "total_tokens_per_s_cv",
+        num(repeats.and_then(|r| r.total_tokens_per_s.cv)),
+    );
     fields
 }
 
@@ -219,7 +292,45 @@ fn decode_fields(cell: &DecodeCell) -> Vec<String> {
     .chain(telemetry_fields(m.and_then(|m| m.telemetry.as_ref())))
     .chain(interference_fields(m.and_then(|m| m.interference.as_ref())))
     .chain(std::iter::repeat_n(String::new(), LOAD_ONLY_COLUMNS))
+    .chain(uncertainty_fields(m))
+    // Load-only: TTFC, answer, prompt and reasoning lengths per request.
+    .chain(std::iter::repeat_n(String::new(), 7))
+    .chain(band_fields(m.and_then(|m| m.band.as_ref())))
     .collect()
+}
+
+/// A predicted cell's 80 % band of total tok/s (the prediction's, not a measurement's).
+fn band_fields(band: Option<&crate::model::PredictionBand>) -> [String; 2] {
+    let b = band.map(|b| b.total_tokens_per_s);
+    [num(b.map(|b| b.low)), num(b.map(|b| b.high))]
+}
+
+/// The 95 % intervals (the repeats' when the cell was repeated, else the
+/// window's), the repeats and their coefficient of variation.
+fn uncertainty_fields(m: Option<&crate::model::DecodeMeasurements>) -> [String; 10] {
+    let bounds =
+        |i: Option<speedmatrix_units::Interval>| [num(i.map(|i| i.low)), num(i.map(|i| i.high))];
+    let per_request = m.and_then(|m| match &m.repeats {
+        Some(r) => r.per_request_tokens_per_s.as_ref().and_then(|f| f.interval),
+        None => m.intervals.and_then(|i| i.per_request_tokens_per_s),
+    });
+    let [a, b] = bounds(m.and_then(|m| m.total_tokens_per_s_interval()));
+    let [c, d] = bounds(per_request);
+    let [e, f] = bounds(m.and_then(|m| m.ttft_p50_interval()));
+    let [g, h] = bounds(m.and_then(|m| m.time_between_tokens_p50_interval()));
+    let repeats = m.and_then(|m| m.repeats.as_ref());
+    [
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        int(repeats.map(|r| u64::from(r.count))),
+        num(repeats.and_then(|r| r.total_tokens_per_s.cv)),
+    ]
 }
 
 /// The interference probe's columns.

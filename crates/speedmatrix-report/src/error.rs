@@ -32,6 +32,12 @@ pub enum ReportError {
         /// The text given.
         text: String,
     },
+    /// A comparison metric that is not one of those known.
+    #[error("`{text}` is not a comparison metric: give tok/s, ttft, itl or all")]
+    InvalidMetric {
+        /// The text given.
+        text: String,
+    },
     /// The document parsed but contradicts itself.
     #[error(
         "run document is inconsistent ({} problem{}): {}; fix or regenerate the file",

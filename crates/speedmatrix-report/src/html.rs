@@ -119,12 +119,18 @@ fn charts(out: &mut String, report: &Report) {
 }
 
 fn launch_command(out: &mut String, report: &Report) {
-    if let Some(command) = &report.engine.launch_command {
-        let _ = write!(
-            out,
-            "<section>\n<h2>Launch command</h2>\n<pre><code>{}</code></pre>\n</section>\n",
-            esc(command.trim_end())
-        );
+    let blocks = [
+        ("Launch command", report.engine.launch_command.clone()),
+        ("Benchmark command", page::invocations(report)),
+    ];
+    for (title, command) in blocks {
+        if let Some(command) = command {
+            let _ = write!(
+                out,
+                "<section>\n<h2>{title}</h2>\n<pre><code>{}</code></pre>\n</section>\n",
+                esc(command.trim_end())
+            );
+        }
     }
 }
 

@@ -42,6 +42,9 @@
 //!     client: None,
 //!     telemetry: None,
 //!     interference: None,
+//!     intervals: None,
+//!     repeats: None,
+//!     band: None,
 //! };
 //! let report = Report {
 //!     schema_version: SCHEMA_VERSION,
@@ -54,7 +57,7 @@
 //!         api: Api::Chat,
 //!         prompt_mode: "unique".into(),
 //!         tokenizer: None,
-//!         tool: Tool { name: "speedmatrix".into(), version: "0.1.0".into() },
+//!         tool: Tool { name: "speedmatrix".into(), version: "0.1.0".into(), commit: None, build_profile: None },
 //!         contexts: vec![Tokens::ZERO],
 //!         concurrencies: vec![Concurrency::ONE],
 //!         prefill_contexts: vec![],
@@ -79,6 +82,7 @@
 //!     }],
 //!     notes: vec![],
 //!     prediction: None,
+//!     provenance: None,
 //! };
 //! report.validate()?;
 //! let json = report.to_json()?;
@@ -101,21 +105,26 @@ mod page;
 mod site;
 mod telemetry_page;
 
-pub use crate::compare::{CellComparison, Comparison, Pair, Section, Threshold, Verdict, compare};
+pub use crate::compare::{
+    BandCheck, BandPlace, CellComparison, Comparison, Judgement, Metric, MetricChoice,
+    MetricComparison, Noise, Pair, Section, Threshold, Verdict, compare, compare_metrics,
+    workload_difference,
+};
 pub use crate::csv::{CSV_COLUMNS, to_csv};
 pub use crate::error::{Problem, ReportError};
 pub use crate::html::to_html;
 pub use crate::markdown::to_markdown;
 pub use crate::model::{
-    Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientSetup,
-    DecodeCell, DecodeMeasurements, EngineInfo, Gpu, GpuDetail, GpuUse, Hardware, HostUse,
-    Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT, OLDEST_READABLE_VERSION,
-    Percentiles, PredictionInfo, PrefillMode, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
-    ServerCounter, ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount,
-    TokenCountSource, Tool, VerdictThresholds,
+    Api, Capacity, CellSeries, CellStatus, CellTelemetry, CellVerdict, ClientCpu, ClientHost,
+    ClientSetup, DecodeCell, DecodeIntervals, DecodeMeasurements, EngineInfo, Gpu, GpuDetail,
+    GpuUse, Hardware, HostUse, Interference, KvCapacity, LocalServer, MAX_PLAIN_UNCERTAINTY_PCT,
+    OLDEST_READABLE_VERSION, Percentiles, PredictionBand, PredictionInfo, PrefillMode, PrefillRow,
+    Provenance, RepeatFigure, Repeats, Report, RunSettings, SCHEMA_VERSION, ServerCounter,
+    ServerStats, TelemetrySetup, ThrottledSeconds, TimelinePoint, TokenCount, TokenCountSource,
+    Tool, VerdictThresholds,
 };
 pub use crate::model::{
-    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadKind, LoadMeasurements, LoadRun, SloResult,
-    SloTermResult, TurnStats,
+    ArrivalSetup, KneeResult, KneeStep, LengthBin, LoadCell, LoadKind, LoadMeasurements, LoadRun,
+    SloResult, SloTermResult, TokenLengths, TurnStats, Workload,
 };
 pub use crate::site::{SiteInput, SitePoint, site};

@@ -2,7 +2,9 @@
 //! setup, one row per burst or rate cell, and what the figures mean.
 
 use crate::format;
-use crate::model::{LoadCell, LoadKind, LoadRun, Percentiles, Report};
+use crate::model::{
+    LoadCell, LoadKind, LoadMeasurements, LoadRun, Percentiles, Report, TokenLengths,
+};
 use crate::page;
 
 /// The section's title.
@@ -87,7 +89,72 @@ pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
     if shares_prefix(load) {
         c.push("Prefix-cache hits intended / measured");
     }
+    if reasons_first(load) {
+        c.push("TTFC p50");
+    }
+    if lengths_vary(load, |m| m.input_tokens_per_request.as_ref()) {
+        c.push("Prompt tokens p50 (min–max)");
+    }
+    if thinks(load) {
+        c.push("Thinking tokens p50 (min–max)");
+    }
+    if lengths_vary(load, |m| m.output_tokens_per_request.as_ref()) {
+        c.push("Answer tokens p50 (min–max)");
+    }
     c
+}
+
+/// Whether any cell's first answer token came later than its first token (the model reasoned
+/// first): then time to first content gets a column of its own.
+fn reasons_first(load: &LoadRun) -> bool {
+    load.cells.iter().any(|c| {
+        c.measurements
+            .as_ref()
+            .is_some_and(|m| match (&m.ttfc_ms, &m.ttft_ms) {
+                (Some(c), Some(t)) => c.p50 > t.p50 * 1.01,
+                _ => false,
+            })
+    })
+}
+
+/// Whether any cell's prompts or answers (`which`) differ in length (a dataset,
+/// `--input-tokens`, `--respect-eos`): then their lengths get a column of their own.
+fn lengths_vary(
+    load: &LoadRun,
+    which: impl Fn(&LoadMeasurements) -> Option<&TokenLengths>,
+) -> bool {
+    load.cells.iter().any(|c| {
+        c.measurements
+            .as_ref()
+            .and_then(&which)
+            .is_some_and(|l| l.max > l.min)
+    })
+}
+
+/// Whether any cell's model reasoned before answering: then its thinking tokens get a column.
+fn thinks(load: &LoadRun) -> bool {
+    load.cells.iter().any(|c| {
+        c.measurements.as_ref().is_some_and(|m| {
+            m.reasoning_tokens_per_request
+                .as_ref()
+                .is_some_and(|l| l.max > 0.0)
+        })
+    })
+}
+
+/// `612 (20–3,100)`: a cell's median length and its range.
+fn lengths_cell(l: Option<&TokenLengths>) -> String {
+    l.map_or_else(
+        || format::DASH.to_owned(),
+        |l| {
+            format!(
+                "{} ({}–{})",
+                format::grouped(l.p50, 0),
+                format::grouped(l.min, 0),
+                format::grouped(l.max, 0)
+            )
+        },
+    )
 }
 
 fn shares_prefix(load: &LoadRun) -> bool {
@@ -117,11 +184,11 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
         (_, Some(r)) => format!("{r}/s"),
         _ => dash(),
     };
-    let mut row = vec![
-        cell.context.to_string(),
-        point,
-        page::status_text(&cell.status),
-    ];
+    let mut status = page::status_text(&cell.status);
+    if let Some(r) = cell.measurements.as_ref().and_then(|m| m.repeats.as_ref()) {
+        status.push_str(&page::repeats_note(r));
+    }
+    let mut row = vec![cell.context.to_string(), point, status];
     let columns = columns(load).len();
     let Some(m) = &cell.measurements else {
         row.resize(columns, dash());
@@ -136,7 +203,12 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
             s
         },
         format!("{:.1} s", m.duration_s),
-        format::tokens_per_s(m.output_tokens_per_s),
+        format::tokens_per_s_pm(
+            m.output_tokens_per_s,
+            m.repeats
+                .as_ref()
+                .and_then(|r| r.total_tokens_per_s.interval),
+        ),
         pair(m.ttft_ms.as_ref()),
         pair(m.e2e_ms.as_ref()),
         m.itl_ms.as_ref().map_or_else(dash, |p| {
@@ -197,6 +269,22 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
             None => both,
         });
     }
+    if reasons_first(load) {
+        row.push(
+            m.ttfc_ms
+                .as_ref()
+                .map_or_else(dash, |p| format::ms_whole(p.p50)),
+        );
+    }
+    if lengths_vary(load, |m| m.input_tokens_per_request.as_ref()) {
+        row.push(lengths_cell(m.input_tokens_per_request.as_ref()));
+    }
+    if thinks(load) {
+        row.push(lengths_cell(m.reasoning_tokens_per_request.as_ref()));
+    }
+    if lengths_vary(load, |m| m.output_tokens_per_request.as_ref()) {
+        row.push(lengths_cell(m.output_tokens_per_request.as_ref()));
+    }
     row
 }
 
@@ -230,6 +318,14 @@ pub(crate) fn note(load: &LoadRun) -> String {
              the prompt (never its last token), the measured one the server's prefix-cache \
              hits over lookups across the cell (counter differences).",
         );
+    }
+    if let Some(w) = &load.workload {
+        s.push_str(&format!(
+            " Prompts: {}, each used as given (a corpus cut to exact token counts); the \
+             context column is their median length and the prompt-token column what the \
+             server counted per request.",
+            w.describe()
+        ));
     }
     if load.slo.is_some() {
         s.push_str(

@@ -118,15 +118,21 @@ fn facts_section(out: &mut String, title: &str, facts: &[(&str, String)]) {
 }
 
 fn launch_command(out: &mut String, report: &Report) {
-    let Some(command) = &report.engine.launch_command else {
-        return;
-    };
+    if let Some(command) = &report.engine.launch_command {
+        shell_block(out, "Launch command", command);
+    }
+    if let Some(lines) = page::invocations(report) {
+        shell_block(out, "Benchmark command", &lines);
+    }
+}
+
+fn shell_block(out: &mut String, title: &str, command: &str) {
     // The fence must be longer than any run of backticks inside the command.
     let longest = command.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     let _ = writeln!(
         out,
-        "## Launch command\n\n{fence}sh\n{}\n{fence}\n",
+        "## {title}\n\n{fence}sh\n{}\n{fence}\n",
         command.trim_end()
     );
 }

@@ -169,14 +169,7 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
         ("Served model", run.served_model.clone()),
     ];
     facts.extend(run.revision.clone().map(|v| ("Revision", v)));
-    facts.push((
-        "Benchmark tool",
-        format!(
-            "{} v{}",
-            run.tool.name,
-            run.tool.version.trim_start_matches('v')
-        ),
-    ));
+    facts.push(("Benchmark tool", tool(&run.tool)));
     facts.push((
         "API",
         match run.api {
@@ -205,9 +198,47 @@ pub(crate) fn run_facts(report: &Report) -> Vec<(&'static str, String)> {
         ));
     }
     facts.extend(client_fact(report).map(|v| ("Client", v)));
+    facts.extend(client_host(report).map(|v| ("Client host", v)));
     facts.push(("Started", run.started_at.clone()));
     facts.push(("Finished", run.finished_at.clone()));
     facts
+}
+
+/// The tool, its commit and build: `speedmatrix v0.1.0 (3ee437e8572a, release build)`.
+pub(crate) fn tool(tool: &crate::Tool) -> String {
+    let mut text = format!("{} v{}", tool.name, tool.version.trim_start_matches('v'));
+    let build: Vec<String> = tool
+        .commit
+        .iter()
+        .cloned()
+        .chain(tool.build_profile.iter().map(|p| format!("{p} build")))
+        .collect();
+    if !build.is_empty() {
+        text.push_str(&format!(" ({})", build.join(", ")));
+    }
+    text
+}
+
+/// The host the client ran on, in a line: `bench-01 · linux 6.8.0 · x86_64 · 16 CPUs`.
+fn client_host(report: &Report) -> Option<String> {
+    let host = report.provenance.as_ref()?.host.as_ref()?;
+    let parts: Vec<String> = [
+        host.hostname.clone(),
+        host.os.clone(),
+        host.arch.clone(),
+        host.cpus.map(|n| plural(n as usize, "CPU", "CPUs")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
+/// The command lines that made the run, one per line (the first started it, the others
+/// resumed it), secrets already removed.
+pub(crate) fn invocations(report: &Report) -> Option<String> {
+    let p = report.provenance.as_ref()?;
+    (!p.invocations.is_empty()).then(|| p.invocations.join("\n"))
 }
 
 /// The client's threads, cores and busiest cell, in a line.
@@ -274,6 +305,14 @@ pub(crate) fn capacity_facts(report: &Report) -> Vec<(&'static str, String)> {
     facts
 }
 
+/// Prompt tok/s as measured, or as predicted with its band.
+fn prefill_rate(row: &PrefillRow, v: f64) -> String {
+    match row.prompt_tokens_per_s_band {
+        Some(band) => format::predicted(v, Some(band)),
+        None => format::tokens_per_s(v),
+    }
+}
+
 /// One prefill row for the Prefill table: context, prompt tok/s, TTFT, prompt tokens, requests.
 pub(crate) fn prefill_cells(row: &PrefillRow) -> [String; 5] {
     let reported = row
@@ -282,7 +321,7 @@ pub(crate) fn prefill_cells(row: &PrefillRow) -> [String; 5] {
     [
         row.context.to_string(),
         row.prompt_tokens_per_s
-            .map_or_else(|| status_text(&row.status), format::tokens_per_s),
+            .map_or_else(|| status_text(&row.status), |v| prefill_rate(row, v)),
         opt(row.ttft_ms, format::ms_whole),
         format!(
             "{} / {reported}",
@@ -307,10 +346,15 @@ pub(crate) fn matrix_cell(cell: Option<&DecodeCell>, break_line: &str) -> String
             if matches!(status, CellStatus::Partial { .. }) {
                 mark.push_str(" ‡");
             }
-            let approx = if m.is_estimated() { "≈" } else { "" };
+            let rate = match &m.band {
+                Some(b) => format::predicted(m.total_tokens_per_s, Some(b.total_tokens_per_s)),
+                None if m.is_estimated() => {
+                    format!("≈{}", format::tokens_per_s(m.total_tokens_per_s))
+                }
+                None => format::tokens_per_s(m.total_tokens_per_s),
+            };
             format!(
-                "{approx}{}{break_line}{} TTFT{mark}",
-                format::tokens_per_s(m.total_tokens_per_s),
+                "{rate}{break_line}{} TTFT{mark}",
                 format::ms_whole(m.ttft_ms.p50)
             )
         }
@@ -352,7 +396,8 @@ fn prefill_measurement_row(row: &PrefillRow) -> [String; 12] {
         row.context.to_string(),
         "1".to_owned(),
         status_text(&row.status),
-        opt(row.prompt_tokens_per_s, format::tokens_per_s),
+        row.prompt_tokens_per_s
+            .map_or_else(dash, |v| prefill_rate(row, v)),
         dash(),
         opt(row.ttft_ms, format::ms_whole),
         dash(),
@@ -363,11 +408,24 @@ fn prefill_measurement_row(row: &PrefillRow) -> [String; 12] {
     ]
 }
 
+/// ` (3 repeats, CV 1.2 %)`: how often a cell was measured and how much its tok/s varied.
+pub(crate) fn repeats_note(r: &crate::model::Repeats) -> String {
+    let cv = r
+        .total_tokens_per_s
+        .cv
+        .map(|cv| format!(", CV {} %", format::grouped(cv * 100.0, 1)))
+        .unwrap_or_default();
+    format!(" ({} repeats{cv})", r.count)
+}
+
 fn decode_measurement_row(cell: &DecodeCell) -> [String; 12] {
-    let status = match &cell.status {
+    let mut status = match &cell.status {
         CellStatus::Error { .. } => status_text(&cell.status),
         _ => cell.status_label(),
     };
+    if let Some(r) = cell.measurements.as_ref().and_then(|m| m.repeats.as_ref()) {
+        status.push_str(&repeats_note(r));
+    }
     let head = [
         "Sustained decode".to_owned(),
         cell.context.to_string(),
@@ -376,8 +434,18 @@ fn decode_measurement_row(cell: &DecodeCell) -> [String; 12] {
     ];
     let tail = match &cell.measurements {
         Some(m) => [
-            format::tokens_per_s(m.total_tokens_per_s),
-            format::grouped(m.per_request_tokens_per_s, 1),
+            match &m.band {
+                Some(b) => format::predicted(m.total_tokens_per_s, Some(b.total_tokens_per_s)),
+                None => {
+                    format::tokens_per_s_pm(m.total_tokens_per_s, m.total_tokens_per_s_interval())
+                }
+            },
+            match &m.band {
+                Some(b) => {
+                    format::predicted(m.per_request_tokens_per_s, Some(b.per_request_tokens_per_s))
+                }
+                None => format::grouped(m.per_request_tokens_per_s, 1),
+            },
             format::ms_whole(m.ttft_ms.p50),
             format::ms_tenths(m.time_between_tokens_ms.p50),
             format::grouped(m.average_active_requests, 1),
@@ -446,6 +514,20 @@ pub(crate) fn footnotes(report: &Report) -> Vec<String> {
          across all simultaneous requests."
             .to_owned(),
     );
+    if report.decode.iter().any(|c| {
+        c.measurements
+            .as_ref()
+            .is_some_and(|m| m.total_tokens_per_s_interval().is_some())
+    }) {
+        notes.push(
+            "± is the half-width of a 95 % confidence interval: batch means over ten equal \
+             parts of the window, or, for a cell measured several times (--repeats), \
+             Student's t over its repeats, whose mean the cell shows (CV: their coefficient \
+             of variation). Intervals of the other figures are in the JSON and CSV \
+             (docs/metrics.md, \"Uncertainty\")."
+                .to_owned(),
+        );
+    }
     notes.push(format!(
         "Sustained decode: each cell keeps its number of requests in flight (a finished request \
          is replaced at once) and is measured over a fixed window of {}. Total tok/s = output \

@@ -33,6 +33,9 @@ pub struct MatrixSpec {
     pub prefill_repeats: u32,
     /// Separate cold requests, or the decode cells' first warm-up requests.
     pub prefill_mode: PrefillMode,
+    /// Measurements of each sustained-decode cell, back to back after one
+    /// warm-up (`--repeats`); 1 measures each once.
+    pub repeats: u32,
     /// Length of each decode cell's measurement window.
     pub window: Duration,
     /// The most output tokens of every decode request (its `max_tokens`).
@@ -52,6 +55,9 @@ pub struct MatrixSpec {
     /// the running streams: its TTFT alone and under load, and the streams'
     /// stall (sustained mode).
     pub inject: Option<InjectSpec>,
+    /// Burst, rate and conversation requests may end where the model ends its answer (no
+    /// `ignore_eos`, no `min_tokens`); sustained cells always run to `max_output`.
+    pub respect_eos: bool,
 }
 
 /// How much of each prompt a load cell's requests share.
@@ -205,6 +211,7 @@ impl Preset {
                 concurrencies: conc(&[1, 4, 16, 64]),
                 prefill_contexts: vec![Tokens::kibi(4), Tokens::kibi(8)],
                 prefill_repeats: 1,
+                repeats: 1,
                 prefill_mode: PrefillMode::Cold,
                 window: Duration::from_secs(10),
                 max_output: Tokens::new(8192),
@@ -213,12 +220,14 @@ impl Preset {
                 search: None,
                 shared_prefix: None,
                 inject: None,
+                respect_eos: false,
             },
             Preset::Seed => MatrixSpec {
                 contexts: [0, 16, 32, 64, 128, 248].map(Tokens::kibi).to_vec(),
                 concurrencies: conc(&[1, 2, 4, 8, 16, 32, 64, 128]),
                 prefill_contexts: [8, 16, 32, 64, 128].map(Tokens::kibi).to_vec(),
                 prefill_repeats: 1,
+                repeats: 1,
                 prefill_mode: PrefillMode::Cold,
                 window: Duration::from_secs(30),
                 max_output: Tokens::new(8192),
@@ -227,6 +236,7 @@ impl Preset {
                 search: None,
                 shared_prefix: None,
                 inject: None,
+                respect_eos: false,
             },
         }
     }
@@ -303,6 +313,11 @@ pub struct RunLabels {
     /// server, whose port changes from attempt to attempt. `None`: the URL (without
     /// credentials) or the simulator profile.
     pub server_key: Option<String>,
+    /// The program that measures, for the report (its version, commit and build); `None`:
+    /// the runner's own version.
+    pub tool: Option<speedmatrix_report::Tool>,
+    /// How the run was made (command lines, flags, host), for the report and the journal.
+    pub provenance: Option<speedmatrix_report::Provenance>,
 }
 
 /// Everything one run needs. The binary fills it from flags; embedders build it directly.
@@ -340,6 +355,9 @@ pub struct RunConfig {
     pub labels: RunLabels,
     /// What is sampled beside the windows: GPUs, the host, the server's counters.
     pub telemetry: TelemetryConfig,
+    /// Burst and rate prompts from a dataset or a length distribution (`--dataset`,
+    /// `--input-tokens`) instead of the run's own at each context.
+    pub workload: Option<crate::Workload>,
 }
 
 /// What a run samples beside its windows.

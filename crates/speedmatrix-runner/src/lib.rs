@@ -78,6 +78,7 @@
 //!     extra_body: Default::default(),
 //!     labels: RunLabels::default(),
 //!     telemetry: Default::default(),
+//!     workload: None,
 //! };
 //! let outcome = run(config, JournalOptions::default(), &Silent, CancellationToken::new()).await?;
 //! assert!(outcome.complete);
@@ -91,9 +92,11 @@ mod conversation;
 mod decode;
 mod error;
 mod estimate;
+mod eta;
 pub mod host;
 mod journal;
 mod load;
+mod negotiate;
 mod observer;
 pub mod options;
 mod outcome;
@@ -112,6 +115,7 @@ mod server;
 mod steps;
 mod stop;
 mod telemetry;
+mod workload;
 
 pub use crate::client_load::{CLIENT_BOUND, ClientLoad};
 pub use crate::config::{
@@ -120,6 +124,7 @@ pub use crate::config::{
     SearchSpec, SharedPrefix, Target, TelemetryConfig, VllmInputs,
 };
 pub use crate::error::{ConfigProblem, RunnerError};
+pub use crate::eta::{Eta, step_index};
 pub use crate::journal::{CorruptTail, Journal, JournalContents};
 pub use crate::observer::{Event, NotRun, Observer, Silent, StepPhase};
 pub use crate::options::limits;
@@ -130,13 +135,14 @@ pub use crate::outcome::{
     WindowResult,
 };
 pub use crate::plan::{
-    CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT,
-    capacity_plan, plan, prompt_len,
+    CapacityPlan, CapacitySourceKind, Plan, PlannedCell, PlannedLoad, StepEstimate,
+    ZERO_CONTEXT_PROMPT, capacity_plan, plan, prompt_len,
 };
 pub use crate::report::{capacity_rule, decode_cell, load_cell, measured_source, prefill_row};
 pub use crate::resume::{
     InjectKey, JOURNAL_VERSION, JournalStep, KeyDifference, LoadKey, OLDEST_JOURNAL_VERSION,
-    ResumeKey, Schedule, journal_steps, read_journal,
+    ResumeKey, Schedule, journal_provenance, journal_steps, read_journal,
 };
 pub use crate::run::{JournalOptions, RunOutcome, dry_run, measured_capacity, run, validate};
 pub use crate::search::{KneeSearch, SearchEnd};
+pub use crate::workload::Workload;

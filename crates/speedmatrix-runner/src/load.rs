@@ -37,11 +37,12 @@ pub(crate) struct LoadCellSpec<'a> {
     pub(crate) context: Tokens,
     pub(crate) point: LoadPoint,
     /// One prompt per request, in send order.
-    pub(crate) prompts: Vec<Arc<str>>,
+    pub(crate) prompts: Vec<LoadPrompt>,
     /// Intended send times from the cell's start, one per prompt.
     pub(crate) schedule: Vec<Duration>,
-    pub(crate) expected_prompt_tokens: Tokens,
     pub(crate) shape: RequestShape,
+    /// The prompts differ in length (a workload's): the cell reports their lengths.
+    pub(crate) lengths_vary: bool,
     pub(crate) max_in_flight: Option<Concurrency>,
     pub(crate) drain: Duration,
     pub(crate) warm_cache: bool,
@@ -50,6 +51,38 @@ pub(crate) struct LoadCellSpec<'a> {
     /// With a shared prefix: a prompt that starts with it, sent once before
     /// the cell, the prefix's length, and the hit rate it should give.
     pub(crate) prefix: Option<PrefixWarm>,
+}
+
+/// One request of a load cell: what it sends, the prompt tokens the server should count
+/// (`None` when the run cannot know them exactly: chat messages as a dataset gives them) and
+/// its own `max_tokens` (a dataset's answer length), else the cell's.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadPrompt {
+    pub(crate) body: crate::workload::Body,
+    pub(crate) expected_tokens: Option<Tokens>,
+    pub(crate) max_tokens: Option<Tokens>,
+}
+
+impl LoadPrompt {
+    /// A prompt of the run's own, `tokens` long.
+    pub(crate) fn text(text: impl Into<Arc<str>>, tokens: Tokens) -> LoadPrompt {
+        LoadPrompt {
+            body: crate::workload::Body::Text(text.into()),
+            expected_tokens: Some(tokens),
+            max_tokens: None,
+        }
+    }
+
+    /// The shape this request is sent with: the cell's, with its own `max_tokens`.
+    fn shape(&self, cell: &RequestShape) -> RequestShape {
+        match self.max_tokens {
+            Some(t) => RequestShape {
+                max_tokens: t,
+                ..cell.clone()
+            },
+            None => cell.clone(),
+        }
+    }
 }
 
 /// The shared prefix of a cell and the request that caches it.
@@ -191,14 +224,18 @@ pub(crate) async fn run_load_cell(
         (n.get() as usize).min(spec.schedule.len())
     });
     let shape = spec.shape.together(together);
-    for (prompt, &at) in spec.prompts.iter().zip(&spec.schedule) {
+    for (index, (prompt, &at)) in spec.prompts.iter().zip(&spec.schedule).enumerate() {
         let intended = start + at;
         tokio::select! {
             () = tokio::time::sleep_until(intended.into()) => {}
             () = cancel.cancelled() => break,
         }
         last_send_at = Instant::now();
-        let (client, shape, prompt) = (server.client.clone(), shape.clone(), Arc::clone(prompt));
+        let (client, shape, body) = (
+            server.client.clone(),
+            prompt.shape(&shape),
+            prompt.body.clone(),
+        );
         let (stop, in_flight, slots) = (stop.clone(), Arc::clone(&in_flight), slots.clone());
         tasks.spawn(async move {
             // The wait for a slot is part of the request's latency.
@@ -207,9 +244,9 @@ pub(crate) async fn run_load_cell(
                 None => None,
             };
             in_flight.enter();
-            let r = record_one(&client, &shape, &prompt, epoch, &stop, None).await;
+            let r = record_one(&client, &shape, body.as_prompt(), epoch, &stop, None).await;
             in_flight.leave();
-            (intended, r)
+            (intended, index, r)
         });
     }
     if cancel.is_cancelled() {
@@ -218,7 +255,7 @@ pub(crate) async fn run_load_cell(
         return Err(RunnerError::Cancelled);
     }
     phase(StepPhase::Draining);
-    let mut recorded: Vec<(Instant, Recorded)> = Vec::with_capacity(spec.prompts.len());
+    let mut recorded: Vec<(Instant, usize, Recorded)> = Vec::with_capacity(spec.prompts.len());
     let drain_until = tokio::time::Instant::now() + spec.drain;
     loop {
         tokio::select! {
@@ -282,11 +319,11 @@ async fn warm(
     let slots = Arc::new(Semaphore::new(8));
     let mut set = tokio::task::JoinSet::new();
     for prompt in &spec.prompts {
-        let (client, shape, prompt) = (server.client.clone(), shape.clone(), Arc::clone(prompt));
+        let (client, shape, body) = (server.client.clone(), shape.clone(), prompt.body.clone());
         let (cancel, slots) = (cancel.clone(), Arc::clone(&slots));
         set.spawn(async move {
             let _slot = slots.acquire_owned().await;
-            record_one(&client, &shape, &prompt, epoch, &cancel, None).await
+            record_one(&client, &shape, body.as_prompt(), epoch, &cancel, None).await
         });
     }
     let mut failure = None;
@@ -303,11 +340,18 @@ async fn warm(
 async fn summarize(
     spec: &LoadCellSpec<'_>,
     run: &CellRun,
-    recorded: Vec<(Instant, Recorded)>,
+    recorded: Vec<(Instant, usize, Recorded)>,
 ) -> Result<LoadOutcome, RunnerError> {
     let epoch = run.epoch;
     let mut notices = Vec::new();
-    let (intended, records): (Vec<Instant>, Vec<Recorded>) = recorded.into_iter().unzip();
+    let mut intended = Vec::with_capacity(recorded.len());
+    let mut sent = Vec::with_capacity(recorded.len());
+    let mut records = Vec::with_capacity(recorded.len());
+    for (at, index, r) in recorded {
+        intended.push(at);
+        sent.push(&spec.prompts[index]);
+        records.push(r);
+    }
     let records = tokenize_texts(spec.tokenizer, records).await;
     let failed = records.iter().filter(|r| r.error.is_some()).count() as u64;
     let good = records.len() as u64 - failed;
@@ -320,20 +364,30 @@ async fn summarize(
             per_request: crate::request::MAX_RETRIES,
         });
     }
-    let mismatches = records
+    let mismatched: Vec<Tokens> = records
         .iter()
-        .filter(|r| {
-            r.prompt_tokens_reported
-                .is_some_and(|p| p != spec.expected_prompt_tokens)
-        })
-        .count() as u64;
-    if mismatches > 0 {
+        .zip(&sent)
+        .filter_map(
+            |(r, p)| match (r.prompt_tokens_reported, p.expected_tokens) {
+                (Some(reported), Some(expected)) if reported != expected => Some(expected),
+                _ => None,
+            },
+        )
+        .collect();
+    if let Some(&first) = mismatched.first() {
         notices.push(Notice::PromptMismatch {
             step: spec.step,
-            requests: mismatches,
-            sent: spec.expected_prompt_tokens,
+            requests: mismatched.len() as u64,
+            sent: first,
         });
     }
+    // What was sent, as the server counted it (the run's count where it said nothing).
+    let input_lengths: Vec<u64> = records
+        .iter()
+        .zip(&sent)
+        .filter_map(|(r, p)| r.prompt_tokens_reported.or(p.expected_tokens))
+        .map(Tokens::get)
+        .collect();
     let requests: Vec<LoadRequest<'_>> = records
         .iter()
         .zip(&intended)
@@ -385,6 +439,12 @@ async fn summarize(
         run.max_in_flight,
     );
     result.prefix_cache = run.prefix_cache;
+    if spec.lengths_vary {
+        let as_f64: Vec<f64> = input_lengths.iter().map(|&n| n as f64).collect();
+        result.input_lengths = Summary::of(&as_f64)
+            .ok()
+            .map(|s| token_lengths(s, &speedmatrix_metrics::length_histogram(&input_lengths)));
+    }
     Ok(outcome(spec, status, Some(result), notices))
 }
 
@@ -424,6 +484,29 @@ fn outcome(
     }
 }
 
+/// A cell's lengths for the report: the metrics crate's summary and histogram.
+pub(crate) fn token_lengths(
+    s: Summary<f64>,
+    histogram: &[speedmatrix_metrics::LengthBin],
+) -> speedmatrix_report::TokenLengths {
+    speedmatrix_report::TokenLengths {
+        min: s.min,
+        mean: s.mean,
+        p50: s.p50,
+        p90: s.p90,
+        p99: s.p99,
+        max: s.max,
+        histogram: histogram
+            .iter()
+            .map(|b| speedmatrix_report::LengthBin {
+                from: b.from,
+                to: b.to,
+                requests: b.count,
+            })
+            .collect(),
+    }
+}
+
 fn latency(s: Option<Summary<Duration>>) -> Option<Latency> {
     s.map(|s| Latency {
         p50: s.p50,
@@ -450,6 +533,12 @@ pub(crate) fn result_of(
         output_tokens: m.output_tokens,
         output_tokens_per_s: m.output_rate.get(),
         ttft: latency(m.ttft),
+        ttfc: latency(m.ttfc),
+        output_lengths: m
+            .output_lengths
+            .map(|s| token_lengths(s, &m.output_length_histogram)),
+        input_lengths: None,
+        reasoning_lengths: m.reasoning_lengths.map(|s| token_lengths(s, &[])),
         e2e: latency(m.end_to_end),
         itl: latency(m.itl),
         tpot: latency(m.tpot),
@@ -473,5 +562,6 @@ pub(crate) fn result_of(
         }),
         prefix_cache: None,
         turns: Vec::new(),
+        repeats: None,
     }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::outcome::{CellOutcome, Exclusion, LoadOutcome, Notice, PrefillOutcome, StepId};
-use crate::plan::CapacityPlan;
+use crate::plan::{CapacityPlan, StepEstimate};
 
 /// What a step is doing now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,9 @@ pub enum Event<'a> {
         steps: usize,
         /// Rough duration of the steps that run.
         estimated: Duration,
+        /// Every step in run order with its own rough duration (zero when
+        /// excluded), for an ETA ([`crate::Eta`]).
+        estimates: &'a [StepEstimate],
     },
     /// A step begins.
     StepStarted {

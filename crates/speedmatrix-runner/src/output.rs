@@ -75,10 +75,7 @@ impl RunDir {
     pub fn create(path: PathBuf, force: bool) -> Result<RunDir, RunnerError> {
         let existed = path.exists();
         if path.is_dir() {
-            let non_empty = std::fs::read_dir(&path)
-                .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != LOCK)))
-                .unwrap_or(false);
-            if non_empty && !force {
+            if holds_files(&path) && !force {
                 return Err(RunnerError::BadOption(format!(
                     "--out {} already holds files; pass --force to overwrite them, --resume {} to continue that run, or choose another directory",
                     path.display(),
@@ -214,14 +211,18 @@ pub(crate) fn simulated_from(target: &crate::Target) -> Option<speedmatrix_sim::
     }
 }
 
+/// Whether `dir` holds anything but its lock file.
+fn holds_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != LOCK)))
+        .unwrap_or(false)
+}
+
 /// Claims the folder `dir` for a command's outputs, by the one overwrite policy of every
 /// command: a folder that holds files is refused unless `force` (the flag that names it is
 /// `flag`); the folder is made when missing.
 pub fn claim_dir(dir: &Path, flag: &str, force: bool) -> Result<(), RunnerError> {
-    let holds_files = std::fs::read_dir(dir)
-        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != LOCK)))
-        .unwrap_or(false);
-    if holds_files && !force {
+    if holds_files(dir) && !force {
         return Err(RunnerError::BadOption(format!(
             "{flag} {} already holds files; pass --force to overwrite them, or choose another folder",
             dir.display()

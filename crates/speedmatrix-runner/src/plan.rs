@@ -11,7 +11,7 @@ use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::RunnerError;
 use crate::config::{CapacityHints, LoadMode, MatrixSpec, RateLength};
-use crate::outcome::{Exclusion, LoadPoint, TooLong};
+use crate::outcome::{Exclusion, LoadPoint, StepId, TooLong};
 
 /// Where the capacity that decides the cells came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +76,28 @@ pub struct Plan {
     pub cells: Vec<PlannedCell>,
     /// Burst or rate cells in run order (context-major), in those modes.
     pub load: Vec<PlannedLoad>,
-    /// A rough duration estimate for the whole run.
+    /// Every step in run order (prefill points, decode cells, load cells)
+    /// with its rough duration; an excluded step's is zero.
+    pub steps: Vec<StepEstimate>,
+    /// A rough duration estimate for the whole run: the sum of the steps'.
     pub estimated: Duration,
+}
+
+/// One step of the plan and roughly how long it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepEstimate {
+    /// Which step.
+    pub step: StepId,
+    /// Its rough duration, before anything is measured; zero when excluded.
+    /// With a knee search, a context's one load step stands for every try.
+    pub estimate: Duration,
+}
+
+impl Plan {
+    /// Each step's rough duration, in run order (see [`Plan::steps`]).
+    pub fn step_estimates(&self) -> Vec<Duration> {
+        self.steps.iter().map(|s| s.estimate).collect()
+    }
 }
 
 /// Prompt length sent for the "0" context row: the smallest prompt that still
@@ -253,14 +273,48 @@ pub fn plan(capacity: CapacityPlan, spec: &MatrixSpec, max_model_len: Option<Tok
         }
     }
     let load = load_cells(&capacity, spec, max_model_len);
-    let estimated = estimate(spec, &prefill, &cells) + estimate_load(spec, &load);
+    let steps = step_estimates(spec, &prefill, &cells, &load);
+    let estimated = steps
+        .iter()
+        .fold(Duration::ZERO, |sum, s| sum.saturating_add(s.estimate));
     Plan {
         capacity,
         prefill,
         cells,
         load,
+        steps,
         estimated,
     }
+}
+
+/// Every step's estimate in the order `Session::measure` runs them: prefill
+/// points, decode cells, load cells. An excluded step takes no time.
+fn step_estimates(
+    spec: &MatrixSpec,
+    prefill: &[(Tokens, Option<Exclusion>)],
+    cells: &[PlannedCell],
+    load: &[PlannedLoad],
+) -> Vec<StepEstimate> {
+    let unless_excluded = |excluded: bool, d: Duration| if excluded { Duration::ZERO } else { d };
+    let prefill = prefill.iter().map(|(context, ex)| StepEstimate {
+        step: StepId::Prefill { context: *context },
+        estimate: unless_excluded(ex.is_some(), estimate_prefill(spec, *context)),
+    });
+    let cells = cells.iter().map(|c| StepEstimate {
+        step: StepId::Decode {
+            context: c.context,
+            concurrency: c.concurrency,
+        },
+        estimate: unless_excluded(c.excluded.is_some(), estimate_decode(spec, c)),
+    });
+    let load = load.iter().map(|c| StepEstimate {
+        step: StepId::Load {
+            context: c.context,
+            point: c.point,
+        },
+        estimate: unless_excluded(c.excluded.is_some(), estimate_load(spec, c)),
+    });
+    prefill.chain(cells).chain(load).collect()
 }
 
 /// The burst or rate cells: every given load per context, or, with a knee
@@ -347,32 +401,30 @@ pub(crate) fn load_exclusion(
     over_capacity(&pool.check(prompt, at_once, spec.max_output))
 }
 
-/// Rough time of the load cells: each request's prefill at the assumed
-/// speed, then its output at an assumed 30 tok/s, a burst's requests at once;
-/// a rate cell its sending time plus one request's time.
-fn estimate_load(spec: &MatrixSpec, cells: &[PlannedLoad]) -> Duration {
+/// Rough time of a load cell: each request's prefill at the assumed speed,
+/// then its output at an assumed 30 tok/s, a burst's requests at once; a
+/// rate cell its sending time plus one request's time; each repeat as long.
+fn estimate_load(spec: &MatrixSpec, cell: &PlannedLoad) -> Duration {
     let one = |context: Tokens| {
         context.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S + spec.max_output.get() as f64 / 30.0
     };
-    let secs: f64 = cells
-        .iter()
-        .filter(|c| c.excluded.is_none())
-        .map(|c| {
-            let sending = match (&spec.load, c.point) {
-                (LoadMode::Rate(r), LoadPoint::Rate { rate }) => match r.length {
-                    RateLength::Duration(d) => d.as_secs_f64(),
-                    RateLength::Requests(n) => n as f64 / rate.get(),
-                },
-                // Turns run one after another.
-                (LoadMode::Conversation(conv), _) => {
-                    f64::from(conv.turns.saturating_sub(1)) * one(c.context)
-                }
-                _ => 0.0,
-            };
-            sending + one(c.context) + CELL_OVERHEAD.as_secs_f64()
-        })
-        .sum();
-    Duration::from_secs_f64(secs)
+    let sending = match (&spec.load, cell.point) {
+        (LoadMode::Rate(r), LoadPoint::Rate { rate }) => match r.length {
+            RateLength::Duration(d) => d.as_secs_f64(),
+            RateLength::Requests(n) => n as f64 / rate.get(),
+        },
+        // Turns run one after another.
+        (LoadMode::Conversation(conv), _) => {
+            f64::from(conv.turns.saturating_sub(1)) * one(cell.context)
+        }
+        _ => 0.0,
+    };
+    // Burst and rate cells are measured `--repeats` times, whole (conversations refuse it).
+    let repeats = match spec.load {
+        LoadMode::Conversation(_) => 1.0,
+        _ => f64::from(spec.repeats.max(1)),
+    };
+    seconds(repeats * (sending + one(cell.context) + CELL_OVERHEAD.as_secs_f64()))
 }
 
 fn over_capacity(v: &CellVerdict) -> Option<Exclusion> {
@@ -391,28 +443,25 @@ const ASSUMED_PREFILL_TOKENS_PER_S: f64 = 8_000.0;
 /// Fixed cost per decode cell: connection setup, readiness, drain.
 const CELL_OVERHEAD: Duration = Duration::from_secs(2);
 
-fn estimate(
-    spec: &MatrixSpec,
-    prefill: &[(Tokens, Option<Exclusion>)],
-    cells: &[PlannedCell],
-) -> Duration {
-    let prefill_s: f64 = prefill
-        .iter()
-        .filter(|(_, ex)| ex.is_none())
-        .map(|(c, _)| {
-            c.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S * f64::from(spec.prefill_repeats)
-        })
-        .sum();
-    let decode_s: f64 = cells
-        .iter()
-        .filter(|c| c.excluded.is_none())
-        .map(|c| {
-            let warm = c.context.get() as f64 * f64::from(c.concurrency.get())
-                / ASSUMED_PREFILL_TOKENS_PER_S;
-            warm + spec.window.as_secs_f64() + CELL_OVERHEAD.as_secs_f64()
-        })
-        .sum();
-    Duration::from_secs_f64(prefill_s + decode_s)
+/// Rough time of a cold prefill point: its prompt at the assumed speed, as
+/// many times as it is repeated.
+fn estimate_prefill(spec: &MatrixSpec, context: Tokens) -> Duration {
+    seconds(context.get() as f64 / ASSUMED_PREFILL_TOKENS_PER_S * f64::from(spec.prefill_repeats))
+}
+
+/// Rough time of a decode cell: the cache warm-up (every stream's prompt at
+/// the assumed prefill speed), then a window and the fixed overhead for each
+/// repeat (the repeats after the first skip the warm-up).
+fn estimate_decode(spec: &MatrixSpec, cell: &PlannedCell) -> Duration {
+    let warm = cell.context.get() as f64 * f64::from(cell.concurrency.get())
+        / ASSUMED_PREFILL_TOKENS_PER_S;
+    let each = spec.window.as_secs_f64() + CELL_OVERHEAD.as_secs_f64();
+    seconds(warm + f64::from(spec.repeats.max(1)) * each)
+}
+
+/// Seconds as a duration; a negative, NaN or huge estimate is clamped, not a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
@@ -519,6 +568,44 @@ mod tests {
         assert!(rates.load[0].excluded.is_none());
         // Sending for 10 s, then one request's time: at least 10 s.
         assert!(rates.estimated >= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn each_step_has_an_estimate_in_run_order_and_a_decode_cell_counts_its_repeats() {
+        let mut spec = Preset::Quick.matrix();
+        // 4K cells with 8K of output are too long; everything else runs.
+        let once = plan(given(10_000_000), &spec, Some(Tokens::kibi(10)));
+        assert_eq!(once.steps.len(), once.prefill.len() + once.cells.len());
+        assert!(matches!(once.steps[0].step, StepId::Prefill { .. }));
+        assert!(matches!(once.steps[2].step, StepId::Decode { .. }));
+        assert_eq!(
+            once.step_estimates().iter().sum::<Duration>(),
+            once.estimated
+        );
+        for (planned, step) in once.cells.iter().zip(&once.steps[2..]) {
+            assert_eq!(
+                planned.excluded.is_some(),
+                step.estimate.is_zero(),
+                "{:?}",
+                step.step
+            );
+        }
+        spec.repeats = 3;
+        let thrice = plan(given(10_000_000), &spec, Some(Tokens::kibi(10)));
+        for (a, b) in once.steps.iter().zip(&thrice.steps) {
+            assert_eq!(a.step, b.step);
+            let added = b.estimate.saturating_sub(a.estimate);
+            let expect = match a.step {
+                // Two more windows and their overhead; no second warm-up.
+                StepId::Decode { .. } if !a.estimate.is_zero() => 2 * (spec.window + CELL_OVERHEAD),
+                _ => Duration::ZERO,
+            };
+            assert!(
+                added.abs_diff(expect) < Duration::from_millis(1),
+                "{:?}: {added:?}",
+                a.step
+            );
+        }
     }
 
     fn vllm_hints(version_given: bool) -> CapacityHints {

@@ -14,7 +14,7 @@ use crate::predicted::PredictedMatrix;
 
 /// A profile fitted to a measured run, and how well it fits.
 #[derive(Debug, Clone)]
-pub struct Calibration {
+pub struct CalibratedProfile {
     /// The profile.
     pub profile: Profile,
     /// Each decode cell fitted (`16K × 4`) with its observation, in the run's order.
@@ -34,7 +34,7 @@ pub fn calibrate(
     source: &str,
     max_num_batched_tokens: u64,
     kv_cache_tokens: Option<speedmatrix_units::Tokens>,
-) -> Result<Calibration, RunnerError> {
+) -> Result<CalibratedProfile, RunnerError> {
     let bad = |m: String| RunnerError::BadOption(m);
     if report.prediction.is_some() {
         return Err(bad(format!(
@@ -89,7 +89,7 @@ pub fn calibrate(
     p.origin = Some(calibrated_origin(report));
     p.validate()
         .map_err(|e| bad(format!("the fitted profile: {e}")))?;
-    Ok(Calibration {
+    Ok(CalibratedProfile {
         profile: p,
         decode,
         prefill,

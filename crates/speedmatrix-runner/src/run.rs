@@ -250,9 +250,15 @@ async fn plan_and_run(
     let the_plan = plan_for(config, server)?;
     ensure_something_runs(&the_plan)?;
     let key = ResumeKey::of(config, &server.model, server.info.version());
-    let (journal, done, journal_damage) = open_journal(journal, key)?;
+    let (journal, done, journal_damage) =
+        open_journal(journal, key, config.labels.provenance.as_ref())?;
+    let (shape, field_notices) =
+        crate::negotiate::accepted_shape(server, measuring_shape(server, config)).await;
+    for n in &field_notices {
+        observer.event(crate::Event::Notice(n));
+    }
     let overhead = match config.api {
-        Api::Chat => Some(chat_overhead(server, config).await?),
+        Api::Chat => Some(chat_overhead(server, config, shape.stream_options).await?),
         Api::Completions => None,
     };
     let telemetry = telemetry::RunTelemetry::start(config.telemetry);
@@ -265,19 +271,9 @@ async fn plan_and_run(
         cancel,
         builder: PromptBuilder::new(config.tokenizer.clone()),
         overhead,
-        shape: RequestShape {
-            model: server.model.clone(),
-            api: config.api,
-            max_tokens: config.matrix.max_output,
-            ignore_eos: true,
-            min_tokens: config.send_min_tokens,
-            secret: secret_of(config),
-            extra: Arc::new(request_fields(server, config)),
-            one_event_per_token: server.info.engine().one_event_per_token(),
-            keep_text: false,
-            first_token_allowance: first_token_allowance(config),
-            sent_together: 1,
-        },
+        shape,
+        field_notices,
+        workload_next: 0,
         nonce: run_nonce(),
         unexpected_content_type: None,
         telemetry: &telemetry,
@@ -448,7 +444,29 @@ pub fn measured_capacity(reported: ReportedCapacity) -> Option<MeasuredCapacity>
     })
 }
 
-async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhead, RunnerError> {
+/// Every measuring request's shape, before the server says which fields it refuses.
+fn measuring_shape(server: &Server, config: &RunConfig) -> RequestShape {
+    RequestShape {
+        model: server.model.clone(),
+        api: config.api,
+        max_tokens: config.matrix.max_output,
+        ignore_eos: true,
+        min_tokens: config.send_min_tokens,
+        stream_options: true,
+        secret: secret_of(config),
+        extra: Arc::new(request_fields(server, config)),
+        one_event_per_token: server.info.engine().one_event_per_token(),
+        keep_text: false,
+        first_token_allowance: first_token_allowance(config),
+        sent_together: 1,
+    }
+}
+
+async fn chat_overhead(
+    server: &Server,
+    config: &RunConfig,
+    stream_options: bool,
+) -> Result<ChatOverhead, RunnerError> {
     use speedmatrix_client::{Message, TokenizeRequest};
     let messages = vec![Message::user(ChatOverhead::PROBE)];
     let req = TokenizeRequest::chat(server.model.clone(), messages);
@@ -465,6 +483,7 @@ async fn chat_overhead(server: &Server, config: &RunConfig) -> Result<ChatOverhe
                 max_tokens: Tokens::new(1),
                 ignore_eos: false,
                 min_tokens: false,
+                stream_options,
                 secret: secret_of(config),
                 extra: Arc::new(request_fields(server, config)),
                 one_event_per_token: false,

@@ -119,8 +119,11 @@ impl Server {
     /// broken cell from a dead server).
     pub(crate) async fn is_alive(&self) -> bool {
         for _ in 0..3 {
-            if let Ok(Ok(_)) = tokio::time::timeout(ALIVE_PROBE_LIMIT, self.client.models()).await {
-                return true;
+            // Any HTTP answer, an error status included, is a server still there.
+            match tokio::time::timeout(ALIVE_PROBE_LIMIT, self.client.models()).await {
+                Ok(Ok(_)) => return true,
+                Ok(Err(e)) if e.status().is_some() => return true,
+                _ => {}
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

@@ -9,12 +9,12 @@ use speedmatrix_units::{Concurrency, Tokens};
 use speedmatrix_workload::{CacheKey, ChatOverhead, Prompt, PromptBuilder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConversationSpec, LoadMode, SearchSpec};
+use crate::config::{ConversationSpec, SearchSpec};
 use crate::journal::Journal;
 use crate::observer::{Event, NotRun, StepPhase};
 use crate::outcome::{
-    CellOutcome, Exclusion, KneePath, LoadOutcome, LoadPoint, Notice, PrefillOutcome, SkipReason,
-    StepId, StepStatus, StopReason,
+    CellOutcome, Exclusion, KneePath, LoadOutcome, Notice, PrefillOutcome, SkipReason, StepId,
+    StepStatus, StopReason,
 };
 use crate::plan::{
     Plan, PlannedCell, PlannedLoad, ZERO_CONTEXT_PROMPT, load_exclusion, prompt_len,
@@ -27,6 +27,9 @@ use crate::search::{
 use crate::server::Server;
 use crate::telemetry::RunTelemetry;
 use crate::{Observer, PrefillMode, PromptSharing, RunConfig, RunnerError, decode, prefill};
+
+mod load_cell;
+mod repeats;
 
 /// What the steps produced.
 pub(crate) struct Measured {
@@ -59,6 +62,11 @@ pub(crate) struct Session<'a> {
     pub(crate) telemetry: &'a RunTelemetry,
     /// The server's KV block size, when it reports one.
     pub(crate) block_tokens: Option<u64>,
+    /// Request fields the server refused, dropped before the first step.
+    pub(crate) field_notices: Vec<Notice>,
+    /// The next dataset record a load cell sends (`--dataset`): cells go on where the one
+    /// before stopped.
+    pub(crate) workload_next: usize,
 }
 
 impl Session<'_> {
@@ -66,8 +74,9 @@ impl Session<'_> {
     pub(crate) async fn measure(mut self, the_plan: &Plan) -> Result<Measured, RunnerError> {
         self.observer.event(Event::Planned {
             capacity: &the_plan.capacity,
-            steps: the_plan.prefill.len() + the_plan.cells.len() + the_plan.load.len(),
+            steps: the_plan.steps.len(),
             estimated: the_plan.estimated,
+            estimates: &the_plan.steps,
         });
         let mut stopped = None;
         let from_warmup = self.prefill_from_warmup(the_plan);
@@ -164,6 +173,17 @@ impl Session<'_> {
                 Some((i, *context))
             })
             .collect()
+    }
+
+    /// The shape of burst, rate and conversation requests: the run's, except that with
+    /// `--respect-eos` nothing keeps answers to `max_tokens`.
+    fn load_shape(&self) -> RequestShape {
+        let mut shape = self.shape.clone();
+        if self.config.matrix.respect_eos {
+            shape.ignore_eos = false;
+            shape.min_tokens = false;
+        }
+        shape
     }
 
     fn prompt(&self, n: Tokens, key: CacheKey) -> Result<Prompt, RunnerError> {
@@ -272,19 +292,9 @@ impl Session<'_> {
             phase: StepPhase::BuildingPrompts,
         });
         let len = prompt_len(planned.context);
+        let prompts = self.cell_prompts(self.nonce.wrapping_add(1_000 + i as u64), planned, len)?;
         let spec = decode::DecodeCellSpec {
-            step,
-            prompts: self.cell_prompts(self.nonce.wrapping_add(1_000 + i as u64), planned, len)?,
-            expected_prompt_tokens: len,
-            concurrency: planned.concurrency,
-            context: planned.context,
-            shape: self.shape.clone(),
-            window: self.config.matrix.window,
             measure_first_warmup: prefill.is_some(),
-            tokenizer: &self.config.tokenizer,
-            metrics_interval: self.config.telemetry.metrics_interval,
-            block_tokens: self.block_tokens,
-            seed: self.config.seed.rotate_left(32) ^ i as u64,
             inject: match self.config.matrix.inject {
                 Some(inject) => {
                     let cell_id = self.nonce.wrapping_add(2_000_000 + i as u64);
@@ -301,6 +311,8 @@ impl Session<'_> {
                 }
                 None => None,
             },
+            warm: true,
+            ..self.cell_spec(i, 0, planned, prompts.clone(), len)
         };
         let ran = decode::run_cell(
             self.server,
@@ -309,9 +321,17 @@ impl Session<'_> {
             self.observer,
             self.cancel,
         );
-        let Some(result) = unless_cancelled(ran.await, stopped)? else {
+        let Some(mut result) = unless_cancelled(ran.await, stopped)? else {
             return Ok(skipped_cell(planned, SkipReason::Interrupted));
         };
+        if result.cell.status == StepStatus::Measured {
+            let Some(repeats) = self.repeat_cell(i, planned, &prompts, len, stopped).await? else {
+                return Ok(skipped_cell(planned, SkipReason::Interrupted));
+            };
+            if !repeats.is_empty() {
+                result.cell = crate::outcome::with_repeats(result.cell, repeats);
+            }
+        }
         self.note_content_type(result.unexpected_content_type.clone());
         if let (Some(context), Some(first)) = (prefill, &result.first_warmup) {
             let mut row = prefill::outcome_of(context, std::slice::from_ref(first), 1);
@@ -393,132 +413,6 @@ impl Session<'_> {
         })
     }
 
-    /// Runs one burst or rate cell.
-    async fn load_cell(
-        &mut self,
-        i: usize,
-        planned: &PlannedLoad,
-        stopped: &mut Option<StopReason>,
-    ) -> Result<LoadOutcome, RunnerError> {
-        let step = StepId::Load {
-            context: planned.context,
-            point: planned.point,
-        };
-        if let Some(cell) = self.done.load.remove(&(planned.context, planned.point)) {
-            self.observer.event(Event::StepNotRun {
-                step,
-                why: NotRun::InJournal,
-            });
-            return Ok(cell);
-        }
-        if let Some(ex) = &planned.excluded {
-            self.observer.event(Event::StepNotRun {
-                step,
-                why: NotRun::Excluded(ex),
-            });
-            let cell = load_without_numbers(planned, StepStatus::Excluded(ex.clone()));
-            record(&mut self.journal, &JournalRecord::load(cell.clone()))?;
-            return Ok(cell);
-        }
-        let m = &self.config.matrix;
-        if let (LoadMode::Conversation(conv), LoadPoint::Conversations { count }) =
-            (&m.load, planned.point)
-        {
-            return self
-                .conversation_cell(i, planned, *conv, count, stopped)
-                .await;
-        }
-        let (schedule, max_in_flight, drain, warm_cache) = match (&m.load, planned.point) {
-            (LoadMode::Burst(b), LoadPoint::Burst { requests }) => (
-                vec![Duration::ZERO; requests.get() as usize],
-                b.max_concurrency,
-                crate::load::BURST_DRAIN,
-                b.warm_cache,
-            ),
-            (LoadMode::Rate(r), LoadPoint::Rate { rate }) => (
-                crate::load::rate_schedule(r, planned.context, rate)?,
-                r.max_in_flight,
-                r.drain,
-                r.warm_cache,
-            ),
-            _ => return Ok(skipped_load(planned, SkipReason::RunStopped)),
-        };
-        self.observer.event(Event::StepStarted {
-            step,
-            expected: schedule.last().copied().unwrap_or_default() + Duration::from_secs(2),
-        });
-        self.observer.event(Event::Phase {
-            step,
-            phase: StepPhase::BuildingPrompts,
-        });
-        let len = prompt_len(planned.context);
-        let cell_id = self.nonce.wrapping_add(1_000_000 + i as u64);
-        let shared = m.shared_prefix.map(|s| s.tokens_of(len));
-        let prefix = match shared {
-            Some(shared) => Some(crate::load::PrefixWarm {
-                // A prompt of the cell's own prefix and a suffix no request has.
-                prompt: self
-                    .prompt(len, CacheKey::shared_prefix(cell_id, shared, u64::MAX, 0))?
-                    .text
-                    .into(),
-                shared_tokens: shared,
-                intended_hit_rate: self.block_tokens.and_then(|b| {
-                    speedmatrix_metrics::intended_prefix_hit_rate(len.get(), shared.get(), b)
-                }),
-            }),
-            None => None,
-        };
-        let prompts = match (self.config.prompt_sharing, shared) {
-            (_, Some(shared)) => (0..schedule.len() as u64)
-                .map(|k| {
-                    self.prompt(len, CacheKey::shared_prefix(cell_id, shared, k, 0))
-                        .map(|p| Arc::<str>::from(p.text))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            (PromptSharing::Unique, None) => (0..schedule.len() as u64)
-                .map(|k| {
-                    self.prompt(len, CacheKey::unique(cell_id, k, 0))
-                        .map(|p| Arc::<str>::from(p.text))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            (PromptSharing::Shared, None) => {
-                let p: Arc<str> = self.prompt(len, CacheKey::shared(cell_id))?.text.into();
-                vec![p; schedule.len()]
-            }
-        };
-        let spec = crate::load::LoadCellSpec {
-            prefix,
-            step,
-            context: planned.context,
-            point: planned.point,
-            prompts,
-            schedule,
-            expected_prompt_tokens: len,
-            shape: self.shape.clone(),
-            max_in_flight,
-            drain,
-            warm_cache,
-            slo: m.slo.as_ref(),
-            tokenizer: &self.config.tokenizer,
-        };
-        let ran = crate::load::run_load_cell(self.server, spec, self.observer, self.cancel);
-        let Some(cell) = unless_cancelled(ran.await, stopped)? else {
-            return Ok(skipped_load(planned, SkipReason::Interrupted));
-        };
-        for n in &cell.notices {
-            self.observer.event(Event::Notice(n));
-        }
-        if let StepStatus::Failed { failure, .. } = &cell.status
-            && !self.server.is_alive().await
-        {
-            *stopped = Some(StopReason::ServerGone(failure.message.clone()));
-            return Ok(skipped_load(planned, SkipReason::ServerStopped));
-        }
-        self.observer.event(Event::LoadFinished(&cell));
-        record(&mut self.journal, &JournalRecord::load(cell.clone()))?;
-        Ok(cell)
-    }
-
     /// Runs one conversation cell: `count` conversations of `conv.turns` turns.
     async fn conversation_cell(
         &mut self,
@@ -563,7 +457,7 @@ impl Session<'_> {
             point: planned.point,
             openings,
             questions,
-            shape: self.shape.clone(),
+            shape: self.load_shape(),
             tokenizer: &self.config.tokenizer,
             slo: self.config.matrix.slo.as_ref(),
             block_tokens: self.block_tokens,
@@ -632,6 +526,14 @@ impl Session<'_> {
                 content_type: ct.clone(),
             });
         }
+        notices.extend(self.field_notices.iter().cloned());
+        notices.extend(
+            self.server
+                .info
+                .warnings
+                .iter()
+                .map(|w| Notice::ProbeWarning { warning: w.clone() }),
+        );
         if self.config.insecure {
             notices.push(Notice::Insecure);
         }

@@ -21,6 +21,12 @@ use speedmatrix_sim::{Profile, SimServer};
 use speedmatrix_units::{Api, Concurrency, Tokens};
 use tokio_util::sync::CancellationToken;
 
+/// The check that a window's 95 % intervals cover the simulator's truth,
+/// shared with the `coverage` bench (which prints every figure).
+#[allow(dead_code)]
+#[path = "../benches/coverage/check.rs"]
+mod coverage_check;
+
 /// The tiny profile: 2 ms steps, so a 300 ms window is ~150 tokens a stream.
 fn profile() -> Profile {
     let mut p = Profile::builtin("tiny").unwrap();
@@ -41,6 +47,7 @@ fn config(target: Target) -> RunConfig {
             concurrencies: [1, 2].map(|n| Concurrency::new(n).unwrap()).to_vec(),
             prefill_contexts: vec![Tokens::new(512)],
             prefill_repeats: 1,
+            repeats: 1,
             prefill_mode: PrefillMode::Cold,
             window: Duration::from_millis(300),
             max_output: Tokens::new(512),
@@ -49,6 +56,7 @@ fn config(target: Target) -> RunConfig {
             search: None,
             shared_prefix: None,
             inject: None,
+            respect_eos: false,
         },
         prompt_sharing: PromptSharing::Unique,
         seed: 3,
@@ -58,6 +66,7 @@ fn config(target: Target) -> RunConfig {
         extra_body: Default::default(),
         labels: RunLabels::default(),
         telemetry: Default::default(),
+        workload: None,
     }
 }
 
@@ -304,4 +313,38 @@ async fn a_server_that_goes_away_stops_the_run_and_keeps_what_was_measured() {
         .filter(|l| l.contains("\"record\":\"decode\""))
         .count();
     assert_eq!(journaled, 1, "only the finished cell is journaled");
+}
+
+/// A fast run of the coverage bench's check: 16 streams of the tiny
+/// profile (2 ms steps, no front-end time) with 5 % noise on every step,
+/// 64-token requests (each stream's turn over every ~0.14 s, so the cell is
+/// stationary), 40 seeds of a 2 s window (ten parts of ~95 steps). The truth
+/// is 20 windows' worth from two other seeds.
+#[test]
+fn a_windows_total_rate_interval_covers_the_simulators_truth() {
+    use coverage_check::{Cell, Figure, coverage, truth};
+    let cell = Cell {
+        label: "tiny 16x0/64@5".into(),
+        profile: profile(),
+        streams: 16,
+        prompt_tokens: 0,
+        max_tokens: 64,
+        window: Duration::from_secs(2),
+        cv: 0.05,
+    };
+    let truth = truth(&cell, 20, 2).unwrap();
+    let rows = coverage(&cell, truth, 40).unwrap();
+    let total = rows.iter().find(|r| r.figure == Figure::Total).unwrap();
+    assert_eq!(total.stated, 40, "every window states an interval");
+    // Nominal is 95 %: 80 % or less in 40 seeds has odds under 1 in 1,000.
+    assert!(
+        total.coverage() >= 0.8,
+        "the total rate's interval held the truth in {} of 40 windows: {total:?}",
+        total.covered
+    );
+    // And the check has the power to notice intervals half as wide.
+    assert!(
+        total.coverage_at_half() < 0.8,
+        "half-width intervals would still pass: {total:?}"
+    );
 }

@@ -196,6 +196,17 @@ impl ResponseMeta {
         self.close(out, usage)
     }
 
+    /// One chat event of reasoning text: `delta.reasoning_content`, as vLLM's reasoning
+    /// parser streams a model's thinking.
+    pub(crate) fn reasoning_chunk(&self, text: &str, usage: Option<UsageJson>) -> Bytes {
+        let mut out = Vec::with_capacity(self.head.len() + text.len() + 192);
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"{\"index\":0,\"delta\":{\"reasoning_content\":");
+        push_json(&mut out, text);
+        out.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":null}");
+        self.close(out, usage)
+    }
+
     /// The final usage-only chunk (`choices: []`).
     pub(crate) fn usage_chunk(&self, usage: UsageJson) -> Bytes {
         self.close(self.head.clone(), Some(usage))

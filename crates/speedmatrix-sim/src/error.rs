@@ -55,6 +55,20 @@ pub enum SimError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The profile's request log could not be opened for appending.
+    #[error("cannot open the request log {path}: {source}")]
+    RequestLog {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A virtual-time run ([`crate::VirtualRun`]) asked for something it cannot do.
+    #[error("cannot run the cell in virtual time: {reason}")]
+    InvalidVirtualRun {
+        /// What is wrong.
+        reason: String,
+    },
     /// The tokenizer could not be loaded or used.
     #[error("tokenizer error: {0}")]
     Tokenizer(String),

@@ -18,6 +18,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`VirtualRun`] runs a sustained-decode cell on the same engine in virtual time, with no
+//! real waiting and optional seeded noise on each step's duration ([`StepNoise`]), and returns
+//! each request's send, token and finish times as plain data: many long runs in seconds.
+//!
 //! # The engine model
 //!
 //! One engine task runs *steps*, as vLLM v1's scheduler does:
@@ -82,6 +86,7 @@ mod metrics;
 mod profile;
 mod server;
 mod text;
+mod virtual_run;
 mod wire;
 
 pub use error::SimError;
@@ -91,6 +96,7 @@ pub use profile::{
     RTX3090_QWEN35_4B_FP8, StepCost, TINY, TextStyle,
 };
 pub use server::{RunningSim, SimServer, VERSION};
+pub use virtual_run::{Emission, StepNoise, VirtualOutcome, VirtualRequest, VirtualRun};
 
 #[cfg(test)]
 mod calibration;

@@ -35,6 +35,13 @@ pub(crate) struct Part {
     text: Option<String>,
 }
 
+impl Message {
+    /// The message's text (its parts joined).
+    pub(crate) fn text(&self) -> String {
+        self.content.as_ref().map(Content::text).unwrap_or_default()
+    }
+}
+
 impl Content {
     fn text(&self) -> String {
         match self {

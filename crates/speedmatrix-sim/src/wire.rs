@@ -42,6 +42,8 @@ pub(crate) struct Wire {
     meta: ResponseMeta,
     usage: UsageMode,
     prompt_tokens: u32,
+    /// Output tokens of a chat answer streamed as reasoning before its content.
+    reasoning_tokens: u32,
 }
 
 impl Wire {
@@ -67,7 +69,14 @@ impl Wire {
             meta,
             usage,
             prompt_tokens,
+            reasoning_tokens: 0,
         }
+    }
+
+    /// The first `n` output tokens of a chat answer stream as reasoning.
+    pub(crate) fn with_reasoning(mut self, n: u32) -> Wire {
+        self.reasoning_tokens = n;
+        self
     }
 
     /// The response id, for injected faults.
@@ -112,6 +121,9 @@ impl Wire {
         match self.dialect {
             Dialect::Vllm | Dialect::OpenaiProxy => {
                 let usage = self.usage.continuous.then(|| self.usage_json(tokens));
+                if chat && self.reasoning_tokens > 0 && tokens <= self.reasoning_tokens {
+                    return self.meta.reasoning_chunk(text, usage);
+                }
                 self.meta.chunk(text, false, None, usage)
             }
             Dialect::Sglang => {

@@ -64,9 +64,16 @@ impl ParamValue {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSpec {
-    /// The command, run by `sh -c` in its own process group, with `{parameter}`, `{port}`
-    /// and `{point}` filled in: `vllm serve {model} --kv-cache-dtype {kv} --port {port}`.
+    /// The command, with `{parameter}`, `{port}` and `{point}` filled in: `vllm serve
+    /// {model} --kv-cache-dtype {kv} --port {port}`. It is split into words once, as `sh`
+    /// would split it (quotes, backslashes), and started directly in its own process group,
+    /// each filled-in value one argument: a value with spaces or JSON stays whole, and
+    /// none runs as a command.
     pub command: String,
+    /// Run the command by `sh -c` instead (for pipes, `&&`, `$VAR`): every value is then
+    /// single-quoted for the shell before it is put in.
+    #[serde(default)]
+    pub shell: bool,
     /// The base URL the matrix is measured at (default `http://127.0.0.1:{port}`).
     #[serde(default)]
     pub url: Option<String>,
@@ -167,6 +174,9 @@ impl Study {
         }
         if self.server.command.trim().is_empty() {
             return invalid("[server] `command` is empty".into());
+        }
+        if !self.server.shell {
+            crate::command::template_words(&self.server.command)?;
         }
         if !self.server.health_path.starts_with('/') {
             return invalid(format!(

@@ -18,6 +18,10 @@ pub enum PointOutcome {
         reason: String,
         /// The last lines of the server's log.
         log_tail: Vec<String>,
+        /// The lines of the server's log that say why (the last few with an error's words,
+        /// else its last lines). Absent in journals written before it was kept.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        error_lines: Vec<String>,
     },
     /// The study was stopped (a signal) while the point ran. Never journaled: a resumed
     /// study runs the point again, and its run continues from its own journal.
@@ -34,6 +38,10 @@ pub struct PointRecord {
     pub outcome: PointOutcome,
     /// Seconds from its server's start to its stop.
     pub seconds: f64,
+    /// The GPUs its server was given (`--gpus`); empty when the study gave none, and in
+    /// journals written before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
 }
 
 impl PointRecord {
@@ -97,14 +105,17 @@ mod tests {
             point: "kv=fp8".into(),
             outcome: PointOutcome::Measured { exit_code: 0 },
             seconds: 12.5,
+            gpus: vec!["0".into(), "1".into()],
         };
         let b = PointRecord {
             point: "kv=auto".into(),
             outcome: PointOutcome::Failed {
                 reason: "exited with status 1 before it was ready".into(),
                 log_tail: vec!["error: no such profile".into()],
+                error_lines: vec!["error: no such profile".into()],
             },
             seconds: 0.3,
+            gpus: Vec::new(),
         };
         let text = format!("{}\n{}\n{{\"point\": \"to", a.to_line(), b.to_line());
         let read = PointRecord::parse_all(&text);
@@ -117,5 +128,19 @@ mod tests {
         assert_eq!(read.bad_lines.len(), 1);
         assert_eq!(read.bad_lines[0].0, 1);
         assert!(read.warning("study.jsonl").unwrap().contains("line 1"));
+    }
+
+    #[test]
+    fn journals_written_before_gpus_and_error_lines_still_read() {
+        let old = r#"{"point":"kv=auto","status":"failed","reason":"exited","log_tail":["boom"],"seconds":1.0}"#;
+        let read = PointRecord::parse_all(&format!("{old}\n"));
+        assert!(read.bad_lines.is_empty(), "{:?}", read.bad_lines);
+        let r = &read.records[0];
+        assert!(r.gpus.is_empty());
+        assert!(
+            matches!(&r.outcome, PointOutcome::Failed { error_lines, .. } if error_lines.is_empty())
+        );
+        // And a record without them is written as before.
+        assert_eq!(r.to_line(), old);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{ParamValue, Study, StudyError};
+use crate::{ParamValue, ServerCommand, ServerSpec, Study, StudyError};
 
 /// The most points a study may have: each is a server started and measured in
 /// turn (hours of GPU time), and every point is held in memory with its
@@ -54,7 +54,7 @@ impl Study {
             let name = match given {
                 Some(n) => n,
                 None => match &self.point_name {
-                    Some(t) => fill(t, &values, None, None)?,
+                    Some(t) => fill(t, &values, None, None, str::to_owned)?,
                     None => values
                         .iter()
                         .map(|(k, v)| format!("{k}={v}"))
@@ -139,9 +139,16 @@ fn folder_name(name: &str) -> String {
 }
 
 impl Point {
-    /// `template` with `{parameter}`, `{port}` and `{point}` filled in.
+    /// `template` with `{parameter}`, `{port}` and `{point}` filled in (as text: for the
+    /// server's command use [`Point::server_command`], which keeps each value one argument).
     pub fn fill(&self, template: &str, port: u16) -> Result<String, StudyError> {
-        fill(template, &self.values, Some(port), Some(&self.name))
+        fill(
+            template,
+            &self.values,
+            Some(port),
+            Some(&self.name),
+            str::to_owned,
+        )
     }
 
     /// `template` filled in but for `{port}`, which stays as written (for a
@@ -149,7 +156,24 @@ impl Point {
     pub fn fill_shown(&self, template: &str) -> Result<String, StudyError> {
         let mut values = self.values.clone();
         values.insert("port".to_owned(), "{port}".to_owned());
-        fill(template, &values, None, Some(&self.name))
+        fill(template, &values, None, Some(&self.name), str::to_owned)
+    }
+
+    /// The point's server command on `port` (`None`: `{port}` stays as written, for a plan
+    /// printed before a port is chosen): the template's words with every value one argument,
+    /// or with `[server] shell = true` a shell script with every value quoted.
+    pub fn server_command(
+        &self,
+        server: &ServerSpec,
+        port: Option<u16>,
+    ) -> Result<ServerCommand, StudyError> {
+        let mut values = self.values.clone();
+        if port.is_none() {
+            values.insert("port".to_owned(), "{port}".to_owned());
+        }
+        crate::command::build(&server.command, server.shell, |t, quote| {
+            fill(t, &values, port, Some(&self.name), quote)
+        })
     }
 }
 
@@ -158,6 +182,7 @@ fn fill(
     values: &BTreeMap<String, String>,
     port: Option<u16>,
     point: Option<&str>,
+    quote: fn(&str) -> String,
 ) -> Result<String, StudyError> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -177,7 +202,7 @@ fn fill(
             k => values.get(k).cloned(),
         };
         match value {
-            Some(v) => out.push_str(&v),
+            Some(v) => out.push_str(&quote(&v)),
             None => {
                 return Err(StudyError::UnknownPlaceholder {
                     template: template.to_owned(),

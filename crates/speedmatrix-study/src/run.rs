@@ -1,19 +1,23 @@
 //! Running a study: for each point, start its server, wait until it answers, measure the
 //! matrix in this process with the runner into `DIR/POINT/run/`, stop the server by its
-//! process group, record the point in `DIR/study.jsonl`, go on. A point whose server does not
-//! start, is not ready or dies is recorded with its log's tail, and the study goes on;
-//! `resume` skips what the journal holds.
+//! process group, record the point in `DIR/study.jsonl`, go on; one point after another, or
+//! several at once on GPUs of their own (`parallel`, `gpus`). A point whose server does not
+//! start, is not ready or dies is recorded with its log's tail and the lines that say why, and
+//! the study goes on; `resume` skips what the journal holds.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use speedmatrix_runner::options::{HostFacts, RunOptions};
-use speedmatrix_runner::output::{DirLock, RunDir, run_into, write_file};
-use speedmatrix_runner::{Journal, Notice, Observer, RunOutcome, RunnerError, StopReason};
+use speedmatrix_runner::output::{DirLock, write_file};
+use speedmatrix_runner::{Journal, Notice, Observer, RunOutcome};
 use tokio_util::sync::CancellationToken;
 
-use crate::server::{free_port, spawn, tail, wait_ready};
-use crate::{Point, PointOutcome, PointRecord, Study, StudyError};
+use crate::attempt::{Attempt, Slot, Tracker};
+use crate::gpus::GpuPool;
+use crate::schedule::run_points;
+use crate::server::free_port;
+use crate::{
+    Point, PointFinish, PointOutcome, PointReady, PointRecord, PointStart, Study, StudyError,
+};
 
 /// The study journal's name in a study folder.
 pub const STUDY_JOURNAL: &str = "study.jsonl";
@@ -34,13 +38,65 @@ pub struct StudySettings {
     /// The program a server command's `speedmatrix` runs (the running program, usually), so
     /// a study of `speedmatrix sim` servers needs no `speedmatrix` on the PATH.
     pub program: Option<PathBuf>,
+    /// Points measured at once (0 and 1: one after another). More than one needs `gpus`: two
+    /// engines on one GPU would measure each other, not their configurations.
+    pub parallel: usize,
+    /// The host's GPUs the points may use (indices or UUIDs, as CUDA and HIP read them): each
+    /// point's server is given `gpus_per_point` of them that no other running point holds, in
+    /// `CUDA_VISIBLE_DEVICES` and `HIP_VISIBLE_DEVICES`. Empty: the servers see what the
+    /// study's environment shows them.
+    pub gpus: Vec<String>,
+    /// GPUs each point's server is given, with `gpus` (0 is read as 1).
+    pub gpus_per_point: usize,
+}
+
+impl StudySettings {
+    /// Points measured at once: `parallel`, at least 1.
+    pub fn slots(&self) -> usize {
+        self.parallel.max(1)
+    }
+
+    /// The GPUs to hand out (`None` without `gpus`), once the settings are checked: more than
+    /// one point at once needs GPUs, and as many as the points at once hold
+    /// (`parallel × gpus_per_point`). The errors name the flags.
+    pub fn gpu_pool(&self) -> Result<Option<GpuPool>, StudyError> {
+        let slots = self.slots();
+        if self.gpus.is_empty() {
+            if slots > 1 {
+                return Err(StudyError::Invalid(format!(
+                    "--parallel {slots} starts {slots} servers at once, and on the same GPUs \
+                     they would measure each other, not their configurations: give each point \
+                     GPUs of its own with --gpus (e.g. --gpus 0,1,2,3)"
+                )));
+            }
+            return Ok(None);
+        }
+        let pool = GpuPool::new(&self.gpus, self.gpus_per_point.max(1))?;
+        if slots > pool.capacity() {
+            return Err(StudyError::Invalid(format!(
+                "--parallel {slots} needs {slots} × {} GPUs, and --gpus lists {} ({}): give more \
+                 GPUs, or at most --parallel {}",
+                pool.per_point(),
+                self.gpus.len(),
+                self.gpus.join(","),
+                pool.capacity()
+            )));
+        }
+        Ok(Some(pool))
+    }
 }
 
 /// What a study's front end hears and says: the points as they go, the runner's progress
-/// inside each, and the words of the runner's notices in each point's report.
+/// inside each, and the words of the runner's notices in each point's report. With several
+/// points at once the calls of different points interleave; each names its point.
 pub trait StudyObserver: Sync {
     /// A point's server is starting.
     fn point_starting(&self, _point: &Point) {}
+    /// A point's server is starting: its place in the study, its command, its GPUs and the
+    /// study's time left. Called right after [`StudyObserver::point_starting`].
+    fn point_begins(&self, _start: &PointStart<'_>) {}
+    /// A point's server answered its health path.
+    fn point_ready(&self, _ready: &PointReady<'_>) {}
     /// A point is skipped: the journal holds its record.
     fn point_skipped(&self, _record: &PointRecord) {}
     /// Lines of the study's journal could not be read and were skipped (the sentence says
@@ -50,6 +106,9 @@ pub trait StudyObserver: Sync {
     fn run_ended(&self, _dir: &Path, _outcome: &RunOutcome) {}
     /// A point ended.
     fn point_ended(&self, _record: &PointRecord) {}
+    /// A point ended: its record, what its matrix measured, the study's time left. Called
+    /// right after [`StudyObserver::point_ended`].
+    fn point_finished(&self, _finish: &PointFinish<'_>) {}
     /// Where the runner's events go during a point's run.
     fn run_observer(&self) -> &dyn Observer;
     /// A notice as a point's report says it.
@@ -58,8 +117,10 @@ pub trait StudyObserver: Sync {
     }
 }
 
-/// Runs every point of `study` (whose file's text is `text`) into `settings.dir`, in order,
-/// until `cancel` fires; returns every point's record, skipped ones included.
+/// Runs every point of `study` (whose file's text is `text`) into `settings.dir`, in order, or
+/// `settings.parallel` at once, until `cancel` fires; returns every point's record in the
+/// study's order, skipped ones included. The journal holds the records in the order the points
+/// ended.
 pub async fn run_study(
     study: &Study,
     text: &str,
@@ -68,31 +129,38 @@ pub async fn run_study(
     cancel: &CancellationToken,
 ) -> Result<Vec<PointRecord>, StudyError> {
     let points = study.points()?;
+    let gpus = settings.gpu_pool()?;
     let journal_path = settings.dir.join(STUDY_JOURNAL);
     prepare_dir(&settings.dir)?;
     let _lock = DirLock::take(&settings.dir).map_err(StudyError::Run)?;
     let done = previous(settings, &journal_path, observer)?;
     copy_study(&settings.dir, text)?;
     let mut journal = Journal::open_append(&journal_path).map_err(StudyError::Run)?;
+    let programs = program_dir(settings)?;
+    let tracker = Tracker::new(study, &points, settings);
     let mut records = Vec::new();
-    for point in &points {
-        if let Some(r) = done.iter().find(|r| r.point == point.name) {
-            observer.point_skipped(r);
-            records.push(r.clone());
-            continue;
+    let mut pending = Vec::new();
+    for (index, point) in points.iter().enumerate() {
+        match done.iter().find(|r| r.point == point.name) {
+            Some(r) => {
+                observer.point_skipped(r);
+                tracker.skipped(index);
+                records.push((index, r.clone()));
+            }
+            None => pending.push((index, point)),
         }
-        if cancel.is_cancelled() {
-            break;
-        }
-        observer.point_starting(point);
-        let record = run_point(study, point, settings, observer, cancel).await?;
-        observer.point_ended(&record);
-        if record.outcome != PointOutcome::Interrupted {
-            journal.append(&record).map_err(StudyError::Run)?;
-        }
-        records.push(record);
     }
-    Ok(records)
+    let attempt = Attempt {
+        study,
+        settings,
+        programs: programs.as_deref(),
+        observer,
+        cancel,
+        tracker: &tracker,
+    };
+    records.extend(run_points(attempt, pending, gpus, &mut journal).await?);
+    records.sort_by_key(|(index, _)| *index);
+    Ok(records.into_iter().map(|(_, r)| r).collect())
 }
 
 /// Runs the point at `index` alone (what each pod of `study k8s` does), recording it in
@@ -113,11 +181,35 @@ pub async fn run_one(
             points.len().saturating_sub(1)
         ))
     })?;
+    let gpus = settings
+        .gpu_pool()?
+        .and_then(|mut pool| pool.take())
+        .unwrap_or_default();
     prepare_dir(&settings.dir)?;
     copy_study(&settings.dir, text)?;
-    observer.point_starting(point);
-    let record = run_point(study, point, settings, observer, cancel).await?;
-    observer.point_ended(&record);
+    let programs = program_dir(settings)?;
+    // The other points are other processes' (pods'): this one's time left is its own.
+    let tracker = Tracker::new(study, &points, settings);
+    (0..points.len())
+        .filter(|i| *i != index)
+        .for_each(|i| tracker.skipped(i));
+    let attempt = Attempt {
+        study,
+        settings,
+        programs: programs.as_deref(),
+        observer,
+        cancel,
+        tracker: &tracker,
+    };
+    let slot = Slot {
+        index,
+        point,
+        port: free_port()?,
+        gpus,
+    };
+    let ended = attempt.run(&slot).await?;
+    attempt.ended(index, &ended);
+    let record = ended.record;
     if record.outcome != PointOutcome::Interrupted {
         let dir = settings.dir.join(&point.name);
         write_file(&dir, POINT_OUTCOME, &(record.to_line() + "\n")).map_err(StudyError::Run)?;
@@ -195,93 +287,4 @@ fn program_dir(settings: &StudySettings) -> Result<Option<PathBuf>, StudyError> 
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(program, &link).map_err(io("link"))?;
     Ok(Some(dir))
-}
-
-/// One point, start to stop. The server is stopped on every way out.
-async fn run_point(
-    study: &Study,
-    point: &Point,
-    settings: &StudySettings,
-    observer: &dyn StudyObserver,
-    cancel: &CancellationToken,
-) -> Result<PointRecord, StudyError> {
-    let dir = settings.dir.join(&point.name);
-    std::fs::create_dir_all(&dir).map_err(|source| StudyError::Io {
-        path: dir.clone(),
-        action: "create",
-        source,
-    })?;
-    let log = dir.join("server.log");
-    let port = free_port()?;
-    let command = point.fill(&study.server.command, port)?;
-    let options = study.run_options(point, port)?;
-    let url = options.url.clone().unwrap_or_default();
-    let started = Instant::now();
-    let record = |outcome: PointOutcome| PointRecord {
-        point: point.name.clone(),
-        outcome,
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    let failed = |reason: String| {
-        record(PointOutcome::Failed {
-            reason,
-            log_tail: tail(&log, 20),
-        })
-    };
-    let programs = program_dir(settings)?;
-    let mut server = match spawn(study, point, &command, port, &log, programs.as_deref()) {
-        Ok(s) => s,
-        Err(e) => return Ok(failed(format!("could not start `{command}`: {e}"))),
-    };
-    if let Err(reason) = wait_ready(&mut server, &url, study, cancel).await {
-        server.stop(study).await;
-        if cancel.is_cancelled() {
-            return Ok(record(PointOutcome::Interrupted));
-        }
-        return Ok(failed(reason));
-    }
-    let outcome = measure(study, point, &dir.join("run"), &options, observer, cancel).await;
-    let died = server.exited();
-    server.stop(study).await;
-    Ok(match (outcome, died) {
-        (Ok(o), _) if o.stopped == Some(StopReason::Cancelled) => record(PointOutcome::Interrupted),
-        (Ok(o), None) => {
-            observer.run_ended(&dir.join("run"), &o);
-            record(PointOutcome::Measured {
-                exit_code: if o.succeeded() { 0 } else { 1 },
-            })
-        }
-        (Ok(_), Some(status)) => failed(format!("the server exited ({status}) during the run")),
-        (Err(_), _) if cancel.is_cancelled() => record(PointOutcome::Interrupted),
-        (Err(e), _) => failed(format!("the run failed: {e}")),
-    })
-}
-
-/// The point's matrix, measured into `run_dir` (continued when its journal is there). The
-/// journal's key names the point, not its port, which changes from attempt to attempt.
-async fn measure(
-    study: &Study,
-    point: &Point,
-    run_dir: &Path,
-    options: &RunOptions,
-    observer: &dyn StudyObserver,
-    cancel: &CancellationToken,
-) -> Result<RunOutcome, RunnerError> {
-    let mut config = options.resolve(&HostFacts::default())?;
-    let url = study
-        .server
-        .url
-        .clone()
-        .unwrap_or_else(|| "http://127.0.0.1:{port}".into());
-    config.labels.server_key = Some(format!("study point {} at {url}", point.name));
-    let dir = RunDir::create_or_resume(run_dir.to_owned())?;
-    let word = |n: &Notice| observer.word(n);
-    run_into(
-        config,
-        &dir,
-        observer.run_observer(),
-        cancel.child_token(),
-        &word,
-    )
-    .await
 }

@@ -1,4 +1,5 @@
-//! A point's server: started by `sh -c` in its own process group on a free port, its output
+//! A point's server: started (directly, or by `sh -c` when the study asks for a shell) in its
+//! own process group on a free port, its output
 //! in the point's `server.log`, polled until its health path answers, and stopped with the
 //! study's signal, then killed after the grace period, group and all.
 
@@ -6,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::{Point, StopSignal, Study, StudyError};
+use crate::{Point, ServerCommand, StopSignal, Study, StudyError};
 
 /// A port free now (the server binds it a moment later).
 pub(crate) fn free_port() -> Result<u16, StudyError> {
@@ -62,29 +63,49 @@ impl RunningServer {
     }
 }
 
-/// Starts `command` for `point`; `program_dir`, when given, goes first on its PATH (the
-/// folder where `speedmatrix` is the running program).
+/// Where and how a point's server starts.
+pub(crate) struct Launch<'a> {
+    /// Its port.
+    pub(crate) port: u16,
+    /// Its log (stdout and stderr).
+    pub(crate) log: &'a Path,
+    /// When given, first on its PATH (the folder where `speedmatrix` is the running program).
+    pub(crate) program_dir: Option<&'a Path>,
+    /// The GPUs it may see (empty: whatever the study's environment shows it).
+    pub(crate) gpus: &'a [String],
+}
+
+/// Starts `command` for `point` as `launch` says.
 pub(crate) fn spawn(
     study: &Study,
     point: &Point,
-    command: &str,
-    port: u16,
-    log: &Path,
-    program_dir: Option<&Path>,
+    command: &ServerCommand,
+    launch: &Launch<'_>,
 ) -> Result<RunningServer, String> {
+    let (port, log) = (launch.port, launch.log);
     let out =
         std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .stdin(Stdio::null())
+    let mut cmd = match command {
+        ServerCommand::Argv(words) => {
+            let (program, args) = words.split_first().ok_or("the command has no words")?;
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(args);
+            cmd
+        }
+        ServerCommand::Shell(script) => {
+            let mut cmd = tokio::process::Command::new("sh");
+            cmd.arg("-c").arg(script);
+            cmd
+        }
+    };
+    cmd.stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         // Its own process group: stopping it stops everything it started.
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(dir) = program_dir {
+    if let Some(dir) = launch.program_dir {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut dirs = vec![dir.to_path_buf()];
         dirs.extend(std::env::split_paths(&path));
@@ -94,6 +115,14 @@ pub(crate) fn spawn(
     }
     for (k, v) in &study.server.env {
         cmd.env(k, point.fill(v, port).map_err(|e| e.to_string())?);
+    }
+    // After the study's own environment: the GPUs a point holds are the only ones it sees,
+    // whatever [server.env] says, so that points never share one.
+    if !launch.gpus.is_empty() {
+        let devices = crate::gpus::visible_devices(launch.gpus);
+        for name in crate::GPU_VARIABLES {
+            cmd.env(name, &devices);
+        }
     }
     let child = cmd.spawn().map_err(|e| e.to_string())?;
     let group = child
@@ -144,14 +173,4 @@ pub(crate) async fn wait_ready(
             () = cancel.cancelled() => {}
         }
     }
-}
-
-/// The last `n` lines of a log.
-pub(crate) fn tail(path: &Path, n: usize) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..]
-        .iter()
-        .map(|l| (*l).to_owned())
-        .collect()
 }

@@ -66,11 +66,31 @@ fn the_kubernetes_manifests_validate_against_the_official_schemas() {
         image: "speedmatrix-vllm:latest".into(),
         parallelism: 2,
         gpus_per_point: 1,
+        gpu_resource: "nvidia.com/gpu".into(),
+        node_selector: vec![
+            "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
+                .parse()
+                .unwrap(),
+        ],
+        tolerations: vec!["nvidia.com/gpu:NoSchedule".parse().unwrap()],
+        cpu: Some("8".parse().unwrap()),
+        memory: Some("64Gi".parse().unwrap()),
+        secret_env: vec!["HF_TOKEN=hf-token/token".parse().unwrap()],
+        model_cache: Some(speedmatrix_study::ModelCache::Claim("models".into())),
+        shm_size: Some("16Gi".parse().unwrap()),
+        image_pull_secret: Some("regcred".into()),
+        service_account: Some("bench".into()),
         results_size: "50Gi".into(),
         storage_class: Some("nfs".into()),
         namespace: Some("bench".into()),
+        legacy_job: false,
     };
-    let files = k8s_manifests(&study, &text, &opts).unwrap();
+    let packed = [speedmatrix_study::PackedFile {
+        path: "configs/config.json".into(),
+        bytes: b"{}".to_vec(),
+        named_by: "test".into(),
+    }];
+    let files = k8s_manifests(&study, &text, &packed, &opts).unwrap();
     assert_eq!(files.len(), 3);
     for (name, yaml) in &files {
         let doc: serde_json::Value = serde_norway::from_str(yaml).unwrap();

@@ -30,7 +30,8 @@
 //! endpoint), [`PromptSharing`] (whether a cell's streams share a prompt),
 //! [`PrefillMode`] (how prefill rows are measured), [`LoadKind`] (what a cell's
 //! load is) and [`Engine`] (which inference engine), with `clap` and `schemars`
-//! derives behind the features of those names.
+//! derives behind the features of those names; and [`Interval`], the 95 %
+//! confidence interval every uncertain figure carries.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -38,8 +39,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+mod interval;
 mod vocabulary;
 
+pub use crate::interval::{CONFIDENCE_LEVEL, Interval};
 pub use crate::vocabulary::{Api, Engine, LoadKind, PrefillMode, PromptSharing};
 
 /// Why a unit could not be parsed from text.

@@ -165,6 +165,8 @@ pub enum Engine {
         feature = "clap",
         value(name = "llama.cpp", alias = "llamacpp", alias = "llama-server")
     )]
+    // A study's `[run]` table writes the flag's text.
+    #[serde(alias = "llama.cpp", alias = "llamacpp", alias = "llama-server")]
     LlamaCpp,
     /// Hugging Face text-generation-inference.
     Tgi,

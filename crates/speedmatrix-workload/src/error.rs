@@ -130,4 +130,55 @@ pub enum WorkloadError {
         /// What the callback reported.
         message: String,
     },
+    /// A `--dataset-format` name that is not one of the formats read.
+    #[error(
+        "`{given}` is not a dataset format: expected sharegpt (a JSON array of conversations), \
+         jsonl (one {{\"prompt\"|\"messages\", \"output_tokens\"}} object per line) or text (a plain \
+         text corpus)"
+    )]
+    UnknownDatasetFormat {
+        /// The value given.
+        given: String,
+    },
+    /// A dataset file whose extension names no format, and no format was given.
+    #[error(
+        "cannot tell the format of {path} from its name: name it .json (ShareGPT conversations), \
+         .jsonl (prompt or messages records) or .txt (a text corpus), or give --dataset-format"
+    )]
+    DatasetFormatUnknownFor {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A dataset that is malformed, at a record when one is to blame.
+    #[error("{name}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    Dataset {
+        /// The file (or what the caller calls the bytes).
+        name: String,
+        /// The 1-based line (JSONL) or record (ShareGPT) at fault.
+        line: Option<usize>,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// More records asked of a dataset sample than it holds.
+    #[error(
+        "--dataset-sample {asked} asks more records than the dataset's {records}: give at most \
+         {records}, or leave it out to send every record"
+    )]
+    SampleTooLarge {
+        /// Records asked.
+        asked: usize,
+        /// Records the dataset holds.
+        records: usize,
+    },
+    /// A length distribution that does not parse or cannot be drawn from.
+    #[error(
+        "`{given}` is not a length distribution ({message}): write a fixed count (`1k`), \
+         `uniform:512..2048`, `normal:MEAN,SD` or `lognormal:MEDIAN,SIGMA` (tokens)"
+    )]
+    BadLengths {
+        /// The value given.
+        given: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }

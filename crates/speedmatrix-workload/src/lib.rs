@@ -15,6 +15,14 @@
 //! project's own byte-level BPE ([`Tokenizer::bundled`], trained by
 //! `cargo xtask gen-tokenizer` from [`BpeRecipe::BUNDLED`]).
 //!
+//! Lengths need not be fixed: a [`LengthDistribution`] (`uniform:512..2048`,
+//! `lognormal:1024,0.5`, …) draws each request's own, seeded, and its prompt
+//! is still built to exactly that many tokens. Prompts may also be the
+//! user's: a [`Dataset`] file of ShareGPT conversations or JSONL records is
+//! sent as written (with the reference answer lengths it gives, and a seeded
+//! [`Dataset::sample`] of it), and a plain text corpus is cut into prompts of
+//! exact counts by [`Dataset::corpus_prompts`]. Nothing is downloaded.
+//!
 //! ```
 //! use speedmatrix_units::Tokens;
 //! use speedmatrix_workload::{CacheKey, ChatOverhead, PromptBuilder, Tokenizer};
@@ -38,8 +46,10 @@
 //! ```
 
 mod arrivals;
+mod dataset;
 mod error;
 mod hf;
+mod lengths;
 mod prompt;
 mod text;
 mod tokenizer;
@@ -49,8 +59,12 @@ mod train;
 mod words;
 
 pub use arrivals::{ArrivalProcess, Arrivals};
+pub use dataset::{
+    Dataset, DatasetFormat, DatasetMessage, DatasetPrompt, DatasetRecord, ReferenceOutput,
+};
 pub use error::WorkloadError;
 pub use hf::{HfCache, TokenizerConfig};
+pub use lengths::LengthDistribution;
 pub use prompt::{
     Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Prompt, PromptBuilder, PromptRole,
 };

@@ -272,6 +272,39 @@ impl Tokenizer {
         Ok(enc.get_offsets().iter().map(|&(_, end)| end).collect())
     }
 
+    /// [`content_token_ends`](Self::content_token_ends) of several texts,
+    /// encoded in parallel (one by one when the tokenizer pads batches).
+    pub(crate) fn content_token_ends_batch(
+        &self,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<usize>>, WorkloadError> {
+        if self.inner.get_padding().is_some() {
+            return texts.iter().map(|t| self.content_token_ends(t)).collect();
+        }
+        let encodings = self
+            .inner
+            .encode_batch(texts.to_vec(), false)
+            .map_err(|e| self.error(e))?;
+        Ok(encodings
+            .iter()
+            .map(|enc| enc.get_offsets().iter().map(|&(_, end)| end).collect())
+            .collect())
+    }
+
+    /// [`encode_count`](Self::encode_count) of several texts, encoded in
+    /// parallel (one by one when the tokenizer pads batches).
+    pub(crate) fn encode_counts(&self, texts: &[&str]) -> Result<Vec<usize>, WorkloadError> {
+        if self.inner.get_padding().is_some() {
+            return texts.iter().map(|t| self.encode_count(t)).collect();
+        }
+        let encodings = self
+            .inner
+            .encode_batch_fast(texts.to_vec(), self.add_special_tokens)
+            .map_err(|e| self.error(e))?;
+        let extra = self.special_tokens_count_extra();
+        Ok(encodings.iter().map(|enc| enc.len() + extra).collect())
+    }
+
     /// Content tokens of `text`, without special tokens.
     pub(crate) fn content_count(&self, text: &str) -> Result<usize, WorkloadError> {
         let enc = self

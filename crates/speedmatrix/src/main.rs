@@ -11,7 +11,6 @@ mod out;
 use std::process::ExitCode;
 
 use crate::out::tell;
-use clap::Parser;
 
 /// The version and the commit it was built from.
 const VERSION: &str = concat!(
@@ -27,7 +26,7 @@ const VERSION: &str = concat!(
 /// sustained decode speed for every context × concurrency cell that fits the
 /// server's KV cache. With no --url it uses a built-in simulated server, so
 /// every command can be tried on a laptop with no GPU and no network.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "speedmatrix", version = VERSION, about, long_about)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
@@ -39,7 +38,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let mut cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err
+            .format(&mut <Cli as clap::CommandFactory>::command())
+            .exit(),
+    };
+    cmd::note_invocation(&mut cli.command, &matches);
     init_logging(cli.verbose);
     if let cmd::Command::Assets(args) = &cli.command {
         return match assets::write(<Cli as clap::CommandFactory>::command(), args) {

@@ -28,6 +28,7 @@ mod model;
 pub(crate) mod net;
 mod server;
 mod study;
+pub(crate) mod transformers;
 
 pub(crate) use self::matrix::binary;
 

@@ -230,7 +230,7 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-fn signal(name: &str, pids: &[u32]) {
+pub(crate) fn signal(name: &str, pids: &[u32]) {
     if pids.is_empty() {
         return;
     }
@@ -283,7 +283,7 @@ fn parse_stat(stat: &str) -> Option<(char, u32)> {
 }
 
 /// Whether `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| parse_stat(&s))

@@ -11,3 +11,4 @@ use bolero as _;
 mod decoder_props;
 mod http;
 mod tls;
+mod transformers;

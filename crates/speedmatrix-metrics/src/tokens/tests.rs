@@ -160,7 +160,7 @@ fn scaled_intervals_split_gaps_by_the_estimated_tokens() {
     let t = timeline(vec![Chunk::content(ms(100)), Chunk::content(ms(130))]);
     let a = Arrivals::of(&t).unwrap();
     let mut iv = Vec::new();
-    a.scaled_intervals(3.0, |_| true, |d, n| iv.push((d, n)));
+    a.scaled_intervals(3.0, |_| true, |_, d, n| iv.push((d, n)));
     let n: u64 = iv.iter().map(|p| p.1).sum();
     assert_eq!(n, 5, "{iv:?}");
     assert!(

@@ -67,6 +67,56 @@ fn latencies_start_at_the_intended_time_and_the_lag_is_reported() {
     assert!((m.output_rate.get() - 22.0 / 0.66).abs() < 1e-9);
 }
 
+/// A model that reasons first: TTFT is its first reasoning token, TTFC its first answer
+/// token; the lengths are each finished request's output tokens as the model ended it.
+#[test]
+fn time_to_first_content_waits_for_the_answer_and_lengths_are_per_request() {
+    let plain = request(0, 50, 10, 11, finished());
+    let mut thinking = RequestTimeline::new(ms(0), ms(400), finished());
+    thinking.chunks = (0..5)
+        .map(|i| {
+            let usage = Usage::new(Tokens::new(100), Tokens::new(i + 1));
+            let at = ms(100 + 50 * i);
+            let chunk = if i < 3 {
+                Chunk::reasoning(at)
+            } else {
+                Chunk::content(at)
+            };
+            chunk.with_usage(usage)
+        })
+        .collect();
+    let reqs = [
+        LoadRequest {
+            timeline: &plain,
+            intended: ms(0),
+        },
+        LoadRequest {
+            timeline: &thinking,
+            intended: ms(0),
+        },
+    ];
+    let m = load_metrics(&reqs, None).unwrap();
+    let (ttft, ttfc) = (m.ttft.unwrap(), m.ttfc.unwrap());
+    assert_eq!((ttft.min, ttft.max), (d(50), d(100)));
+    // The reasoning request's first answer token came at 100 + 3 × 50 ms.
+    assert_eq!((ttfc.min, ttfc.max), (d(50), d(250)));
+    let lengths = m.output_lengths.unwrap();
+    assert_eq!((lengths.min, lengths.max, lengths.count), (5.0, 11.0, 2));
+    // Three of the thinking request's five tokens came before its answer; none of the plain one's.
+    let thought = m.reasoning_lengths.unwrap();
+    assert_eq!((thought.min, thought.max), (0.0, 3.0));
+    assert_eq!(
+        m.output_length_histogram
+            .iter()
+            .map(|b| b.count)
+            .sum::<u64>(),
+        2
+    );
+    // A cell where no model reasoned has no reasoning figure at all.
+    let plain_only = load_metrics(&reqs[..1], None).unwrap();
+    assert!(plain_only.reasoning_lengths.is_none());
+}
+
 #[test]
 fn failed_and_unfinished_requests_count_but_have_no_latency_and_miss_the_objective() {
     let ok = request(0, 30, 10, 5, finished());

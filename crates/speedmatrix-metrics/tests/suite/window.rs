@@ -338,3 +338,55 @@ proptest! {
         prop_assert!(close(product, m.total_output_rate.get()), "{product} vs {:?}", m.total_output_rate);
     }
 }
+
+#[test]
+fn a_steady_window_has_a_point_interval_and_a_noisy_one_a_wide_one() {
+    let steady =
+        window_metrics(&[stream(900, 1_000, 10, 2_000, 1)], window(5_000, 10_000)).unwrap();
+    let i = steady.intervals;
+    assert_eq!(i.batches, 10);
+    let total = i.total_output_rate.unwrap();
+    assert!(
+        close(total.low, 100.0) && close(total.high, 100.0),
+        "{total:?}"
+    );
+    assert!(i.per_request_rate.unwrap().contains(100.0));
+    // One request: no interval of a median can be stated.
+    assert_eq!(i.ttft_p50, None);
+    // Every gap is 10 ms: the interval is the latency floor.
+    let tbt = i.time_between_tokens_p50.unwrap();
+    assert!(tbt.contains(0.010), "{tbt:?}");
+    assert!(
+        close(tbt.half_width(), 0.010 * speedmatrix_metrics::LATENCY_FLOOR),
+        "{tbt:?}"
+    );
+
+    // Fast for the first half (5 ms a token), slow for the second (20 ms).
+    let mut t = RequestTimeline::new(ms(0), ms(10_000), Outcome::Cancelled);
+    let mut at = 0;
+    let mut n = 0;
+    let mut chunks = Vec::new();
+    while at < 10_000 {
+        at += if at < 5_000 { 5 } else { 20 };
+        n += 1;
+        chunks
+            .push(Chunk::content(ms(at)).with_usage(Usage::new(Tokens::new(100), Tokens::new(n))));
+    }
+    t.chunks = chunks.into_iter().collect();
+    let noisy = window_metrics(&[t], window(0, 10_000)).unwrap();
+    let total = noisy.intervals.total_output_rate.unwrap();
+    assert!(total.contains(noisy.total_output_rate.get()));
+    // Batches of 200 and of 50 tok/s: a wide interval around 125 tok/s.
+    assert!(total.half_width() > 40.0, "{total:?}");
+}
+
+#[test]
+fn the_median_ttft_interval_is_between_order_statistics() {
+    // 20 streams whose TTFTs are 10, 20, ..., 200 ms.
+    let streams: Vec<_> = (1..=20).map(|k| stream(0, 10 * k, 10, 1_000, 1)).collect();
+    let m = window_metrics(&streams, window(1_000, 5_000)).unwrap();
+    let i = m.intervals.ttft_p50.unwrap();
+    // Ranks 6 and 15 of 20 (wider than the 2 % floor around 105 ms).
+    assert!(close(i.low, 0.060) && close(i.high, 0.150), "{i:?}");
+    assert!(i.contains(m.ttft.unwrap().p50.as_secs_f64()));
+}

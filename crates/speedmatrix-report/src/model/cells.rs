@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use speedmatrix_units::{Concurrency, Tokens};
+use speedmatrix_units::{Concurrency, Interval, Tokens};
 
 /// Whether a cell or prefill point produced numbers, and if not why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -408,6 +408,124 @@ pub struct DecodeMeasurements {
     /// (`--inject`): its TTFT alone and under load, the streams' stall.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interference: Option<Interference>,
+    /// The 95 % confidence intervals of this window's figures, from within
+    /// the window (docs/metrics.md, "Uncertainty"). Absent before schema
+    /// version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<DecodeIntervals>,
+    /// With `--repeats N` (N > 1): each repeat's figures and their spread;
+    /// the figures above are then the repeats' means (see [`Repeats`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<Repeats>,
+    /// In a predicted document: where the measurement is expected to fall (see
+    /// [`PredictionBand`]). Absent in measured documents and before schema version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<PredictionBand>,
+}
+
+/// A predicted cell's band: the range its measurement falls in with probability `level`
+/// (0.8), from the predictor's leave-one-rig-out errors on public rigs of the same engine
+/// family and phase (`docs/predict.md`). Not a confidence interval of a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PredictionBand {
+    /// The probability the band is meant to hold the measurement, e.g. `0.8`.
+    pub level: f64,
+    /// Of `total_tokens_per_s`.
+    pub total_tokens_per_s: Interval,
+    /// Of `per_request_tokens_per_s`.
+    pub per_request_tokens_per_s: Interval,
+}
+
+/// The 95 % confidence intervals of one window's figures, each in its
+/// figure's unit; a figure the window cannot bound has none.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeIntervals {
+    /// Equal parts of the window the batch means were taken over.
+    pub batches: u32,
+    /// Of `total_tokens_per_s`: batch means, widened by an estimated count's uncertainty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens_per_s: Option<Interval>,
+    /// Of `per_request_tokens_per_s`: batch means of decoding tokens over decoding time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_request_tokens_per_s: Option<Interval>,
+    /// Of the median TTFT, milliseconds: order statistics (six requests or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p50_ms: Option<Interval>,
+    /// Of the median time between tokens, milliseconds: batch medians.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_between_tokens_p50_ms: Option<Interval>,
+}
+
+/// A cell measured several times back to back (`--repeats N`, one warm-up):
+/// each figure's value in every repeat, their mean, the 95 % interval of
+/// the mean (Student's t over the repeats) and their coefficient of
+/// variation. The cell's headline figures are these means; its other
+/// fields (counts, series, telemetry) are the first repeat's, its
+/// `output_tokens` and `measured_s` the repeats' sums.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Repeats {
+    /// Repeats measured.
+    pub count: u32,
+    /// Total output tok/s of each repeat.
+    pub total_tokens_per_s: RepeatFigure,
+    /// Per-request tok/s of each repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_request_tokens_per_s: Option<RepeatFigure>,
+    /// Median TTFT of each repeat, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p50_ms: Option<RepeatFigure>,
+    /// Median time between tokens of each repeat, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_between_tokens_p50_ms: Option<RepeatFigure>,
+}
+
+/// One figure over a cell's repeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatFigure {
+    /// The figure in each repeat, in order.
+    pub values: Vec<f64>,
+    /// Their mean.
+    pub mean: f64,
+    /// The 95 % interval of the mean; absent for one repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
+    /// Sample standard deviation over the mean; absent for one repeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv: Option<f64>,
+}
+
+impl DecodeMeasurements {
+    /// The interval of total tok/s a comparison should use: the repeats'
+    /// when the cell was repeated, else the window's.
+    pub fn total_tokens_per_s_interval(&self) -> Option<Interval> {
+        match &self.repeats {
+            Some(r) => r.total_tokens_per_s.interval,
+            None => self.intervals.and_then(|i| i.total_tokens_per_s),
+        }
+    }
+
+    /// Likewise for the median TTFT, milliseconds.
+    pub fn ttft_p50_interval(&self) -> Option<Interval> {
+        match &self.repeats {
+            Some(r) => r.ttft_p50_ms.as_ref().and_then(|f| f.interval),
+            None => self.intervals.and_then(|i| i.ttft_p50_ms),
+        }
+    }
+
+    /// Likewise for the median time between tokens, milliseconds.
+    pub fn time_between_tokens_p50_interval(&self) -> Option<Interval> {
+        match &self.repeats {
+            Some(r) => r
+                .time_between_tokens_p50_ms
+                .as_ref()
+                .and_then(|f| f.interval),
+            None => self.intervals.and_then(|i| i.time_between_tokens_p50_ms),
+        }
+    }
 }
 
 /// The benchmark client's CPU use over a window, read from its process CPU clock.

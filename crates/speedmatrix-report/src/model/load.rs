@@ -26,6 +26,9 @@ pub struct LoadRun {
     /// (`ttft_p99=2000ms,itl_p99=100ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<String>,
+    /// Where the prompts came from, when not the run's own (`--dataset`, `--input-tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
     /// One cell per context × load, row by row (a search's cells in the order tried).
     pub cells: Vec<LoadCell>,
     /// Each context's knee search, when the run searched for the highest
@@ -182,6 +185,128 @@ pub struct LoadMeasurements {
     /// In a conversation cell, each turn's figures over the conversations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<TurnStats>,
+    /// With `--repeats`: each repeat's output tok/s, TTFT p50 and ITL p50 with their mean,
+    /// 95 % interval and coefficient of variation (the figures above are then the repeats'
+    /// means, the counts their sums). Absent before schema version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<super::Repeats>,
+    /// Intended send → first content token in milliseconds (after any reasoning: later than
+    /// `ttft_ms` when the model reasons first). Absent before schema version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfc_ms: Option<Percentiles>,
+    /// Output tokens per finished request: how long the answers were (each `max_tokens` with
+    /// `ignore_eos`; where the model stopped with `--respect-eos`). Absent before version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_per_request: Option<TokenLengths>,
+    /// Prompt tokens per request sent, as the server counted them (the run's own count where
+    /// it reported none): the lengths a dataset or `--input-tokens` gave. Absent when every
+    /// prompt had the cell's context (and before schema version 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens_per_request: Option<TokenLengths>,
+    /// Reasoning ("thinking") tokens per finished request — its output tokens before its
+    /// first content token — when the model streamed reasoning apart from its answer
+    /// (`delta.reasoning_content` / `delta.reasoning`); they are part of the output tokens.
+    /// Absent for a model that answered at once (and before schema version 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens_per_request: Option<TokenLengths>,
+}
+
+/// Token lengths per request of a cell (prompts sent or answers received).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenLengths {
+    /// The shortest.
+    pub min: f64,
+    /// Their mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// The longest.
+    pub max: f64,
+    /// How many requests had each length, in power-of-two bins (`1`, `2–3`, `4–7`, …) from
+    /// the shortest to the longest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<LengthBin>,
+}
+
+/// Requests whose length lies in `from..=to` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LengthBin {
+    /// The smallest length of the bin, tokens.
+    pub from: u64,
+    /// The largest length of the bin, tokens.
+    pub to: u64,
+    /// Requests in it.
+    pub requests: u64,
+}
+
+/// Where a load run's prompts came from, so that it can be repeated exactly: a dataset
+/// file (named by its SHA-256) and the sample drawn from it, or a length distribution.
+/// Absent when the prompts were the run's own at each context (and before schema 6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// The dataset's file name (without its folder), when prompts came from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    /// Its format: `sharegpt`, `jsonl` or `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// The file's SHA-256 (lowercase hex): `sha256sum FILE` shows the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Usable records in the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// Records left out as unusable (a conversation without a user turn, an empty prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_records: Option<u64>,
+    /// Records drawn (`--dataset-sample`), when not all of them were used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<u64>,
+    /// The seed of the sample, the lengths and the text cut from a corpus.
+    pub seed: u64,
+    /// The prompt length distribution (`--input-tokens`), as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<String>,
+    /// Each request's `max_tokens` came from the dataset's answer lengths.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_tokens_from_dataset: bool,
+}
+
+impl Workload {
+    /// A short line for the page: `sharegpt.json (sharegpt, sha256 1a2b3c4d5e6f, 200 of
+    /// 94,145 records, seed 7)`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(f) = &self.format {
+            parts.push(f.clone());
+        }
+        if let Some(h) = &self.sha256 {
+            parts.push(format!("sha256 {}", &h[..h.len().min(12)]));
+        }
+        match (self.sample, self.records) {
+            (Some(n), Some(all)) => parts.push(format!("{n} of {all} records")),
+            (None, Some(all)) => parts.push(format!("{all} records")),
+            _ => {}
+        }
+        if let Some(d) = &self.input_tokens {
+            parts.push(format!("prompt tokens {d}"));
+        }
+        parts.push(format!("seed {}", self.seed));
+        if self.output_tokens_from_dataset {
+            parts.push("answer lengths from the dataset".into());
+        }
+        match &self.dataset {
+            Some(name) => format!("{name} ({})", parts.join(", ")),
+            None => parts.join(", "),
+        }
+    }
 }
 
 /// One turn of the conversations of a cell.

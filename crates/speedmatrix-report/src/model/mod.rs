@@ -8,19 +8,20 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use speedmatrix_units::{ByteSize, Concurrency, Tokens};
+use speedmatrix_units::{ByteSize, Concurrency, Interval, Tokens};
 
 mod cells;
 mod load;
 mod telemetry;
 
 pub use self::cells::{
-    CellStatus, ClientCpu, DecodeCell, DecodeMeasurements, Interference, MAX_PLAIN_UNCERTAINTY_PCT,
-    Percentiles, ServerCounter, TimelinePoint, TokenCount, TokenCountSource,
+    CellStatus, ClientCpu, DecodeCell, DecodeIntervals, DecodeMeasurements, Interference,
+    MAX_PLAIN_UNCERTAINTY_PCT, Percentiles, PredictionBand, RepeatFigure, Repeats, ServerCounter,
+    TimelinePoint, TokenCount, TokenCountSource,
 };
 pub use self::load::{
-    ArrivalSetup, KneeResult, KneeStep, LoadCell, LoadMeasurements, LoadRun, SloResult,
-    SloTermResult, TurnStats,
+    ArrivalSetup, KneeResult, KneeStep, LengthBin, LoadCell, LoadMeasurements, LoadRun, SloResult,
+    SloTermResult, TokenLengths, TurnStats, Workload,
 };
 pub use self::telemetry::{
     CellSeries, CellTelemetry, CellVerdict, GpuDetail, GpuUse, HostUse, ServerStats,
@@ -34,9 +35,11 @@ pub use self::telemetry::{
 /// client's setup and its CPU use per cell; version 4 telemetry (GPUs, host
 /// and server counters per cell, verdicts) and load runs (bursts and
 /// open-loop request rates); version 5 names the window `window_s` (it was
-/// `window_duration_s`) as every crate names it. Older documents are still
-/// read (see [`Report::from_json`]), each version by a test of its own.
-pub const SCHEMA_VERSION: u32 = 5;
+/// `window_duration_s`) as every crate names it; version 6 adds the run's
+/// provenance and the cells' confidence intervals and repeats. Older
+/// documents are still read (see [`Report::from_json`]), each version by a
+/// test of its own.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The oldest document version [`Report::from_json`] reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
@@ -75,6 +78,10 @@ pub struct Report {
     /// Free-form remarks shown at the end of the report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// How the run was made: command lines, flags, host. Absent before schema version 6
+    /// and in documents not made by `speedmatrix run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
     /// Present when no number of the document was measured: it was
     /// predicted by `speedmatrix predict` or extrapolated by `calibrate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +207,52 @@ pub struct Tool {
     pub name: String,
     /// Tool version, e.g. `0.1.0`.
     pub version: String,
+    /// The commit it was built from, e.g. `3ee437e8572a` (`, modified` when the tree held
+    /// uncommitted changes). Absent before schema version 6 and when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The build profile, `release` or `debug` (a debug build measures its own overhead).
+    /// Absent before schema version 6 and when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_profile: Option<String>,
+}
+
+/// How a run was made: the command lines that made it, every flag's value and the host the
+/// client ran on. Secrets are removed before it is built (`speedmatrix_client::redact`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// The command lines, shell-quoted, secrets replaced by `[redacted]`: the first started
+    /// the run, each later one continued it (`--resume`).
+    pub invocations: Vec<String>,
+    /// Every run flag by its name without dashes (as a study's `[run]` table spells it) and
+    /// its value as text, given or default; the API key is never among them.
+    pub options: BTreeMap<String, serde_json::Value>,
+    /// The flags of `options` that were given (on the command line, or by the journal a
+    /// resumed run continued), not defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub given: Vec<String>,
+    /// The host the benchmark client ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<ClientHost>,
+}
+
+/// The host the benchmark client ran on (the server may run elsewhere: see `hardware`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientHost {
+    /// Its name, e.g. `bench-01`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Operating system and kernel, e.g. `linux 6.8.0-49-generic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    /// CPU architecture, e.g. `x86_64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Logical CPUs the client could use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
 }
 
 /// What was asked of the server.
@@ -312,4 +365,8 @@ pub struct PrefillRow {
     pub prompt_tokens_reported: Option<Tokens>,
     /// Cold requests measured.
     pub repeats: u32,
+    /// In a predicted document: the 80 % band of `prompt_tokens_per_s` (see
+    /// [`PredictionBand`]). Absent in measured documents and before schema version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_per_s_band: Option<Interval>,
 }

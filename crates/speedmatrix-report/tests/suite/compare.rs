@@ -2,7 +2,9 @@
 
 use crate::common;
 
-use speedmatrix_report::{CellStatus, Report, Section, Threshold, Verdict, compare};
+use speedmatrix_report::{
+    CellStatus, Metric, MetricChoice, Report, Section, Threshold, Verdict, compare, compare_metrics,
+};
 use speedmatrix_units::{Concurrency, Tokens};
 
 fn at(r: &mut Report, ctx: u64, n: u32) -> &mut speedmatrix_report::DecodeCell {
@@ -106,7 +108,7 @@ fn ratios_and_verdicts_at_five_percent() {
         vec!["engine version: 0.32.0 → 0.33.0".to_owned()]
     );
     let text = c.to_markdown();
-    assert!(text.contains("| Sustained decode | 0 | 1 | 117.3 | 105.6 | 0.900 (-10.0%) | 54 ms | 54 ms | 1.000 (+0.0%) | **REGRESSION**: tok/s -10.0% |"), "{text}");
+    assert!(text.contains("| Sustained decode | 0 | 1 | 117.3 | 105.6 | 0.900 (-10.0%) | 54 ms | 54 ms | 1.000 (+0.0%) | 1.000 (+0.0%) | **REGRESSION**: tok/s -10.0% |"), "{text}");
     assert!(
         text.contains("26 compared, 3 regressed beyond 5%, 2 improved, 27 not comparable."),
         "{text}"
@@ -215,6 +217,11 @@ fn burst_run() -> Report {
             prefix_cache_intended_pct: None,
             prefix_cache_measured_pct: None,
             turns: Vec::new(),
+            repeats: None,
+            ttfc_ms: None,
+            output_tokens_per_request: None,
+            input_tokens_per_request: None,
+            reasoning_tokens_per_request: None,
         }),
     };
     r.load = Some(LoadRun {
@@ -222,6 +229,7 @@ fn burst_run() -> Report {
         arrival: None,
         max_in_flight: None,
         slo: None,
+        workload: None,
         cells: vec![cell(4, 400.0, 100.0), cell(16, 1_200.0, 300.0)],
         searches: Vec::new(),
     });
@@ -255,6 +263,58 @@ fn bursts_compare_by_size_on_output_rate_and_ttft() {
     );
 }
 
+/// Repeated burst cells state their repeats' interval: a 10 % drop whose interval reaches
+/// back inside the threshold is within noise; with tight repeats it is a regression.
+#[test]
+fn repeated_bursts_are_judged_against_their_repeats_interval() {
+    use speedmatrix_report::{RepeatFigure, Repeats};
+    let with_repeats = |r: &mut Report, scale: f64, half: f64| {
+        for cell in &mut r.load.as_mut().unwrap().cells {
+            let m = cell.measurements.as_mut().unwrap();
+            m.output_tokens_per_s *= scale;
+            let mean = m.output_tokens_per_s;
+            m.repeats = Some(Repeats {
+                count: 3,
+                total_tokens_per_s: RepeatFigure {
+                    values: vec![mean - half, mean, mean + half],
+                    mean,
+                    interval: speedmatrix_units::Interval::around(mean, half),
+                    cv: Some(half / mean),
+                },
+                per_request_tokens_per_s: None,
+                ttft_p50_ms: None,
+                time_between_tokens_p50_ms: None,
+            });
+        }
+    };
+    let judged = |half_fraction: f64| {
+        let (mut a, mut b) = (burst_run(), burst_run());
+        with_repeats(&mut a, 1.0, 400.0 * half_fraction);
+        with_repeats(&mut b, 0.9, 360.0 * half_fraction);
+        compare_metrics(
+            &a,
+            &b,
+            Threshold::from_fraction(0.05).unwrap(),
+            MetricChoice::Only(Metric::TokensPerS),
+        )
+        .cells
+        .into_iter()
+        .find(|c| c.section == Section::Burst)
+        .unwrap()
+        .verdict
+    };
+    assert!(
+        matches!(judged(0.001), Verdict::Regressed { .. }),
+        "{:?}",
+        judged(0.001)
+    );
+    assert!(
+        !matches!(judged(0.08), Verdict::Regressed { .. }),
+        "{:?}",
+        judged(0.08)
+    );
+}
+
 #[test]
 fn conversation_cells_compare_as_conversations() {
     let conversations = || {
@@ -278,4 +338,79 @@ fn conversation_cells_compare_as_conversations() {
     assert_eq!(rows.len(), 2, "no burst rows: {:?}", c.cells);
     assert!(matches!(&rows[0].verdict, Verdict::Regressed { .. }));
     assert!(c.to_markdown().contains("| Conversations | 1K | 4 |"));
+}
+
+/// The seed with 0×1's throughput scaled by `f`, every cell stating a ±`pct` % interval
+/// of its throughput and none of its median TTFT.
+fn with_intervals(f: f64, pct: f64) -> Report {
+    let mut r = common::seed();
+    for cell in &mut r.decode {
+        if let Some(m) = cell.measurements.as_mut() {
+            if cell.context == Tokens::ZERO && cell.concurrency.get() == 1 {
+                m.total_tokens_per_s *= f;
+            }
+            let v = m.total_tokens_per_s;
+            m.intervals = Some(speedmatrix_report::DecodeIntervals {
+                batches: 10,
+                total_tokens_per_s: speedmatrix_units::Interval::around(v, v * pct / 100.0),
+                ..Default::default()
+            });
+        }
+    }
+    r
+}
+
+#[test]
+fn a_change_counts_only_when_its_interval_lies_beyond_the_threshold() {
+    use speedmatrix_report::{Judgement, Metric};
+    let judged = |b: &Report, t: &str| {
+        let c = compare(&with_intervals(1.0, 1.0), b, t.parse().unwrap());
+        let r = row(&c, Section::Decode, 0, 1).clone();
+        let tps = r
+            .metrics
+            .iter()
+            .find(|m| m.metric == Metric::TokensPerS)
+            .unwrap();
+        let ttft = r.metrics.iter().find(|m| m.metric == Metric::Ttft).unwrap();
+        (tps.judgement, ttft.judgement, r.verdict)
+    };
+    // −10 % with ±1 % on each side: the ratio's interval (≈ 0.887–0.913) is wholly below 0.95.
+    let (tps, _, verdict) = judged(&with_intervals(0.9, 1.0), "5%");
+    assert_eq!(tps, Judgement::Worse);
+    assert!(matches!(verdict, Verdict::Regressed { .. }));
+    // The same −10 % with ±8 % intervals: beyond the threshold, not beyond the noise.
+    let (tps, _, verdict) = judged(&with_intervals(0.9, 8.0), "5%");
+    assert_eq!(tps, Judgement::WithinNoise);
+    assert_eq!(verdict, Verdict::Within);
+    // −3 % is within a 5 % threshold whatever the noise.
+    assert_eq!(judged(&with_intervals(0.97, 0.1), "5%").0, Judgement::Same);
+    // +10 % with tight intervals is an improvement.
+    assert_eq!(judged(&with_intervals(1.1, 0.5), "5%").0, Judgement::Better);
+    // A TTFT the documents could not bound is never judged, whatever its change.
+    let mut b = with_intervals(1.0, 1.0);
+    at(&mut b, 0, 1).measurements.as_mut().unwrap().ttft_ms.p50 *= 3.0;
+    let (_, ttft, verdict) = judged(&b, "5%");
+    assert_eq!(ttft, Judgement::Unjudged);
+    assert_eq!(verdict, Verdict::Within);
+    // Documents without intervals (older versions) are judged on the figures alone.
+    for cell in &mut b.decode {
+        if let Some(m) = cell.measurements.as_mut() {
+            m.intervals = None;
+        }
+    }
+    let c = compare(&common::seed(), &b, "5%".parse().unwrap());
+    assert!(matches!(
+        row(&c, Section::Decode, 0, 1).verdict,
+        Verdict::Regressed { .. }
+    ));
+}
+
+#[test]
+fn a_measurement_is_placed_below_inside_or_above_a_predicted_band() {
+    use speedmatrix_report::{BandCheck, BandPlace};
+    let band = speedmatrix_units::Interval::new(100.0, 200.0).unwrap();
+    assert_eq!(BandCheck::of(0.8, band, 99.9).place, BandPlace::Below);
+    assert_eq!(BandCheck::of(0.8, band, 100.0).place, BandPlace::Inside);
+    assert_eq!(BandCheck::of(0.8, band, 200.0).place, BandPlace::Inside);
+    assert_eq!(BandCheck::of(0.8, band, 200.1).place, BandPlace::Above);
 }

@@ -537,6 +537,7 @@ fn with_load() -> speedmatrix_report::Report {
             requests: None,
         }),
         max_in_flight: None,
+        workload: None,
         slo: Some("ttft_p99=500ms,itl_p99=50ms".into()),
         cells: vec![
             LoadCell {
@@ -565,6 +566,11 @@ fn with_load() -> speedmatrix_report::Report {
                     prefix_cache_intended_pct: None,
                     prefix_cache_measured_pct: None,
                     turns: Vec::new(),
+                    repeats: None,
+                    ttfc_ms: None,
+                    output_tokens_per_request: None,
+                    input_tokens_per_request: None,
+                    reasoning_tokens_per_request: None,
                     slo: Some(SloResult {
                         met: false,
                         attainment_pct: 95.0,

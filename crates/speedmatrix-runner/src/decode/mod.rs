@@ -50,6 +50,9 @@ pub(crate) struct DecodeCellSpec<'a> {
     pub(crate) inject: Option<CellInject>,
     /// Seeds the choice of the finished requests that calibrate estimates.
     pub(crate) seed: u64,
+    /// Send the warm-up requests first; a repeat after the first skips
+    /// them, the prefix cache already holding its prompts.
+    pub(crate) warm: bool,
 }
 
 /// The interference probe's two cold prompts (one sent alone, one into the
@@ -104,7 +107,11 @@ pub(crate) async fn run_cell(
     let epoch = Instant::now();
 
     phase(StepPhase::WarmingCache);
-    let (first_warmup, warm_failure) = warm_up(server, &spec, epoch, cancel).await;
+    let (first_warmup, warm_failure) = if spec.warm {
+        warm_up(server, &spec, epoch, cancel).await
+    } else {
+        (None, None)
+    };
     if cancel.is_cancelled() {
         return Err(RunnerError::Cancelled);
     }

@@ -203,6 +203,8 @@ impl Cell<'_, '_> {
                 .inject
                 .as_ref()
                 .map(|probe| interference(probe, recorded, m, self.epoch)),
+            intervals: Some(intervals(&m.intervals)),
+            repeats: None,
         };
         DecodeOutcome {
             cell: CellOutcome {
@@ -395,5 +397,17 @@ impl Health {
             kinds: self.kinds.clone(),
             first,
         })
+    }
+}
+
+/// The window's intervals in the report's units (durations in milliseconds).
+fn intervals(i: &speedmatrix_metrics::WindowIntervals) -> speedmatrix_report::DecodeIntervals {
+    let ms = |x: Option<speedmatrix_units::Interval>| x.and_then(|x| x.scaled(1_000.0));
+    speedmatrix_report::DecodeIntervals {
+        batches: u32::try_from(i.batches).unwrap_or(u32::MAX),
+        total_tokens_per_s: i.total_output_rate,
+        per_request_tokens_per_s: i.per_request_rate,
+        ttft_p50_ms: ms(i.ttft_p50),
+        time_between_tokens_p50_ms: ms(i.time_between_tokens_p50),
     }
 }

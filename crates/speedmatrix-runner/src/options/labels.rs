@@ -2,7 +2,7 @@
 //! best-effort), how the client runs (threads, cores, a local server's cores), and the labels
 //! the options give (launch command, quantization, engine, GPU name).
 
-use speedmatrix_report::{ClientSetup, Gpu, Hardware, LocalServer};
+use speedmatrix_report::{ClientHost, ClientSetup, Gpu, Hardware, LocalServer, Provenance, Tool};
 use speedmatrix_telemetry::TelemetryMode;
 use speedmatrix_units::ByteSize;
 
@@ -11,10 +11,39 @@ use crate::host::{Cores, allowed_cores, loopback_port};
 use crate::{RunLabels, Target};
 
 /// What the caller knows of its own process that the run records.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostFacts {
     /// The client was pinned to cores (`--client-cores`).
     pub client_pinned: bool,
+    /// The program that measures (its version, commit and build); `None`: the runner's.
+    pub tool: Option<Tool>,
+    /// How the run was made (command lines and flags, secrets removed); the host it ran on
+    /// is filled in when absent.
+    pub provenance: Option<Provenance>,
+}
+
+/// The host the client runs on, best effort: what cannot be read is absent.
+pub fn client_host() -> ClientHost {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    let os = match read("/proc/sys/kernel/osrelease") {
+        Some(release) => format!("{} {release}", std::env::consts::OS),
+        None => std::env::consts::OS.to_owned(),
+    };
+    let cpus = allowed_cores()
+        .map(|c| c.0.len())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .and_then(|n| u32::try_from(n).ok());
+    ClientHost {
+        hostname: read("/proc/sys/kernel/hostname"),
+        os: Some(os),
+        arch: Some(std::env::consts::ARCH.to_owned()),
+        cpus,
+    }
 }
 
 /// The labels of a run of `options` against `target`.
@@ -50,6 +79,11 @@ pub(super) fn labels(options: &RunOptions, target: &Target, host: &HostFacts) ->
         tokenizer: options.tokenizer.clone(),
         client: Some(client_setup(options, host)),
         server_key: None,
+        tool: host.tool.clone(),
+        provenance: host.provenance.clone().map(|mut p| {
+            p.host.get_or_insert_with(client_host);
+            p
+        }),
     }
 }
 

@@ -248,6 +248,8 @@ limits! {
     request_rate: RequestRate = ("--request-rate", rate_milli(1), rate_milli(100_000_000));
     /// `--prefill-repeats`: cold prefill requests per context.
     prefill_repeats: u32 = ("--prefill-repeats", 1, 10_000);
+    /// `--repeats`: measurements of each sustained-decode cell.
+    repeats: u32 = ("--repeats", 1, 100);
     /// `--turns`: turns of each conversation.
     turns: u32 = ("--turns", 1, 1_000);
     /// `--search-steps`: cells of a context's search.

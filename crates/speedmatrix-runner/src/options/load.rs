@@ -36,6 +36,7 @@ pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunnerError> {
         Preset::Seed
     });
     let mut m = preset.matrix();
+    crate::workload::check_flags(o)?;
     if let Some(c) = &o.contexts {
         m.contexts = c.clone();
     }
@@ -47,6 +48,14 @@ pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunnerError> {
     }
     if let Some(r) = o.prefill_repeats {
         m.prefill_repeats = r;
+    }
+    if let Some(r) = o.repeats {
+        if r > 1 && o.mode == LoadKind::Conversation {
+            return Err(bad(
+                "--repeats measures sustained, burst and rate cells; conversation cells are measured once (drop --repeats)",
+            ));
+        }
+        m.repeats = r;
     }
     m.prefill_mode = o.prefill_mode;
     if let Some(d) = o.window {
@@ -69,6 +78,19 @@ pub(super) fn matrix(o: &RunOptions) -> Result<MatrixSpec, RunnerError> {
             ));
         }
         m.shared_prefix = Some(prefix);
+    }
+    if o.respect_eos {
+        if o.mode == LoadKind::Sustained {
+            return Err(bad(
+                "--respect-eos lets burst, rate and conversation answers end early: add --mode burst, rate or conversation (sustained cells run to --max-tokens, the matrix method)",
+            ));
+        }
+        if o.min_tokens {
+            return Err(bad(
+                "--respect-eos and --min-tokens contradict each other: min_tokens keeps answers to --max-tokens",
+            ));
+        }
+        m.respect_eos = true;
     }
     if let Some(tokens) = o.inject {
         if o.mode != LoadKind::Sustained {

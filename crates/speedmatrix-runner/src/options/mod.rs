@@ -20,7 +20,7 @@ use serde::Deserialize;
 use speedmatrix_units::{Api, Concurrency, Engine, LoadKind, PrefillMode, PromptSharing, Tokens};
 
 pub use self::engine::{EngineOptions, MambaMode, Switch};
-pub use self::labels::{HostFacts, detect_hardware};
+pub use self::labels::{HostFacts, client_host, detect_hardware};
 pub use self::load::ArrivalKind;
 pub(crate) use self::resolve::bad;
 pub use self::resolve::from_value;
@@ -97,6 +97,13 @@ pub struct RunOptions {
     /// request of each context's decode cells, as the seed page).
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "cold"))]
     pub prefill_mode: PrefillMode,
+    /// Measure each sustained-decode cell this many times back to back (one warm-up, fresh
+    /// streams each time) and report the repeats' mean, its 95 % interval and their
+    /// coefficient of variation.
+    #[cfg_attr(feature = "clap", arg(long, value_parser = limits::repeats::parse))]
+    #[serde(default, deserialize_with = "limits::repeats::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub repeats: Option<u32>,
     /// Measurement window per decode cell, e.g. 30s, 2m.
     #[cfg_attr(feature = "clap", arg(long = "duration", value_parser = limits::window::parse))]
     #[serde(rename = "duration", deserialize_with = "limits::window::opt")]
@@ -259,6 +266,47 @@ pub struct RunOptions {
     /// cache holds it; by default every prompt is new to the server.
     #[cfg_attr(feature = "clap", arg(long, help_heading = "Load modes"))]
     pub warm_cache: bool,
+    /// Burst, rate and conversation modes: let the model end its answers (no ignore_eos, no
+    /// min_tokens): each cell then reports how long the answers were (output tokens per
+    /// request). Sustained cells always run to max_tokens (the matrix method).
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Load modes"))]
+    pub respect_eos: bool,
+    /// Burst and rate modes: prompts from a file, used as given (nothing is downloaded):
+    /// ShareGPT-style JSON (.json: each conversation's first user turn, its answer's length as
+    /// max_tokens), JSONL (.jsonl: {"prompt": …} or {"messages": […]} per line, optional
+    /// "output_tokens") or a plain text corpus (.txt: cut into prompts of --input-tokens).
+    /// The file's SHA-256 and the sample are recorded so the run can be repeated exactly.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "FILE", help_heading = "Workload")
+    )]
+    pub dataset: Option<PathBuf>,
+    /// The --dataset file's format when its extension does not say: sharegpt, jsonl or text.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "FORMAT", help_heading = "Workload")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
+    pub dataset_format: Option<speedmatrix_workload::DatasetFormat>,
+    /// Send N records of --dataset drawn by --seed (without replacement) instead of all of
+    /// them, in the order drawn.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "N", help_heading = "Workload")
+    )]
+    pub dataset_sample: Option<usize>,
+    /// Burst and rate modes: each prompt's length drawn from a distribution (by --seed), each
+    /// prompt still exactly that long: a count (1k), uniform:512..2048, normal:MEAN,SD or
+    /// lognormal:MEDIAN,SIGMA, in tokens. Replaces --contexts (the cells' row is the median);
+    /// with a text --dataset, the lengths its prompts are cut to.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "DIST", help_heading = "Workload")
+    )]
+    #[serde(deserialize_with = "text::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
+    pub input_tokens: Option<speedmatrix_workload::LengthDistribution>,
     /// A service-level objective for burst and rate cells, e.g. ttft_p99=2s,itl_p99=100ms
     /// (latencies ttft, itl, tpot, e2e at any percentile). Each cell reports whether its
     /// percentiles meet it, the share of requests that meet it on their own figures, and those
@@ -417,6 +465,7 @@ impl Default for RunOptions {
             concurrency: None,
             prefill_contexts: None,
             prefill_repeats: None,
+            repeats: None,
             prefill_mode: PrefillMode::Cold,
             window: None,
             max_output: None,
@@ -438,6 +487,11 @@ impl Default for RunOptions {
             arrival_seed: None,
             drain: Duration::from_secs(120),
             warm_cache: false,
+            respect_eos: false,
+            dataset: None,
+            dataset_format: None,
+            dataset_sample: None,
+            input_tokens: None,
             slo: None,
             search: false,
             search_floor: None,

@@ -37,6 +37,58 @@ impl RunOptions {
         from_value(value)
     }
 
+    /// Registers every secret these options hold with the one cleaning path
+    /// (`speedmatrix_client::redact`), before anything prints or stores them: the API key,
+    /// the URL's credentials, secret-named fields of `--extra-body` and the secrets of
+    /// `--launch-command` (`--api-key K`, `HF_TOKEN=K`).
+    pub fn register_secrets(&self) {
+        use speedmatrix_client::redact;
+        if let Some(key) = &self.api_key {
+            redact::register(key);
+        }
+        if let Some(url) = &self.url {
+            redact::register_url_credentials(url);
+        }
+        if let Some(body) = &self.extra_body {
+            redact::register_json_secrets(&serde_json::Value::Object(body.0.clone()));
+        }
+        if let Some(command) = &self.launch_command {
+            redact::register_command_secrets(command);
+        }
+    }
+
+    /// Every local path these options read, by the flag that names it: what a run elsewhere
+    /// (a Kubernetes pod) must be given. The tokenizer is among them only when it names an
+    /// existing path here (otherwise it is a Hugging Face id, read from the HF cache).
+    pub fn named_paths(&self) -> Vec<(&'static str, std::path::PathBuf)> {
+        let e = &self.engine_options;
+        let mut paths: Vec<(&'static str, std::path::PathBuf)> = [
+            ("--model-config", self.model_config.clone()),
+            ("--gpu-catalog", e.gpu_catalog.clone()),
+            ("--draft-config", e.draft_config.clone()),
+            ("--safetensors-index", e.safetensors_index.clone()),
+            ("--checkpoint", e.checkpoint.clone()),
+            ("--dataset", self.dataset.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, path)| Some((flag, path?)))
+        .collect();
+        if let Some(t) = &self.tokenizer {
+            let path = std::path::PathBuf::from(t);
+            if t != "bundled" && path.exists() {
+                paths.push(("--tokenizer", path));
+            }
+        }
+        if !self.embedded() {
+            return paths;
+        }
+        let profile = std::path::PathBuf::from(&self.sim_profile);
+        if profile.exists() {
+            paths.push(("--sim-profile", profile));
+        }
+        paths
+    }
+
     /// Whether these options measure the built-in simulator (no `--url`).
     pub fn embedded(&self) -> bool {
         self.url.is_none()
@@ -79,8 +131,14 @@ impl RunOptions {
     /// `--model-config`), the hardware detected and `host` recorded. Checked with
     /// [`crate::validate`].
     pub fn resolve(&self, host: &HostFacts) -> Result<RunConfig, RunnerError> {
-        let matrix = self.matrix()?;
+        self.register_secrets();
+        let mut matrix = self.matrix()?;
         let tokenizer = self.load_tokenizer()?;
+        let workload = crate::Workload::from_options(self, &tokenizer, matrix.max_output)?;
+        if let Some(w) = &workload {
+            // One row: the prompts' median length (each request sends its own).
+            matrix.contexts = vec![w.context];
+        }
         let target = self.target()?;
         let capacity = match (&target, &self.model_config) {
             // A profile that stands for a real model (the built-in seed one, a hybrid) lays its
@@ -126,6 +184,7 @@ impl RunOptions {
                 interval: self.telemetry_interval,
                 metrics_interval: self.metrics_interval,
             },
+            workload,
         };
         crate::validate(&config)?;
         Ok(config)

@@ -218,6 +218,14 @@ pub struct WindowResult {
     /// The prefill–decode interference probe after the window, when asked.
     #[serde(default)]
     pub interference: Option<Interference>,
+    /// The 95 % intervals of the window's figures; `None` in journals
+    /// written before they were computed.
+    #[serde(default)]
+    pub intervals: Option<speedmatrix_report::DecodeIntervals>,
+    /// With `--repeats`: every repeat's figures and their spread (the
+    /// figures above are then the repeats' means).
+    #[serde(default)]
+    pub repeats: Option<speedmatrix_report::Repeats>,
 }
 
 /// How a window's output tokens were counted.

@@ -136,6 +136,20 @@ pub struct LoadResult {
     pub output_tokens_per_s: f64,
     /// Intended send → first token.
     pub ttft: Option<Latency>,
+    /// Intended send → first content token (after any reasoning); `None` in journals
+    /// written before it was kept.
+    #[serde(default)]
+    pub ttfc: Option<Latency>,
+    /// Output tokens of each finished request; `None` in journals written before.
+    #[serde(default)]
+    pub output_lengths: Option<speedmatrix_report::TokenLengths>,
+    /// Reasoning tokens of each finished request, when the model streamed reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_lengths: Option<speedmatrix_report::TokenLengths>,
+    /// Prompt tokens of each request sent, when they were not all the cell's context (a
+    /// dataset, `--input-tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_lengths: Option<speedmatrix_report::TokenLengths>,
     /// Intended send → end.
     pub e2e: Option<Latency>,
     /// Every token interval.
@@ -154,6 +168,10 @@ pub struct LoadResult {
     /// In a conversation cell, each turn's figures.
     #[serde(default)]
     pub turns: Vec<TurnResult>,
+    /// With `--repeats`: every repeat's figures and their spread (the figures above are then
+    /// the repeats' means, and the counts their sums).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<speedmatrix_report::Repeats>,
 }
 
 /// One turn of a conversation cell, over its conversations.

@@ -11,6 +11,7 @@ mod decode;
 mod interference;
 mod load;
 mod notice;
+mod repeats;
 mod step;
 
 use std::time::Duration;
@@ -25,6 +26,7 @@ pub use self::load::{
 // Named by the conversation cell only; reachable outside through `LoadResult::turns`.
 pub(crate) use self::load::TurnResult;
 pub use self::notice::{Notice, StopReason};
+pub(crate) use self::repeats::{load_with_repeats, with_repeats};
 pub use self::step::{
     Exclusion, Failure, FailureKind, LoadPoint, SkipReason, StepId, StepStatus, TooLong,
 };

@@ -110,6 +110,28 @@ pub enum Notice {
         /// What it sent.
         content_type: String,
     },
+    /// The server refused a request field it does not know (HTTP 400/422 naming it), so
+    /// every request was sent without it.
+    FieldRefused {
+        /// The field, e.g. `ignore_eos`.
+        field: String,
+        /// What the run did instead, and what it means for the numbers.
+        instead: String,
+    },
+    /// One of the server's descriptive endpoints (`/v1/models`, `/version`, `/metrics`, …)
+    /// answered with an error or something unreadable; the run went on without it.
+    ProbeWarning {
+        /// What was wrong, e.g. `/v1/models: HTTP 500: Internal Server Error`.
+        warning: String,
+    },
+    /// A dataset's sample ran out during the cell: its records were sent again from the
+    /// first, and may have found their prompts in the prefix cache.
+    DatasetReused {
+        /// The cell.
+        step: StepId,
+        /// Records in the sample.
+        records: u64,
+    },
     /// TLS certificate verification was off.
     Insecure,
     /// The run stopped early.

@@ -64,10 +64,7 @@ pub(crate) fn build_report(
                 .tokenizer
                 .clone()
                 .or_else(|| Some(config.tokenizer.name().to_owned())),
-            tool: Tool {
-                name: "speedmatrix".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-            },
+            tool: config.labels.tool.clone().unwrap_or_else(runner_tool),
             contexts: m.contexts.clone(),
             // A burst or rate run has no sustained-decode columns.
             concurrencies: match m.load {
@@ -87,10 +84,21 @@ pub(crate) fn build_report(
         telemetry: None,
         capacity: capacity(&the_plan.capacity),
         prefill: prefill.iter().map(prefill_row).collect(),
-        load: load_run(m, load, &measured.knees),
+        load: load_run(m, load, &measured.knees, config.workload.as_ref()),
         decode: decode.iter().map(decode_cell).collect(),
         notes: notices.iter().map(Notice::describe).collect(),
+        provenance: config.labels.provenance.clone(),
         prediction: None,
+    }
+}
+
+/// The runner itself, for embedders that name no tool of their own.
+fn runner_tool() -> Tool {
+    Tool {
+        name: "speedmatrix".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        commit: None,
+        build_profile: None,
     }
 }
 
@@ -99,6 +107,7 @@ fn load_run(
     m: &crate::MatrixSpec,
     cells: &[LoadOutcome],
     knees: &[crate::outcome::KneePath],
+    workload: Option<&crate::Workload>,
 ) -> Option<LoadRun> {
     let (arrival, max_in_flight) = match &m.load {
         LoadMode::Sustained => return None,
@@ -134,6 +143,7 @@ fn load_run(
         arrival,
         max_in_flight: max_in_flight.map(|n| n.get()),
         slo: m.slo.as_ref().map(ToString::to_string),
+        workload: workload.map(|w| w.record.clone()),
         cells: cells.iter().map(load_cell).collect(),
         searches: knees.iter().map(knee_result).collect(),
     })
@@ -240,6 +250,11 @@ pub fn load_cell(c: &LoadOutcome) -> LoadCell {
                 .prefix_cache
                 .and_then(|p| p.measured_hit_rate)
                 .map(|h| h * 100.0),
+            repeats: r.repeats.clone(),
+            ttfc_ms: r.ttfc.map(percentiles),
+            output_tokens_per_request: r.output_lengths.clone(),
+            input_tokens_per_request: r.input_lengths.clone(),
+            reasoning_tokens_per_request: r.reasoning_lengths.clone(),
             slo: r.slo.as_ref().map(|v| SloResult {
                 met: v.met,
                 attainment_pct: if v.requests > 0 {
@@ -387,6 +402,7 @@ pub fn prefill_row(p: &PrefillOutcome) -> PrefillRow {
         prompt_tokens_requested: p.context,
         prompt_tokens_reported: p.prompt_tokens_reported,
         repeats: p.repeats,
+        prompt_tokens_per_s_band: None,
     }
 }
 
@@ -428,6 +444,9 @@ fn measurements(w: &WindowResult) -> DecodeMeasurements {
             client_bound: l.is_client_bound(),
         }),
         telemetry: w.telemetry.clone(),
+        intervals: w.intervals,
+        repeats: w.repeats.clone(),
+        band: None,
         interference: w
             .interference
             .as_ref()
@@ -525,6 +544,15 @@ impl Notice {
                 sent,
             } => format!(
                 "{step}: {requests} requests were counted by the server with a prompt length other than the {sent} tokens sent"
+            ),
+            Notice::DatasetReused { step, records } => format!(
+                "{step}: the run needed more requests than the dataset sample's {records} records, so it sent them again from the first; the server may have found those prompts in its prefix cache (give a larger --dataset-sample, or fewer requests)"
+            ),
+            Notice::ProbeWarning { warning } => format!(
+                "The server's probe answered badly: {warning}; the run went on without that answer"
+            ),
+            Notice::FieldRefused { field, instead } => format!(
+                "The server refuses the request field `{field}` (it answered 400/422 naming it): every request was sent without it; {instead}"
             ),
             Notice::IgnoreEosIgnored { step } => format!(
                 "{step}: some requests stopped early (finish_reason \"stop\") although ignore_eos was set; the server seems to ignore it (send min_tokens as well)"

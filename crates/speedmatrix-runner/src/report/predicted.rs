@@ -8,10 +8,10 @@ use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule};
 use speedmatrix_predict::{CostModel, DecodeEstimate, EngineFactors, PrefillEstimate};
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
-    Percentiles, PredictionInfo, PrefillRow, Report, RunSettings, SCHEMA_VERSION, TokenCountSource,
-    Tool,
+    Percentiles, PredictionBand, PredictionInfo, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
+    TokenCountSource, Tool,
 };
-use speedmatrix_units::{PrefillMode, Tokens};
+use speedmatrix_units::{Interval, PrefillMode, Tokens};
 
 use crate::predicted::{PredictInputs, factor_map};
 
@@ -69,6 +69,8 @@ pub(crate) fn document(s: &Sources<'_>) -> Report {
             tool: Tool {
                 name: "speedmatrix predict".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
+                commit: None,
+                build_profile: None,
             },
             contexts: inputs.contexts.clone(),
             concurrencies: inputs.concurrencies.clone(),
@@ -98,6 +100,7 @@ pub(crate) fn document(s: &Sources<'_>) -> Report {
         load: None,
         decode: decode_cells(s),
         notes: Vec::new(),
+        provenance: None,
         prediction: Some(PredictionInfo {
             method: "speedmatrix's cost model (docs/predict.md)".into(),
             factors: factor_map(s.factors),
@@ -112,24 +115,59 @@ fn prefill_rows(s: &Sources<'_>) -> Vec<PrefillRow> {
     s.prefill
         .iter()
         .map(|p| {
-            let too_long = max_len.is_some_and(|m| p.context.get() + 1 > m);
+            let too_long = max_len.filter(|m| p.context.get() + 1 > *m);
             PrefillRow {
                 context: p.context,
-                status: if too_long {
-                    CellStatus::OverCapacity {
-                        reason: format!("{} + 1 token > max_model_len", p.context),
-                    }
-                } else {
-                    CellStatus::Valid
+                // Too long for the server is not over capacity: the KV cache is not why.
+                status: match too_long {
+                    Some(m) => CellStatus::Skipped {
+                        reason: format!(
+                            "{} + 1 output token is longer than max_model_len ({m} tokens)",
+                            p.context
+                        ),
+                    },
+                    None => CellStatus::Valid,
                 },
-                prompt_tokens_per_s: (!too_long).then_some(p.prompt_tokens_per_s),
-                ttft_ms: (!too_long).then(|| ms(p.ttft)),
+                prompt_tokens_per_s: too_long.is_none().then_some(p.prompt_tokens_per_s),
+                ttft_ms: too_long.is_none().then(|| ms(p.ttft)),
                 prompt_tokens_requested: p.context,
                 prompt_tokens_reported: None,
                 repeats: 1,
+                prompt_tokens_per_s_band: too_long
+                    .is_none()
+                    .then(|| band(s.factors.bands.prefill, p.prompt_tokens_per_s))
+                    .flatten(),
             }
         })
         .collect()
+}
+
+/// The 80 % band around a predicted figure, when the factors carry one for its phase.
+fn band(band: Option<speedmatrix_predict::Band>, predicted: f64) -> Option<Interval> {
+    let (low, high) = band?.around(predicted);
+    Interval::new(low, high)
+}
+
+/// Why a predicted cell does not run: too long for `max_model_len`, or over the KV cache.
+fn not_runnable(v: &CellVerdict) -> CellStatus {
+    if v.rule == FitRule::MaxModelLen {
+        return CellStatus::Skipped {
+            reason: format!(
+                "a request of {} tokens is longer than max_model_len ({} tokens)",
+                v.request_tokens, v.limit
+            ),
+        };
+    }
+    CellStatus::OverCapacity {
+        reason: format!(
+            "{} × {} needs {} {} > {}",
+            v.concurrency,
+            v.request_tokens,
+            v.needed,
+            v.rule.unit(),
+            v.limit
+        ),
+    }
 }
 
 fn decode_cells(s: &Sources<'_>) -> Vec<DecodeCell> {
@@ -142,16 +180,7 @@ fn decode_cells(s: &Sources<'_>) -> Vec<DecodeCell> {
             status: if v.fits {
                 CellStatus::Valid
             } else {
-                CellStatus::OverCapacity {
-                    reason: format!(
-                        "{} × {} needs {} {} > {}",
-                        v.concurrency,
-                        v.request_tokens,
-                        v.needed,
-                        v.rule.unit(),
-                        v.limit
-                    ),
-                }
+                not_runnable(v)
             },
             measurements: v.fits.then(|| DecodeMeasurements {
                 total_tokens_per_s: e.total_tokens_per_s,
@@ -171,10 +200,26 @@ fn decode_cells(s: &Sources<'_>) -> Vec<DecodeCell> {
                 client: None,
                 telemetry: None,
                 interference: None,
+                intervals: None,
+                repeats: None,
+                band: decode_band(s, e),
             }),
         })
         .collect()
 }
+
+/// A decode cell's 80 % bands: its total and per-request tok/s move together.
+fn decode_band(s: &Sources<'_>, e: &DecodeEstimate) -> Option<PredictionBand> {
+    let b = s.factors.bands.decode;
+    Some(PredictionBand {
+        level: BAND_LEVEL,
+        total_tokens_per_s: band(b, e.total_tokens_per_s)?,
+        per_request_tokens_per_s: band(b, e.per_request_tokens_per_s)?,
+    })
+}
+
+/// The probability a predicted band holds the measurement.
+const BAND_LEVEL: f64 = 0.8;
 
 fn assumptions(s: &Sources<'_>) -> Vec<String> {
     let (cost, gpu, engine) = (s.cost, &s.inputs.gpu, s.inputs.engine);
@@ -211,6 +256,23 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
          queueing past max_num_seqs."
             .to_owned(),
     ];
+    let bands = &s.factors.bands;
+    for (phase, b) in [("decode", bands.decode), ("prefill", bands.prefill)] {
+        if let Some(b) = b {
+            let (low, high) = b.around(1.0);
+            assumptions.push(format!(
+                "Bands ({phase}): 80 % of held-out measurements fell within {:.0} % to {:+.0} % of \
+                 the prediction (leave-one-rig-out over {} public {} rigs, {} figures; each rig \
+                 inside the others' band {:.0} % of the time).",
+                (low - 1.0) * 100.0,
+                (high - 1.0) * 100.0,
+                b.rigs,
+                s.factors.engine,
+                b.figures,
+                b.coverage * 100.0
+            ));
+        }
+    }
     if s.fell_back {
         assumptions.push(format!(
             "{engine} has no fitted factors of its own: vLLM's are used."

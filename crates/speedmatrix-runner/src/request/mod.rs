@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 use speedmatrix_client::{
     ChatRequest, Client, CompletionRequest, Generation, Message, ResponseStream, StreamOptions,
 };
-use speedmatrix_metrics::{
-    Chunk, Chunks, CountBounds, ImpossibleCount, Outcome, ReportedCounts, RequestTimeline,
-    Streamed, Timestamp, Usage, check_counts,
-};
-use speedmatrix_units::{Tokens, group_thousands};
+use speedmatrix_metrics::{Chunks, Outcome, RequestTimeline, Timestamp};
+use speedmatrix_units::Tokens;
 
+mod limits;
+mod recorder;
+
+use self::limits::impossible_failure;
+pub(crate) use self::recorder::Recorder;
 use crate::config::Api;
 use crate::outcome::{Failure, FailureKind};
 use crate::stop::Stop;
@@ -26,6 +28,9 @@ pub(crate) struct RequestShape {
     pub(crate) max_tokens: Tokens,
     pub(crate) ignore_eos: bool,
     pub(crate) min_tokens: bool,
+    /// Whether requests carry `stream_options` (a server that refuses the field gets none,
+    /// and reports usage at the end only, if at all).
+    pub(crate) stream_options: bool,
     /// The API key, so that a server echoing it in an error message does not
     /// carry it into the journal, the report or the logs.
     pub(crate) secret: Option<Arc<str>>,
@@ -45,46 +50,6 @@ pub(crate) struct RequestShape {
     /// Requests of this shape sent at the same time as this one, whose
     /// prefills may all come before its own (at least 1).
     pub(crate) sent_together: u32,
-}
-
-/// The slowest prefill a request's deadline allows for, counting every byte of
-/// the prompt as a token (an upper bound on its tokens).
-pub(crate) const DEADLINE_PREFILL_BYTES_PER_S: u64 = 1_000;
-
-/// The slowest output a request's deadline allows for.
-pub(crate) const DEADLINE_DECODE_TOKENS_PER_S: u64 = 1;
-
-/// How long one request may run, from its send to its last byte, and what
-/// that is made of (see [`RequestShape::deadline`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Deadline {
-    pub(crate) limit: Duration,
-    first_token: Duration,
-    prompt_bytes: u64,
-    together: u32,
-    max_tokens: Tokens,
-}
-
-impl Deadline {
-    /// The failure of a request that ran `ran` past it.
-    fn failure(&self, ran: Duration) -> Failure {
-        Failure {
-            kind: FailureKind::Deadline,
-            message: format!(
-                "the request was still running after {:.1} s, past its deadline of {:.1} s \
-                 ({:.1} s to start answering, {} prompt bytes × {} sent together at {} a second, \
-                 max_tokens {} at {DEADLINE_DECODE_TOKENS_PER_S} tok/s): the server ignores \
-                 max_tokens or streams slower than any engine",
-                ran.as_secs_f64(),
-                self.limit.as_secs_f64(),
-                self.first_token.as_secs_f64(),
-                group_thousands(self.prompt_bytes),
-                self.together,
-                group_thousands(DEADLINE_PREFILL_BYTES_PER_S),
-                group_thousands(self.max_tokens.get()),
-            ),
-        }
-    }
 }
 
 /// A request that ended, as the metrics crate sees it, plus what the metrics
@@ -137,6 +102,42 @@ impl OutputText {
             // In index order, so each lands at the end of the side table.
             chunks.set_text_tokens(index, Some(u32::try_from(next - start).unwrap_or(u32::MAX)));
         }
+    }
+}
+
+/// What a request asks: one text (a completions prompt, or a chat request's one user
+/// message) or chat messages sent as given (a dataset's `messages` records).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PromptRef<'a> {
+    Text(&'a str),
+    Messages(&'a [Message]),
+}
+
+impl PromptRef<'_> {
+    /// Bytes of text it carries: what the deadline and the count bounds are sized by.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            PromptRef::Text(t) => t.len(),
+            PromptRef::Messages(m) => m.iter().map(|m| m.content.len() + m.role.len()).sum(),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for PromptRef<'a> {
+    fn from(t: &'a str) -> Self {
+        PromptRef::Text(t)
+    }
+}
+
+impl<'a> From<&'a String> for PromptRef<'a> {
+    fn from(t: &'a String) -> Self {
+        PromptRef::Text(t)
+    }
+}
+
+impl<'a> From<&'a Arc<str>> for PromptRef<'a> {
+    fn from(t: &'a Arc<str>) -> Self {
+        PromptRef::Text(t)
     }
 }
 
@@ -194,36 +195,14 @@ impl RequestShape {
         Some(most.unwrap_or(self.max_tokens))
     }
 
-    /// The longest a request of this shape may run (docs/metrics.md, "Request
-    /// deadlines"): the time to start answering, its prompt and those sent with
-    /// it prefilled at [`DEADLINE_PREFILL_BYTES_PER_S`], and `max_tokens` at
-    /// [`DEADLINE_DECODE_TOKENS_PER_S`]. `None` when the server is sent no
-    /// `max_tokens` the client can read.
-    pub(crate) fn deadline(&self, prompt_bytes: usize) -> Option<Deadline> {
-        let max_tokens = self.max_tokens_sent()?;
-        let prompt_bytes = prompt_bytes as u64;
-        let prefill_s = prompt_bytes.saturating_mul(u64::from(self.sent_together.max(1)))
-            / DEADLINE_PREFILL_BYTES_PER_S;
-        let decode_s = max_tokens.get() / DEADLINE_DECODE_TOKENS_PER_S;
-        let limit = self
-            .first_token_allowance
-            .saturating_add(Duration::from_secs(prefill_s.saturating_add(decode_s)));
-        Some(Deadline {
-            limit,
-            first_token: self.first_token_allowance,
-            prompt_bytes,
-            together: self.sent_together.max(1),
-            max_tokens,
-        })
-    }
-
     /// The sampling and streaming fields every request of this shape carries.
     fn generation(&self) -> Generation {
         let mut g = Generation::default();
         g.max_tokens = Some(self.max_tokens);
-        g.ignore_eos = Some(self.ignore_eos);
+        // Left out rather than sent false: a strict server refuses fields it does not know.
+        g.ignore_eos = self.ignore_eos.then_some(true);
         g.min_tokens = self.min_tokens.then_some(self.max_tokens);
-        g.stream_options = Some(StreamOptions {
+        g.stream_options = self.stream_options.then_some(StreamOptions {
             include_usage: true,
             continuous_usage_stats: true,
         });
@@ -234,16 +213,23 @@ impl RequestShape {
     async fn send(
         &self,
         client: &Client,
-        prompt: &str,
+        prompt: PromptRef<'_>,
     ) -> Result<ResponseStream, speedmatrix_client::ClientError> {
-        match self.api {
-            Api::Completions => {
+        match (self.api, prompt) {
+            (Api::Completions, PromptRef::Text(prompt)) => {
                 let mut req = CompletionRequest::new(self.model.clone(), prompt.to_owned());
                 req.generation = self.generation();
                 client.stream_completion(&req).await
             }
-            Api::Chat => {
+            (Api::Chat, PromptRef::Text(prompt)) => {
                 let mut req = ChatRequest::new(self.model.clone(), vec![Message::user(prompt)]);
+                req.generation = self.generation();
+                client.stream_chat(&req).await
+            }
+            // Options refuse messages with --api completions; were they ever sent there,
+            // they go as chat, never flattened into a different prompt.
+            (_, PromptRef::Messages(messages)) => {
+                let mut req = ChatRequest::new(self.model.clone(), messages.to_vec());
                 req.generation = self.generation();
                 client.stream_chat(&req).await
             }
@@ -253,15 +239,16 @@ impl RequestShape {
 
 /// Sends one request and records it until it ends or `stop` fires.
 /// `first_tokens` is incremented once when the first text chunk arrives.
-pub(crate) async fn record_one<'s>(
+pub(crate) async fn record_one<'s, 'p>(
     client: &Client,
     shape: &RequestShape,
-    prompt: &str,
+    prompt: impl Into<PromptRef<'p>>,
     epoch: Instant,
     stop: impl Into<Stop<'s>>,
     first_tokens: Option<&Arc<AtomicUsize>>,
 ) -> Recorded {
     let stop = stop.into();
+    let prompt = prompt.into();
     let at = |i: Instant| Timestamp::from_instant(epoch, i);
     let mut retries = 0;
     let mut stream = loop {
@@ -338,10 +325,11 @@ pub(crate) async fn record_one<'s>(
             None if deadline.is_some_and(|(due, _)| Instant::now() >= due) => {
                 let now = Instant::now();
                 let ran = now.saturating_duration_since(timings.sent_at);
-                let failure = match recorder.check_counts(&shape.count_bounds(prompt), at(now)) {
-                    Err(impossible) => Some(impossible_failure(&impossible)),
-                    Ok(()) => deadline.map(|(_, limit)| limit.failure(ran)),
-                };
+                let failure =
+                    match recorder.check_counts(&shape.count_bounds(prompt.len()), at(now)) {
+                        Err(impossible) => Some(impossible_failure(&impossible)),
+                        Ok(()) => deadline.map(|(_, limit)| limit.failure(ran)),
+                    };
                 let first_byte = stream.timings().first_byte_at.map(at);
                 let mut r = recorder.into_failed(at(now), failure, first_byte);
                 r.retries = retries;
@@ -357,7 +345,7 @@ pub(crate) async fn record_one<'s>(
             },
         };
         let ended = at(Instant::now());
-        let bounds = shape.count_bounds(prompt);
+        let bounds = shape.count_bounds(prompt.len());
         if let Err(impossible) = recorder.check_counts(&bounds, ended) {
             let mut r = recorder.into_failed(
                 ended,
@@ -389,7 +377,7 @@ pub(crate) async fn record_one<'s>(
         None => at(Instant::now()),
     };
     // Counts no server can have produced are not kept: the request fails.
-    if let Err(impossible) = recorder.check_counts(&shape.count_bounds(prompt), ended_at) {
+    if let Err(impossible) = recorder.check_counts(&shape.count_bounds(prompt.len()), ended_at) {
         let mut r = recorder.into_failed(
             ended_at,
             Some(impossible_failure(&impossible)),
@@ -408,224 +396,6 @@ pub(crate) async fn record_one<'s>(
         retries,
         text,
         unexpected_content_type: stream.unexpected_content_type().map(str::to_owned),
-    }
-}
-
-/// Turns one stream's events into its metrics timeline: sans-IO, so what
-/// counts as a token can be tested on bytes.
-#[derive(Debug)]
-pub(crate) struct Recorder {
-    timeline: RequestTimeline,
-    prompt_tokens: Option<Tokens>,
-    one_event_per_token: bool,
-    events_with_choices: u64,
-    text: OutputText,
-    /// The text is kept until the first chunk with text shows the server's
-    /// own count; a later chunk without one then means the text is lost.
-    keep_text: bool,
-    /// Keep the text whatever the server counts.
-    pub(crate) always_keep_text: bool,
-    text_lost: bool,
-    /// Index of the last chunk with text, and the last usage with its index.
-    last_text: Option<usize>,
-    last_usage: Option<(usize, Usage)>,
-    /// Bytes of text streamed, and the largest counts the server reported:
-    /// what [`check_counts`] judges.
-    text_bytes: u64,
-    most: ReportedCounts,
-}
-
-impl Recorder {
-    pub(crate) fn new(
-        sent_at: Timestamp,
-        headers_at: Timestamp,
-        one_event_per_token: bool,
-    ) -> Self {
-        let mut timeline = RequestTimeline::new(sent_at, sent_at, Outcome::Cancelled);
-        timeline.headers_at = Some(headers_at);
-        Recorder {
-            timeline,
-            prompt_tokens: None,
-            one_event_per_token,
-            events_with_choices: 0,
-            text: OutputText::default(),
-            keep_text: true,
-            always_keep_text: false,
-            text_lost: false,
-            last_text: None,
-            last_usage: None,
-            text_bytes: 0,
-            most: ReportedCounts::default(),
-        }
-    }
-
-    /// Checks the counts the server reported so far against the request's
-    /// bounds, its text and its time up to `ended`.
-    pub(crate) fn check_counts(
-        &self,
-        bounds: &CountBounds,
-        ended: Timestamp,
-    ) -> Result<(), ImpossibleCount> {
-        let streamed = Streamed {
-            text_bytes: self.text_bytes,
-            events: self.events_with_choices,
-            elapsed: ended.saturating_since(self.timeline.sent_at),
-        };
-        check_counts(bounds, &streamed, &self.most)
-    }
-
-    /// A failed request with the times recorded so far and none of the
-    /// server's counts: they are not to be trusted, so its chunks go too.
-    fn into_failed(
-        self,
-        ended: Timestamp,
-        failure: Option<Failure>,
-        first_byte_at: Option<Timestamp>,
-    ) -> Recorded {
-        let kind = failure.as_ref().map_or("failed", |f| f.kind.as_str());
-        let keep_chunks = failure
-            .as_ref()
-            .is_some_and(|f| f.kind != FailureKind::ImpossibleCount);
-        let last_chunk = self.timeline.chunks.last().map(|c| c.at);
-        let mut timeline = RequestTimeline::new(
-            self.timeline.sent_at,
-            last_chunk.map_or(ended, |c| c.max(ended)),
-            Outcome::Failed {
-                kind: kind.to_owned(),
-            },
-        );
-        timeline.headers_at = self.timeline.headers_at;
-        timeline.first_byte_at = first_byte_at;
-        if keep_chunks {
-            timeline.chunks = self.timeline.chunks;
-            timeline.chunks.shrink_to_fit();
-        }
-        Recorded {
-            timeline,
-            prompt_tokens_reported: if keep_chunks {
-                self.prompt_tokens
-            } else {
-                None
-            },
-            error: failure,
-            retries: 0,
-            text: None,
-            unexpected_content_type: None,
-        }
-    }
-
-    /// Records one event that arrived at `at`; true when it is the first
-    /// with text.
-    pub(crate) fn event(&mut self, ev: &speedmatrix_client::StreamEvent, at: Timestamp) -> bool {
-        if ev.has_choices {
-            self.events_with_choices += 1;
-        }
-        let Some(chunk) = self.chunk_of(ev, at) else {
-            return false;
-        };
-        let index = self.timeline.chunks.len();
-        if let Some(u) = chunk.usage {
-            self.prompt_tokens = Some(u.prompt_tokens);
-            self.last_usage = Some((index, u));
-            let most = &mut self.most;
-            most.usage_completion = most.usage_completion.max(Some(u.completion_tokens.get()));
-            most.prompt = most.prompt.max(Some(u.prompt_tokens.get()));
-        }
-        if let Some(n) = ev.engine_tokens {
-            self.most.engine_completion = self.most.engine_completion.max(Some(n.get()));
-        }
-        let first = chunk.has_text() && self.last_text.is_none();
-        if chunk.has_text() {
-            self.text_bytes += (ev.content.len() + ev.reasoning_content.len()) as u64;
-            self.last_text = Some(index);
-            let counted = chunk.usage.is_some_and(|u| u.completion_tokens.get() > 0)
-                || chunk.engine_count.is_some_and(|n| n.get() > 0);
-            if first && counted && !self.always_keep_text {
-                // The server counts on its chunks: no estimate needs the text.
-                self.keep_text = false;
-            } else if !self.keep_text && !counted {
-                self.text_lost = true;
-            }
-            if self.keep_text {
-                self.text.text.push_str(&ev.reasoning_content);
-                self.text.text.push_str(&ev.content);
-                self.text.ends.push((index, self.text.text.len()));
-            }
-        }
-        self.timeline.chunks.push(chunk);
-        first
-    }
-
-    /// The metrics chunk of one event: its text flags and the server's
-    /// counts; `None` for an event with neither choices nor counts.
-    fn chunk_of(&self, ev: &speedmatrix_client::StreamEvent, at: Timestamp) -> Option<Chunk> {
-        let engine_count = match ev.engine_tokens {
-            Some(n) => Some(n),
-            None if self.one_event_per_token && ev.has_choices => {
-                Some(Tokens::new(self.events_with_choices))
-            }
-            None => None,
-        };
-        if !ev.has_choices && ev.usage.is_none() && engine_count.is_none() {
-            return None;
-        }
-        let mut chunk = Chunk::empty(at);
-        chunk.content = !ev.content.is_empty();
-        chunk.reasoning = !ev.reasoning_content.is_empty();
-        chunk.usage = ev
-            .usage
-            .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens));
-        chunk.engine_count = engine_count;
-        Some(chunk)
-    }
-
-    /// The timeline of a stream that ended with `outcome` at `ended_at`, the
-    /// server's prompt count, and the text an estimate needs (if it does).
-    ///
-    /// Only a finished stream has a final usage, and only when its last usage
-    /// came after its last text: a usage-only event in the middle of a
-    /// stream is a report of the tokens so far, not the total.
-    pub(crate) fn finish(
-        mut self,
-        outcome: Outcome,
-        ended_at: Timestamp,
-        first_byte_at: Option<Timestamp>,
-    ) -> (RequestTimeline, Option<Tokens>, Option<OutputText>) {
-        let finished = matches!(outcome, Outcome::Finished { .. });
-        if let Some((index, usage)) = self.last_usage
-            && finished
-            && self.last_text.is_none_or(|t| index >= t)
-        {
-            self.timeline.final_usage = Some(usage);
-        }
-        // A timeline's chunks never come after its end.
-        let last_chunk = self.timeline.chunks.last().map(|c| c.at);
-        self.timeline.ended_at = last_chunk.map_or(ended_at, |c| c.max(ended_at));
-        self.timeline.first_byte_at = first_byte_at;
-        self.timeline.outcome = outcome;
-        // A cell holds every request until it is summarized.
-        self.timeline.chunks.shrink_to_fit();
-        let text =
-            (self.keep_text && !self.text_lost && self.last_text.is_some()).then_some(self.text);
-        (self.timeline, self.prompt_tokens, text)
-    }
-}
-
-impl RequestShape {
-    /// What bounds the counts a request of this shape with `prompt` can have.
-    fn count_bounds(&self, prompt: &str) -> CountBounds {
-        CountBounds {
-            max_tokens: self.max_tokens_sent(),
-            prompt_bytes: prompt.len() as u64,
-        }
-    }
-}
-
-/// The failure of a request whose server reported an impossible count.
-fn impossible_failure(e: &ImpossibleCount) -> Failure {
-    Failure {
-        kind: FailureKind::ImpossibleCount,
-        message: e.to_string(),
     }
 }
 
@@ -656,12 +426,13 @@ fn failed(
     }
 }
 
-/// `text` with every occurrence of the secret replaced.
+/// `text` through the one cleaning path (`speedmatrix_client::redact`), `secret` among the
+/// secrets it removes (an `ApiKey` registers itself; this covers a key given as text).
 pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
-        _ => text.to_owned(),
+    if let Some(s) = secret {
+        speedmatrix_client::redact::register(s);
     }
+    speedmatrix_client::redact::clean(text).into_owned()
 }
 
 #[cfg(test)]

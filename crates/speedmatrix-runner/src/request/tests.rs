@@ -1,6 +1,7 @@
 //! Tests of recording one request: retries, usage events, kept text, impossible counts, deadlines, redaction.
 
 use super::*;
+use speedmatrix_metrics::Chunk;
 
 fn status(status: u16, retry_after: Option<u64>) -> speedmatrix_client::ClientError {
     speedmatrix_client::ClientError::HttpStatus {
@@ -132,6 +133,7 @@ fn shape(max_tokens: u64) -> RequestShape {
         max_tokens: Tokens::new(max_tokens),
         ignore_eos: true,
         min_tokens: false,
+        stream_options: true,
         secret: None,
         extra: Arc::default(),
         one_event_per_token: false,
@@ -150,7 +152,7 @@ fn usage_chunk(prompt: u64, completion: u64) -> String {
 #[test]
 fn impossible_counts_are_caught_with_the_value_and_the_bound() {
     let ended = Timestamp::from_millis(99);
-    let bounds = shape(16).count_bounds("a prompt of a few words");
+    let bounds = shape(16).count_bounds("a prompt of a few words".len());
     let honest = record(&usage_chunk(5, 16), false);
     assert_eq!(honest.check_counts(&bounds, ended), Ok(()));
     let huge = record(&usage_chunk(5, u64::MAX), false);

@@ -44,6 +44,9 @@ pub struct ResumeKey {
     pub prefill_contexts: Vec<Tokens>,
     /// Cold prefill requests per point.
     pub prefill_repeats: u32,
+    /// Measurements of each decode cell (1 in journals written before repeats).
+    #[serde(default = "one")]
+    pub repeats: u32,
     /// How prefill is measured.
     pub prefill_mode: PrefillMode,
     /// The window, in nanoseconds.
@@ -59,6 +62,9 @@ pub struct ResumeKey {
     /// The interference probe, when asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inject: Option<InjectKey>,
+    /// The workload's dataset (by its SHA-256) and sample, or its length distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<speedmatrix_report::Workload>,
 }
 
 /// What a burst, rate or conversation run measures, for [`ResumeKey`].
@@ -80,6 +86,9 @@ pub struct LoadKey {
     /// The prefix the cell's prompts share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_prefix: Option<SharedPrefix>,
+    /// Whether answers could end where the model ended them (`--respect-eos`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub respect_eos: bool,
 }
 
 /// How a rate run's arrivals are drawn, or a conversation's turns.
@@ -207,6 +216,7 @@ impl LoadKey {
             schedule,
             slo,
             shared_prefix: spec.shared_prefix,
+            respect_eos: spec.respect_eos,
         })
     }
 }
@@ -251,6 +261,7 @@ impl ResumeKey {
             concurrencies: m.concurrencies.clone(),
             prefill_contexts: m.prefill_contexts.clone(),
             prefill_repeats: m.prefill_repeats,
+            repeats: m.repeats,
             prefill_mode: m.prefill_mode,
             window_ns: nanos(m.window),
             max_output_tokens: m.max_output,
@@ -260,6 +271,7 @@ impl ResumeKey {
                 tokens: i.tokens,
                 settle_ns: nanos(i.settle),
             }),
+            workload: config.workload.as_ref().map(|w| w.record.clone()),
         }
     }
 
@@ -272,6 +284,11 @@ impl ResumeKey {
     pub fn differences(&self, now: &ResumeKey) -> Vec<super::KeyDifference> {
         super::json_differences(self, now)
     }
+}
+
+/// The repeats of a journal written before `--repeats`.
+fn one() -> u32 {
+    1
 }
 
 #[cfg(test)]

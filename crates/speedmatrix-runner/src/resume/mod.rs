@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use speedmatrix_report::Provenance;
 use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::journal::{self, CorruptTail, Journal, JournalContents};
@@ -91,6 +92,10 @@ pub(crate) enum JournalRecord {
     Start {
         journal_version: u32,
         key: Box<KeyOnDisk>,
+        /// How the run was started: what `--resume DIR` alone continues with. Absent in
+        /// journals of runs whose caller recorded none (and before provenance was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provenance: Option<Box<Provenance>>,
     },
     /// A finished prefill point.
     Prefill {
@@ -110,10 +115,11 @@ pub(crate) enum JournalRecord {
 }
 
 impl JournalRecord {
-    pub(crate) fn start(key: ResumeKey) -> JournalRecord {
+    pub(crate) fn start(key: ResumeKey, provenance: Option<Provenance>) -> JournalRecord {
         JournalRecord::Start {
             journal_version: JOURNAL_VERSION,
             key: Box::new(KeyOnDisk::Current(key)),
+            provenance: provenance.map(Box::new),
         }
     }
 
@@ -201,6 +207,18 @@ fn steps_of(contents: JournalContents<JournalRecord>) -> JournalContents<Journal
     }
 }
 
+/// How the run whose journal is at `path` was started (its command line and every flag), as
+/// its first line records it: what `speedmatrix run --resume DIR` alone continues with.
+/// `None` when the journal records none (a run started by a caller that kept none).
+pub fn journal_provenance(path: &Path) -> Result<Option<Provenance>, RunnerError> {
+    check_version(path)?;
+    let contents = journal::read_file::<JournalRecord>(path)?;
+    Ok(contents.records.into_iter().find_map(|r| match r {
+        JournalRecord::Start { provenance, .. } => provenance.map(|p| *p),
+        _ => None,
+    }))
+}
+
 /// FNV-1a over `bytes`: a stable fingerprint, not a cryptographic hash.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -222,13 +240,14 @@ pub(crate) struct Done {
 pub(crate) fn open_journal(
     options: &JournalOptions,
     key: ResumeKey,
+    provenance: Option<&Provenance>,
 ) -> Result<(Option<Journal>, Done, Option<CorruptTail>), RunnerError> {
     let Some(path) = &options.path else {
         return Ok((None, Done::default(), None));
     };
     if !options.resume {
         let mut j = Journal::create(path)?;
-        j.append(&JournalRecord::start(key))?;
+        j.append(&JournalRecord::start(key, provenance.cloned()))?;
         return Ok((Some(j), Done::default(), None));
     }
     check_version(path)?;
@@ -280,7 +299,7 @@ pub(crate) fn open_journal(
         }
     }
     if !started {
-        j.append(&JournalRecord::start(key))?;
+        j.append(&JournalRecord::start(key, provenance.cloned()))?;
     }
     Ok((Some(j), done, contents.corrupt_tail))
 }
@@ -346,12 +365,14 @@ mod tests {
             concurrencies: vec![Concurrency::ONE],
             prefill_contexts: vec![],
             prefill_repeats: 1,
+            repeats: 1,
             prefill_mode: PrefillMode::Cold,
             window_ns: 1_000_000_000,
             max_output_tokens: Tokens::new(256),
             min_tokens: false,
             load: None,
             inject: None,
+            workload: None,
         }
     }
 

@@ -100,6 +100,11 @@ fn rtx3090() -> Profile {
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
+        refused_fields: Vec::new(),
+        models_status: None,
+        anonymous: false,
+        reasoning_tokens: 0,
+        request_log: None,
     }
 }
 
@@ -141,6 +146,11 @@ fn tiny() -> Profile {
         text_style: TextStyle::Words,
         hold_open_after_done_ms: None,
         stream_content_type: None,
+        refused_fields: Vec::new(),
+        models_status: None,
+        anonymous: false,
+        reasoning_tokens: 0,
+        request_log: None,
     }
 }
 

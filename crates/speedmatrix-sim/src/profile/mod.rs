@@ -119,6 +119,33 @@ pub struct Profile {
     /// string to send none at all, anything else verbatim.
     #[serde(default)]
     pub stream_content_type: Option<String>,
+    /// Request fields the server refuses, as a strict OpenAI-compatible server does (Hugging
+    /// Face `transformers serve`): a request carrying one is answered HTTP 422
+    /// `{"detail": "Unexpected fields in the request: {'ignore_eos'}"}`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_fields: Vec<String>,
+    /// The status `GET /v1/models` answers with, when not 200 (`transformers serve` answers
+    /// 500 without a Hugging Face cache folder). Default: 200 and the model list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models_status: Option<u16>,
+    /// Answer no endpoint that names an engine (`/version`, `/metrics`, `/tokenize`, …: 404),
+    /// as a generic OpenAI-compatible server or gateway does. Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub anonymous: bool,
+    /// A reasoning model: the first this many output tokens of each chat answer stream as
+    /// `delta.reasoning_content` (vLLM's reasoning parser), the rest as `content`. vLLM and
+    /// proxy dialects; default 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u32,
+    /// Append every generation request to this file as one JSON line (`api`, the `prompt`
+    /// text or `messages` as received, `max_tokens`, `ignore_eos`): what a test checks a run
+    /// sent. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_log: Option<std::path::PathBuf>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The stream format of one engine, from its documented shapes and source (see

@@ -17,6 +17,28 @@ impl Rejection {
     }
 }
 
+/// The body as JSON, refused with 422 when it carries a field the profile refuses, as a
+/// strict server (Hugging Face `transformers serve`) refuses fields it does not know.
+async fn read_checked<T: serde::de::DeserializeOwned>(
+    req: Request<Incoming>,
+    refused: &[String],
+) -> Result<T, Rejection> {
+    let value: serde_json::Value = read_json(req).await?;
+    let unexpected: Vec<&str> = refused
+        .iter()
+        .filter(|f| value.get(f.as_str()).is_some())
+        .map(String::as_str)
+        .collect();
+    if !unexpected.is_empty() {
+        let names: Vec<String> = unexpected.iter().map(|f| format!("'{f}'")).collect();
+        return Err(Rejection(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Unexpected fields in the request: {{{}}}", names.join(", ")),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| Rejection::bad(format!("JSON decode error: {e}")))
+}
+
 async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Rejection> {
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
@@ -118,6 +140,35 @@ async fn prompt_ids(
     Ok(ids)
 }
 
+/// One line of the profile's request log: what the request asked, as received.
+fn log_request(state: &State, api: Api, body: &GenerateRequest) {
+    let Some(log) = &state.request_log else {
+        return;
+    };
+    let prompt = match &body.prompt {
+        Some(crate::api::PromptInput::Text(t)) => serde_json::json!(t),
+        Some(crate::api::PromptInput::Ids(ids)) => serde_json::json!(ids),
+        None => serde_json::Value::Null,
+    };
+    let messages = body.messages.as_ref().map(|m| {
+        m.iter()
+            .map(|m| serde_json::json!({"role": m.role, "content": m.text()}))
+            .collect::<Vec<_>>()
+    });
+    let line = serde_json::json!({
+        "api": match api { Api::Completions => "completions", Api::Chat => "chat" },
+        "prompt": prompt,
+        "messages": messages,
+        "max_tokens": body.max_completion_tokens.or(body.max_tokens),
+        "ignore_eos": body.ignore_eos,
+    });
+    use std::io::Write as _;
+    if let Ok(mut file) = log.lock() {
+        // A test's log: a failed write shows as a missing line there, never a failed request.
+        let _ = writeln!(file, "{line}");
+    }
+}
+
 /// Validated request limits: (max_tokens, min_tokens).
 fn limits(
     state: &State,
@@ -148,7 +199,7 @@ pub(super) async fn generate(
     api: Api,
     header_fault: Option<Fault>,
 ) -> Reply {
-    let mut body: GenerateRequest = match read_json(req).await {
+    let mut body: GenerateRequest = match read_checked(req, &state.profile.refused_fields).await {
         Ok(b) => b,
         Err(r) => return r.reply(),
     };
@@ -164,6 +215,7 @@ pub(super) async fn generate(
     if let Err(r) = check_model(&state, body.model.as_deref()) {
         return r.reply();
     }
+    log_request(&state, api, &body);
     let ids = match prompt_ids(&state, api, &mut body).await {
         Ok(ids) => ids,
         Err(r) => return r.reply(),
@@ -209,7 +261,8 @@ pub(super) async fn generate(
         };
         let profile = &state.profile;
         let setup = StreamSetup {
-            wire: Wire::new(profile.dialect, meta, usage, prompt_tokens),
+            wire: Wire::new(profile.dialect, meta, usage, prompt_tokens)
+                .with_reasoning(profile.reasoning_tokens),
             text: state.text.clone(),
             style: profile.text_style,
             fault,

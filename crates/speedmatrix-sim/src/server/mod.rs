@@ -74,7 +74,21 @@ impl SimServer {
             .map_err(|source| SimError::Bind { addr, source })?;
         let (shutdown, stop) = watch::channel(false);
         let engine = EngineHandle::spawn(&profile, text.output_ids(), stop.clone());
+        let request_log = match &profile.request_log {
+            Some(path) => Some(std::sync::Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|source| SimError::RequestLog {
+                        path: path.clone(),
+                        source,
+                    })?,
+            )),
+            None => None,
+        };
         let state = Arc::new(State {
+            request_log,
             profile: profile.clone(),
             fault,
             text,
@@ -133,6 +147,8 @@ struct State {
     next_id: AtomicU64,
     /// The front end passes one request at a time (see `StepCost::frontend_per_request_us`).
     frontend: tokio::sync::Mutex<()>,
+    /// Where each generation request is logged (profile `request_log`).
+    request_log: Option<std::sync::Mutex<std::fs::File>>,
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiver<bool>) {
@@ -202,12 +218,31 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     {
         return early;
     }
+    // A generic server names no engine: only the OpenAI routes answer.
+    let engine_route = !matches!(
+        path.as_str(),
+        "/health" | "/v1/models" | "/v1/completions" | "/v1/chat/completions"
+    );
+    if state.profile.anonymous && engine_route {
+        return json_reply(
+            StatusCode::NOT_FOUND,
+            api::json_bytes(&json!({ "detail": "Not Found" })),
+        );
+    }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", SimBody::empty()),
         (&Method::GET, "/version") => json_reply(
             StatusCode::OK,
             api::json_bytes(&json!({ "version": VERSION })),
         ),
+        (&Method::GET, "/v1/models") if state.profile.models_status.is_some() => {
+            let status = state
+                .profile
+                .models_status
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            respond(status, "text/plain", SimBody::full("Internal Server Error"))
+        }
         (&Method::GET, "/v1/models") => json_reply(
             StatusCode::OK,
             api::models(

@@ -215,6 +215,38 @@ impl ChatOverhead {
     }
 }
 
+/// The longest prefix-cut of `text` that `tok` counts as exactly `target`
+/// tokens (special tokens as it adds them): `ends` are the end bytes of the
+/// content tokens of one encode of the whole `text`, which must hold more
+/// than `target` tokens. The cut is repaired as prompts' cuts are (a window
+/// re-encoded near the end, bounded steps and a character scan); with
+/// `full_check`, the whole result is then encoded once to check it (the
+/// caller checks it otherwise). Cuts dataset corpora.
+pub(crate) fn cut_to_count(
+    tok: &Tokenizer,
+    text: String,
+    ends: Vec<usize>,
+    target: usize,
+    full_check: bool,
+) -> Result<String, WorkloadError> {
+    let source = Source {
+        text,
+        ends,
+        junctions_ok: true,
+    };
+    Fitter {
+        tok,
+        extra: 0,
+        source: &source,
+        target,
+        min_cut: 0,
+        full_check,
+        attempts: 0,
+        closest: 0,
+    }
+    .fit()
+}
+
 /// Builds exact-length prompts with one tokenizer.
 ///
 /// Text comes from a pool of generated prose, encoded once per size class.

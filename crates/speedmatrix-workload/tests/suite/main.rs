@@ -3,6 +3,12 @@
 //! build time in CI.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// `cargo xtask fuzz` builds every test binary of the package with libFuzzer's
+// coverage instrumentation; linking bolero brings the runtime it needs.
+#[cfg(fuzzing)]
+use bolero as _;
+
 mod common;
+mod datasets;
 mod prompts;
 mod tokenizers;

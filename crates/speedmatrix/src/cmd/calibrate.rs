@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use speedmatrix_report::Report;
-use speedmatrix_runner::profiles::Calibration;
+use speedmatrix_runner::profiles::CalibratedProfile;
 
 use crate::cmd::UsageError;
 use crate::cmd::run::words;
@@ -67,7 +67,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Each cell's error under the fitted model.
-fn residuals(c: &Calibration) -> String {
+fn residuals(c: &CalibratedProfile) -> String {
     let mut out = String::from("Fitted step-time model, per cell (model / measured − 1):\n");
     for ((label, _), e) in c.decode.iter().zip(&c.fit.decode_errors) {
         let _ = writeln!(out, "  decode  {label:<14} {:+6.1} %", e * 100.0);
@@ -92,7 +92,7 @@ fn residuals(c: &Calibration) -> String {
 
 /// The warm TTFTs' errors under the fitted front end: a rougher fit (a
 /// line through the cells' medians), printed apart from the speed's.
-fn ttft_residuals(c: &Calibration) -> String {
+fn ttft_residuals(c: &CalibratedProfile) -> String {
     let with: Vec<&String> = c
         .decode
         .iter()

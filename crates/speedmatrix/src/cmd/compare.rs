@@ -1,11 +1,12 @@
-//! `speedmatrix compare`: two saved runs cell by cell (B/A ratios), regressions flagged.
+//! `speedmatrix compare`: two saved runs cell by cell (B/A ratios with
+//! their intervals), regressions flagged only where the noise allows.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use speedmatrix_report::{Comparison, Threshold, compare};
+use speedmatrix_report::{Comparison, MetricChoice, Threshold, compare_metrics};
 
-use crate::cmd::report::{load, write_stdout};
+use crate::cmd::report::{load, write_output};
 use crate::out::tell;
 
 /// Flags of `speedmatrix compare`.
@@ -18,23 +19,55 @@ pub(crate) struct Args {
     #[arg(value_name = "B.json")]
     b: PathBuf,
     /// Change beyond which a cell counts as a regression or an improvement: lower tok/s
-    /// or higher TTFT by more than this.
+    /// or higher TTFT/ITL by more than this, with the 95 % interval of the ratio B/A
+    /// wholly beyond it (a change the runs' own noise could explain is "within noise").
     #[arg(long, value_name = "PERCENT", default_value = "5%")]
     threshold: Threshold,
-    /// Exit with code 1 when any cell regressed beyond PERCENT (used as the threshold).
+    /// Exit with code 1 when any cell regressed beyond PERCENT (used as the threshold),
+    /// by the same rule.
     #[arg(long, value_name = "PERCENT", conflicts_with = "threshold")]
     fail_on_regression: Option<Threshold>,
+    /// Which figures to judge: tok/s, ttft, itl or all.
+    #[arg(long, value_name = "METRIC", default_value = "all")]
+    metric: MetricChoice,
+    /// Write the comparison as JSON (every cell, each figure's ratio, its interval and
+    /// the judgement) instead of Markdown.
+    #[arg(long)]
+    json: bool,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Overwrite the output file if it already exists.
+    #[arg(long)]
+    force: bool,
+    /// Compare runs whose load workloads differ (another --dataset file, sample or seed,
+    /// another --input-tokens): refused without it, since their cells sent other prompts.
+    #[arg(long)]
+    allow_different_workloads: bool,
 }
 
 /// Runs `speedmatrix compare`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (comparison, code) = execute(&args)?;
-    write_stdout(&comparison.to_markdown())?;
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&comparison)
+            .map_err(|e| anyhow::anyhow!("could not write the comparison as JSON: {e}"))?;
+        json.push('\n');
+        json
+    } else {
+        comparison.to_markdown()
+    };
+    write_output(args.output.as_deref(), args.force, &text)?;
     if code != ExitCode::SUCCESS {
+        let cells: Vec<String> = comparison
+            .regressions()
+            .map(|c| format!("{:?} {} × {}", c.section, c.context, c.concurrency))
+            .collect();
         tell!(
-            "error: {} cell(s) regressed beyond {} (--fail-on-regression)",
-            comparison.regressions().count(),
-            comparison.threshold
+            "error: {} cell(s) regressed beyond {} and beyond their noise (--fail-on-regression): {}",
+            cells.len(),
+            comparison.threshold,
+            cells.join(", ")
         );
     }
     Ok(code)
@@ -43,8 +76,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn execute(args: &Args) -> anyhow::Result<(Comparison, ExitCode)> {
     let a = load(&args.a)?;
     let b = load(&args.b)?;
+    if let Some(diff) = speedmatrix_report::workload_difference(&a, &b)
+        && !args.allow_different_workloads
+    {
+        return Err(crate::cmd::UsageError(format!(
+            "the runs sent different prompts ({diff}): their cells measure other work, not the \
+             server; give --allow-different-workloads to compare them anyway"
+        ))
+        .into());
+    }
     let threshold = args.fail_on_regression.unwrap_or(args.threshold);
-    let comparison = compare(&a, &b, threshold);
+    let comparison = compare_metrics(&a, &b, threshold, args.metric);
     let failed = args.fail_on_regression.is_some() && comparison.has_regressions();
     let code = if failed {
         ExitCode::FAILURE
@@ -85,6 +127,11 @@ mod tests {
             b,
             threshold: threshold.parse().unwrap(),
             fail_on_regression: fail.map(|f| f.parse().unwrap()),
+            metric: MetricChoice::All,
+            json: false,
+            output: None,
+            force: false,
+            allow_different_workloads: false,
         }
     }
 

@@ -49,6 +49,14 @@ pub(crate) enum Command {
     Calibrate(calibrate::Args),
 }
 
+/// Keeps what `run`'s command line gave (for the run's provenance and `--resume`), which
+/// only clap's matches know.
+pub(crate) fn note_invocation(command: &mut Command, matches: &clap::ArgMatches) {
+    if let (Command::Run(args), Some(("run", m))) = (command, matches.subcommand()) {
+        args.invocation = Some(run::provenance::from_matches(m));
+    }
+}
+
 /// Runs one subcommand.
 pub(crate) async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {

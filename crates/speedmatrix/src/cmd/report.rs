@@ -43,16 +43,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = load(&args.run)?;
     let text = render(&report, args.format);
-    match &args.output {
-        Some(path) => {
-            speedmatrix_runner::output::claim_file(path, "--output", args.force)
-                .map_err(|e| crate::cmd::run::words::error(e, None))?;
-            speedmatrix_runner::output::write_path(path, &text).map_err(|e| {
-                UsageError(format!("{e}; check that its folder exists and is writable"))
-            })?;
-        }
-        None => write_stdout(&text)?,
-    }
+    write_output(args.output.as_deref(), args.force, &text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -74,6 +65,18 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<Report> {
         ))
     })?;
     Report::from_json(&text).map_err(|e| UsageError(format!("`{}`: {e}", path.display())).into())
+}
+
+/// `text` into `--output PATH` (refused when it exists, unless `force`), or to stdout.
+pub(crate) fn write_output(path: Option<&Path>, force: bool, text: &str) -> anyhow::Result<()> {
+    let Some(path) = path else {
+        return write_stdout(text);
+    };
+    speedmatrix_runner::output::claim_file(path, "--output", force)
+        .map_err(|e| crate::cmd::run::words::error(e, None))?;
+    speedmatrix_runner::output::write_path(path, text)
+        .map_err(|e| UsageError(format!("{e}; check that its folder exists and is writable")))?;
+    Ok(())
 }
 
 /// Prints `text`; a closed pipe (`| head`) is not an error.

@@ -20,7 +20,9 @@ pub(crate) struct Args {
     /// Write into --out even if it already holds files.
     #[arg(long, help_heading = "Output")]
     pub(crate) force: bool,
-    /// Continue the run whose output directory is DIR (same flags), skipping finished cells.
+    /// Continue the run whose output directory is DIR with the flags it was started with,
+    /// skipping finished cells; a flag given with it replaces its own (one that changes a
+    /// measurement must agree with the journal).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["out", "force"], help_heading = "Output")]
     pub(crate) resume: Option<PathBuf>,
     /// Print the plan (cells, capacity source, estimated duration) and exit.
@@ -39,6 +41,10 @@ pub(crate) struct Args {
     /// from the engine's; the report warns when a server on this host may use the same cores.
     #[arg(long, value_name = "LIST", help_heading = "Client")]
     pub(crate) client_cores: Option<Cores>,
+
+    /// The command line's run flags as given, filled from clap's matches after parsing.
+    #[arg(skip)]
+    pub(crate) invocation: Option<super::provenance::Invocation>,
 }
 
 const AFTER_HELP: &str = "\

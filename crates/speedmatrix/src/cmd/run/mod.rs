@@ -7,6 +7,7 @@
 
 mod args;
 mod progress;
+pub(crate) mod provenance;
 pub(crate) mod words;
 
 use std::path::{Path, PathBuf};
@@ -59,9 +60,17 @@ pub(crate) fn prepare_client(args: &Args) -> anyhow::Result<Option<usize>> {
 }
 
 /// Runs `speedmatrix run`.
-pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    let earlier = continue_flags(&mut args)?;
+    args.run.register_secrets();
+    let provenance = args
+        .invocation
+        .as_ref()
+        .map(|now| provenance::record(now, earlier.as_ref()));
     let host = HostFacts {
         client_pinned: args.client_cores.is_some(),
+        tool: Some(provenance::tool()),
+        provenance,
     };
     let config = args.run.resolve(&host).map_err(|e| words::error(e, None))?;
     warn_plain_http_with_key(&args.run);
@@ -81,6 +90,29 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     progress.finish();
     let outcome = outcome.map_err(|e| words::error(e, key.as_ref()))?;
     Ok(summarize(dir.path(), &outcome))
+}
+
+/// With `--resume DIR`: the flags the journal recorded, each flag given now replacing its
+/// own, become the run's options; the journal's provenance, which the new one continues.
+/// A journal that recorded none (an older one) leaves the flags as given.
+fn continue_flags(args: &mut Args) -> anyhow::Result<Option<speedmatrix_report::Provenance>> {
+    let (Some(dir), Some(now)) = (&args.resume, &args.invocation) else {
+        return Ok(None);
+    };
+    let journal = dir.join(JOURNAL);
+    if !journal.is_file() {
+        // RunDir::resume says what is wrong with the folder.
+        return Ok(None);
+    }
+    let Some(earlier) =
+        speedmatrix_runner::journal_provenance(&journal).map_err(|e| words::error(e, None))?
+    else {
+        return Ok(None);
+    };
+    let merged = provenance::resumed(&earlier, now)?;
+    args.run = provenance::options(&merged, args.run.api_key.take())?;
+    args.invocation = Some(merged);
+    Ok(Some(earlier))
 }
 
 /// A token that Ctrl-C (SIGINT), SIGTERM and SIGHUP fire alike: a run writes its partial
@@ -181,14 +213,14 @@ pub(crate) fn summarize(dir: &Path, outcome: &RunOutcome) -> ExitCode {
         None => ExitCode::SUCCESS,
         Some(speedmatrix_runner::StopReason::Cancelled) => {
             tell!(
-                "the run was interrupted; continue it with: speedmatrix run --resume {} (same flags)",
+                "the run was interrupted; continue it with: speedmatrix run --resume {}",
                 dir.display()
             );
             ExitCode::FAILURE
         }
         Some(reason) => {
             tell!(
-                "the run stopped early: {reason}; finished cells are in the report. Continue it with: speedmatrix run --resume {} (same flags)",
+                "the run stopped early: {reason}; finished cells are in the report. Continue it with: speedmatrix run --resume {}",
                 dir.display()
             );
             ExitCode::FAILURE

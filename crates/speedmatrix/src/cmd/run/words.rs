@@ -17,9 +17,12 @@ use crate::cmd::UsageError;
 /// The runner's error for the user, with the flags that fix it; a server
 /// that echoes the API key in an error body does not get it printed.
 pub(crate) fn error(e: RunnerError, key: Option<&speedmatrix_client::ApiKey>) -> anyhow::Error {
-    let redact = |text: String| match key.map(|k| k.expose()) {
-        Some(k) if !k.is_empty() => text.replace(k, "[redacted]"),
-        _ => text,
+    // The key registered itself with the one cleaning path when it was made.
+    let redact = |text: String| {
+        if let Some(k) = key {
+            speedmatrix_client::redact::register(k.expose());
+        }
+        speedmatrix_client::redact::clean(&text).into_owned()
     };
     let usage = |text: String| UsageError(redact(text)).into();
     match e {
@@ -31,7 +34,7 @@ pub(crate) fn error(e: RunnerError, key: Option<&speedmatrix_client::ApiKey>) ->
         RunnerError::ModelNotFound { .. } => usage(format!("{e}; pass one of them with --model")),
         RunnerError::NoModel { .. } => usage(format!("{e}; name the served model with --model")),
         RunnerError::ResumeMismatch { .. } => usage(format!(
-            "{e}; resume with the same flags, or start a new output directory with --out"
+            "{e}; resume without the flags that differ (the journal's are used), or start a new output directory with --out"
         )),
         RunnerError::JournalVersion { .. } => usage(format!(
             "{e}; finish it with the speedmatrix release that started it, or start a new run with another --out"
@@ -320,6 +323,23 @@ pub(crate) fn verdict(ex: &Exclusion) -> String {
     match ex {
         Exclusion::OverCapacity { .. } => format!("Over capacity: {ex}"),
         Exclusion::TooLong { .. } => format!("Skipped: {ex}"),
+    }
+}
+
+/// The run's time left, to the second: "about 3m 10s left".
+pub(crate) fn time_left(left: Duration) -> String {
+    let secs = left.as_secs() + u64::from(left.subsec_millis() >= 500);
+    format!(
+        "about {} left",
+        humantime::format_duration(Duration::from_secs(secs))
+    )
+}
+
+/// How far the run is, after a step: "3/11 steps, about 1m 2s left".
+pub(crate) fn steps_done(done: usize, steps: usize, left: Option<Duration>) -> String {
+    match left {
+        Some(left) => format!("{done}/{steps} steps, {}", time_left(left)),
+        None => format!("{done}/{steps} steps"),
     }
 }
 

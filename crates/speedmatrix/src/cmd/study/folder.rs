@@ -1,5 +1,4 @@
-//! What a study folder becomes afterwards, or before on a cluster: the
-//! Kubernetes manifests that run it, the collected points, and the site.
+//! What a study folder becomes afterwards: the collected points and the site.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,36 +7,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use speedmatrix_study::{Point, PointRecord, Study};
 
-use super::{CollectArgs, K8sArgs, status};
+use super::{CollectArgs, status};
 use crate::cmd::UsageError;
 use crate::cmd::run::words;
 use crate::out::{say, say_raw, tell};
-
-pub(super) fn k8s(args: &K8sArgs) -> anyhow::Result<ExitCode> {
-    let (study, text) = super::load(&args.study)?;
-    let opts = speedmatrix_study::K8sOptions {
-        image: args.image.clone(),
-        parallelism: args.parallelism,
-        gpus_per_point: args.gpus_per_point,
-        results_size: args.results_size.clone(),
-        storage_class: args.storage_class.clone(),
-        namespace: args.namespace.clone(),
-    };
-    let files = speedmatrix_study::k8s_manifests(&study, &text, &opts)
-        .map_err(|e| UsageError(e.to_string()))?;
-    speedmatrix_runner::output::claim_dir(&args.out, "--out", args.force)
-        .map_err(|e| words::error(e, None))?;
-    for (name, yaml) in &files {
-        speedmatrix_runner::output::write_file(&args.out, name, yaml)?;
-    }
-    say!(
-        "wrote {}/{{configmap.yaml, pvc.yaml, job.yaml}}: `kubectl apply -f {}`; each pod i runs \
-         point i into the results volume; then `speedmatrix study collect` on its contents",
-        args.out.display(),
-        args.out.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
 
 /// One point as `study collect` gathers it.
 #[derive(Debug, serde::Serialize)]

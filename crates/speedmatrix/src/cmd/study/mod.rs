@@ -7,17 +7,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use speedmatrix_runner::{Notice, Observer, RunOutcome};
-use speedmatrix_study::{Point, PointOutcome, PointRecord, Study, StudyObserver, StudySettings};
+use speedmatrix_study::{PointOutcome, PointRecord, Study, StudySettings};
 
 use crate::cmd::UsageError;
-use crate::cmd::run::{Progress, cancel_on_signal, summarize, words};
+use crate::cmd::run::{cancel_on_signal, words};
 
 mod folder;
+mod k8s;
+mod lines;
 
+use self::folder::collect;
 pub(crate) use self::folder::{SiteArgs, site};
-use self::folder::{collect, k8s};
-use crate::out::{say, say_raw, tell};
+use self::k8s::{K8sArgs, k8s};
+use crate::out::{say, say_raw};
 
 /// `speedmatrix study`.
 #[derive(Debug, clap::Args)]
@@ -33,45 +35,10 @@ enum Action {
     /// Print the JSON Schema of study files (their TOML read as JSON).
     Schema,
     /// Write Kubernetes manifests that run the study as an Indexed Job, one point per pod.
-    K8s(K8sArgs),
+    K8s(Box<K8sArgs>),
     /// Gather a study's points (their outcome records and run documents) into DIR/study.json
     /// and a table: after `study run`, or after the pods of `study k8s` wrote their points.
     Collect(CollectArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub(super) struct K8sArgs {
-    /// The study file.
-    #[arg(value_name = "STUDY.toml")]
-    study: PathBuf,
-    /// Where to write configmap.yaml (the study file), pvc.yaml (the results volume) and
-    /// job.yaml (an Indexed Job: pod i runs `study run --point-index i`); apply them with
-    /// `kubectl apply -f DIR`, then `speedmatrix study collect` on the volume's contents.
-    #[arg(short, long, value_name = "DIR")]
-    out: PathBuf,
-    /// The image each pod runs: speedmatrix beside the engine the study's command starts
-    /// (the repo's Dockerfile, target with-vllm).
-    #[arg(long)]
-    image: String,
-    /// Points measured at once.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    parallelism: u32,
-    /// GPUs each pod asks for (nvidia.com/gpu).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1_024))]
-    gpus_per_point: u32,
-    /// Size of the results volume (ReadWriteMany).
-    #[arg(long, default_value = "100Gi")]
-    results_size: String,
-    /// Storage class of the results volume (default: the cluster's).
-    #[arg(long)]
-    storage_class: Option<String>,
-    /// Namespace of every object (default: kubectl's current one).
-    #[arg(long)]
-    namespace: Option<String>,
-    /// Overwrite the output if it already exists (every command's outputs are refused
-    /// otherwise).
-    #[arg(long)]
-    force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +49,7 @@ pub(super) struct CollectArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = RUN_HELP)]
 struct RunArgs {
     /// The study file (TOML; `speedmatrix study schema` prints its schema, examples/ has
     /// studies to start from).
@@ -106,7 +74,53 @@ struct RunArgs {
     /// runs, so pods can share DIR.
     #[arg(long, value_name = "INDEX", conflicts_with_all = ["resume", "dry_run"])]
     point_index: Option<usize>,
+    /// With --point-index: exit 0 when the point failed and its failure was recorded in its
+    /// outcome.json (for Jobs of Kubernetes before 1.29, which cannot fail one index alone).
+    #[arg(long, requires = "point_index")]
+    recorded_failure_ok: bool,
+    /// Points measured at once, each on GPUs of its own (needs --gpus: two engines on one GPU
+    /// would measure each other). At most the GPUs listed ÷ --gpus-per-point. The journal
+    /// then holds the points in the order they end.
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "point_index",
+          value_parser = clap::value_parser!(u32).range(1..=1_024))]
+    parallel: u32,
+    /// The GPUs the points may use, as CUDA and HIP number them (indices or UUIDs): each
+    /// point's server is given --gpus-per-point of them that no running point holds, in
+    /// CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES, and its record names them.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "point_index"
+    )]
+    gpus: Vec<String>,
+    /// GPUs each point's server is given (with --gpus): 2 for `--tensor-parallel-size 2`.
+    #[arg(long, value_name = "G", default_value_t = 1, requires = "gpus",
+          value_parser = clap::value_parser!(u32).range(1..=1_024))]
+    gpus_per_point: u32,
 }
+
+const RUN_HELP: &str = "\
+Examples:
+  speedmatrix study run examples/studies/simulator.toml --out sim-study
+  speedmatrix study run kv.toml --out kv-study --dry-run          # the points, started nothing
+  speedmatrix study run kv.toml --out kv-study --resume           # go on after a stop
+  speedmatrix study run kv.toml --out kv-study --parallel 4 --gpus 0,1,2,3
+  speedmatrix study run tp2.toml --out tp2 --parallel 2 --gpus 0,1,2,3 --gpus-per-point 2
+
+Each point prints a line when its server starts and one when it ends, with the study's time
+left (each point's planned matrix, plus the server starts seen so far, corrected by how long
+the finished points took):
+  [3/8] kv=fp8_seqs=64: starting its server (vllm serve …) on GPU 2 — study: about 1h 12m left
+  [3/8] kv=fp8_seqs=64: its server answered after 1m 52s
+  [3/8] kv=fp8_seqs=64: measured in 6m 2s: best 4210.3 total tok/s at 16k × 32, 11 cells …
+  [4/8] kv=fp8_seqs=256: failed after 41s: the server exited (exit status: 1) before it …
+      | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
+A failed point's line is followed by the lines of its server's log that say why (kept in its
+record in DIR/study.jsonl as error_lines).
+
+Exit codes: 0 every point measured every cell; 1 a point failed or the study was stopped
+(--resume continues it); 2 bad input (nothing starts).";
 
 /// Runs `speedmatrix study`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -134,57 +148,17 @@ pub(super) fn load(path: &Path) -> anyhow::Result<(Study, String)> {
     Ok((study, text))
 }
 
-/// What the study says as it goes: a line per point, the run's own summary, progress off.
-struct Lines(Progress);
-
-impl StudyObserver for Lines {
-    fn point_starting(&self, point: &Point) {
-        tell!("{}: starting its server …", point.name);
-    }
-
-    fn point_skipped(&self, record: &PointRecord) {
-        tell!(
-            "{}: done before ({}), skipped",
-            record.point,
-            status(record)
-        );
-    }
-
-    fn journal_damaged(&self, warning: &str) {
-        tell!("warning: {warning}");
-    }
-
-    fn run_ended(&self, dir: &Path, outcome: &RunOutcome) {
-        let _ = summarize(dir, outcome);
-    }
-
-    fn point_ended(&self, record: &PointRecord) {
-        tell!("{}: {}", record.point, status(record));
-    }
-
-    fn run_observer(&self) -> &dyn Observer {
-        &self.0
-    }
-
-    fn word(&self, notice: &Notice) -> String {
-        words::notice(notice)
-    }
-}
-
 async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (study, text) = load(&args.study)?;
-    if args.dry_run {
-        say_raw!("{}", plan(&study)?);
-        return Ok(ExitCode::SUCCESS);
-    }
     let settings = StudySettings {
         dir: args.out.clone(),
         resume: args.resume,
         retry_failed: args.retry_failed,
         program: std::env::current_exe().ok(),
+        parallel: args.parallel as usize,
+        gpus: args.gpus.clone(),
+        gpus_per_point: args.gpus_per_point as usize,
     };
-    let observer = Lines(Progress::new(true));
-    let cancel = cancel_on_signal();
     let study_error = |e: speedmatrix_study::StudyError| -> anyhow::Error {
         match e {
             speedmatrix_study::StudyError::Io { .. } | speedmatrix_study::StudyError::Run(_) => {
@@ -193,12 +167,25 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
             other => UsageError(other.to_string()).into(),
         }
     };
+    // --parallel and --gpus are checked before anything starts, the dry run included.
+    settings.gpu_pool().map_err(study_error)?;
+    if args.dry_run {
+        say_raw!("{}{}", plan(&study)?, at_once(&settings));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let observer = lines::Lines::new(&args.out);
+    let cancel = cancel_on_signal();
     if let Some(i) = args.point_index {
         let record = speedmatrix_study::run_one(&study, &text, i, &settings, &observer, &cancel)
             .await
             .map_err(study_error)?;
         return Ok(match record.outcome {
             PointOutcome::Measured { exit_code: 0 } => ExitCode::SUCCESS,
+            PointOutcome::Measured { .. } | PointOutcome::Failed { .. }
+                if args.recorded_failure_ok =>
+            {
+                ExitCode::SUCCESS
+            }
             _ => ExitCode::FAILURE,
         });
     }
@@ -215,6 +202,19 @@ async fn run_study(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// How the dry run's points would share the GPUs; nothing without --gpus.
+fn at_once(settings: &StudySettings) -> String {
+    if settings.gpus.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{} point(s) at once, each on {} of GPUs {} (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES)\n",
+        settings.slots(),
+        settings.gpus_per_point.max(1),
+        settings.gpus.join(",")
+    )
 }
 
 pub(super) fn status(r: &PointRecord) -> String {
@@ -238,7 +238,7 @@ fn plan(study: &Study) -> anyhow::Result<String> {
             Some(t) => p.fill_shown(t)?,
             None => "http://127.0.0.1:{port}".to_owned(),
         };
-        let _ = writeln!(out, "  server:  {}", p.fill_shown(&study.server.command)?);
+        let _ = writeln!(out, "  server:  {}", p.server_command(&study.server, None)?);
         let _ = writeln!(
             out,
             "  ready:   {url}{} within {}",
@@ -304,21 +304,32 @@ fn cells(run: &speedmatrix_runner::options::RunOptions) -> String {
     }
 }
 
+/// The study's table: a row per point, with its GPUs when the study gave any.
 fn summary(dir: &Path, records: &[PointRecord]) -> String {
-    let mut out = String::from("\n| Point | Status | Seconds | Run |\n|---|---|---|---|\n");
+    let gpus = records.iter().any(|r| !r.gpus.is_empty());
+    let mut out = if gpus {
+        String::from("\n| Point | Status | Seconds | GPUs | Run |\n|---|---|---|---|---|\n")
+    } else {
+        String::from("\n| Point | Status | Seconds | Run |\n|---|---|---|---|\n")
+    };
     for r in records {
-        let run = dir.join(&r.point).join("run");
+        let files = if matches!(r.outcome, PointOutcome::Measured { .. }) {
+            dir.join(&r.point).join("run")
+        } else {
+            dir.join(&r.point).join("server.log")
+        };
+        let held = if gpus {
+            format!(" {} |", r.gpus.join(","))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {} |",
+            "| {} | {} | {:.0} |{held} {} |",
             r.point,
             status(r),
             r.seconds,
-            if matches!(r.outcome, PointOutcome::Measured { .. }) {
-                run.display().to_string()
-            } else {
-                dir.join(&r.point).join("server.log").display().to_string()
-            }
+            files.display()
         );
     }
     out
