@@ -802,3 +802,52 @@ fn a_model_that_thinks_first_has_its_time_to_first_content_apart() {
     assert!(page.contains("TTFC p50"), "{page}");
     assert!(page.contains("Thinking tokens p50"), "{page}");
 }
+
+#[test]
+fn think_tags_in_the_answer_are_reasoning_only_with_a_reasoning_parser() {
+    let dir = temp_dir("load-think-tags");
+    let (mut profile, _) = test_profile(&dir);
+    profile.reasoning_tokens = 20;
+    profile.reasoning_inline = true;
+    let path = dir.join("think-tags.json");
+    std::fs::write(&path, serde_json::to_string(&profile).unwrap()).unwrap();
+    let mut sim = SimProcess::start(&path);
+    let run = |name: &str, parser: &str| {
+        let out = dir.join(name);
+        let o = run_url(&sim.url)
+            .args(["--api", "chat", "--mode", "burst", "--requests", "2"])
+            .args(["--contexts", "0", "--prefill-contexts", "none"])
+            .args(["--max-tokens", "64", "--reasoning-parser", parser, "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        stderr_after(&o, 0);
+        load_of(&out).cells[0].measurements.clone().unwrap()
+    };
+    let plain = run("plain", "none");
+    let split = run("split", "think");
+    let r1 = run("r1", "deepseek-r1");
+    sim.kill();
+    // Without a parser the tags are answer text: no reasoning, content from the first token.
+    assert!(plain.reasoning_tokens_per_request.is_none(), "{plain:?}");
+    let (ttft, ttfc) = (plain.ttft_ms.unwrap().p50, plain.ttfc_ms.unwrap().p50);
+    assert!((ttfc - ttft).abs() < 1.0, "TTFT {ttft} ms, TTFC {ttfc} ms");
+    for m in [split, r1] {
+        let thought = m.reasoning_tokens_per_request.clone().unwrap();
+        // The tags are two of the 20 thinking tokens.
+        assert_eq!((thought.min, thought.max), (20.0, 20.0), "{m:?}");
+        let (ttft, ttfc) = (m.ttft_ms.unwrap().p50, m.ttfc_ms.unwrap().p50);
+        assert!(ttfc >= ttft + 19.0 * 8.0, "TTFT {ttft} ms, TTFC {ttfc} ms");
+        assert_eq!(
+            m.output_tokens.get(),
+            128,
+            "thinking tokens are output tokens"
+        );
+    }
+    let bad = run_url("http://127.0.0.1:9")
+        .args(["--reasoning-parser", "qwen9", "--dry-run"])
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&bad, 2);
+    assert!(stderr.contains("deepseek-r1"), "{stderr}");
+}

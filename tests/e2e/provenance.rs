@@ -60,6 +60,7 @@ fn a_run_records_how_it_was_made_without_its_secrets_and_resumes_from_its_journa
             &extra_body(),
             "--launch-command",
             &launch,
+            "--json",
             "--out",
         ])
         .arg(&out_dir)
@@ -71,7 +72,37 @@ fn a_run_records_how_it_was_made_without_its_secrets_and_resumes_from_its_journa
         &format!("{stderr}{}", String::from_utf8_lossy(&first.stdout)),
     );
 
+    // --json: one line on stdout that a script can read, the files as always.
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let line: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON line");
+    assert_eq!(line["cells"], 2, "{line}");
+    assert_eq!(line["cells_measured"], 2, "{line}");
+    assert_eq!(line["exit_code"], 0, "{line}");
+    assert_eq!(line["stopped"], serde_json::Value::Null, "{line}");
+    assert!(
+        line["run_json"]
+            .as_str()
+            .is_some_and(|p| Path::new(p) == out_dir.join("run.json")),
+        "{line}"
+    );
+    let best = &line["best"];
+    assert!(
+        best["total_tokens_per_s"].as_f64().is_some_and(|t| t > 0.0),
+        "{line}"
+    );
+    assert!(best["total_tokens_per_s_ci95"].is_array(), "{line}");
+
     let report = read_report(&out_dir);
+    let as_json = bin()
+        .args(["report", "-f", "json"])
+        .arg(out_dir.join("run.json"))
+        .output()
+        .unwrap();
+    stderr_after(&as_json, 0);
+    let again = speedmatrix_report::Report::from_json(&String::from_utf8_lossy(&as_json.stdout))
+        .expect("report -f json writes the document");
+    assert_eq!(again, report, "the document, as run.json holds it");
     let tool = &report.run.tool;
     assert!(
         tool.commit.as_deref().is_some_and(|c| !c.is_empty()),

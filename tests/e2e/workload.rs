@@ -249,3 +249,140 @@ fn compare_refuses_runs_that_sent_other_prompts_unless_asked() {
     let o = bin().arg("compare").arg(&a).arg(&a).output().unwrap();
     stderr_after(&o, 0);
 }
+
+/// One trace request: timestamp (ms), input and output lengths, its block ids.
+type TraceRow = (u64, u64, u64, Vec<u64>);
+
+/// A Mooncake-style trace: six requests over two seconds, sharing prefix blocks of 64 tokens.
+fn mooncake_trace(dir: &Path) -> (PathBuf, Vec<TraceRow>) {
+    let rows: Vec<TraceRow> = vec![
+        (1_000, 150, 8, vec![1, 2, 3]),
+        (1_400, 140, 6, vec![1, 2, 4]),
+        (1_800, 64, 5, vec![1]),
+        (2_200, 130, 7, vec![5, 6, 7]),
+        (2_600, 150, 4, vec![1, 2, 3]),
+        (3_000, 40, 3, vec![9]),
+    ];
+    let text: String = rows
+        .iter()
+        .map(|(t, i, o, ids)| {
+            serde_json::json!({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": ids})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let path = dir.join("trace.jsonl");
+    std::fs::write(&path, text).unwrap();
+    (path, rows)
+}
+
+#[test]
+fn a_mooncake_trace_replays_at_its_times_sharing_the_blocks_its_ids_share() {
+    let dir = temp_dir("workload-trace");
+    let (profile, log) = logging_profile(&dir);
+    let (trace, rows) = mooncake_trace(&dir);
+    let out = dir.join("out");
+    let o = run_sim_profile(&profile)
+        .args(["--mode", "rate", "--trace"])
+        .arg(&trace)
+        .args(["--trace-speed", "2", "--trace-block-tokens", "64"])
+        .args(["--prefill-contexts", "none", "--max-tokens", "64", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&o, 0);
+    let report = read_report(&out);
+    let load = report.load.unwrap();
+    assert_eq!(load.cells.len(), 1, "one cell replays the trace");
+    let cell = &load.cells[0];
+    // Five gaps in one second once replayed twice as fast.
+    assert_eq!(cell.rate_per_s, Some(5.0));
+    let m = cell.measurements.clone().unwrap();
+    assert_eq!((m.sent, m.completed), (6, 6));
+    let lag = m.send_lag_ms.unwrap();
+    assert!(lag.p99 < 100.0, "send lag p99 {} ms", lag.p99);
+    let inputs = m.input_tokens_per_request.unwrap();
+    assert_eq!((inputs.min, inputs.max), (40.0, 150.0));
+    assert!(
+        !report
+            .notes
+            .iter()
+            .any(|n| n.contains("prompt length other")),
+        "{:?}",
+        report.notes
+    );
+    let w = load.workload.unwrap();
+    assert_eq!(w.format.as_deref(), Some("mooncake"));
+    assert_eq!(
+        (w.trace_speed, w.block_tokens, w.records),
+        (Some(2.0), Some(64), Some(6))
+    );
+    assert_eq!(w.sha256.map(|h| h.len()), Some(64));
+
+    // What the server got: the trace's requests in order, each of its length and answer.
+    let sent = logged(&log);
+    let sent = &sent[sent.len() - 6..];
+    let tok = speedmatrix_workload::Tokenizer::bundled().unwrap();
+    let ids: Vec<Vec<u32>> = sent
+        .iter()
+        .map(|l| tok.encode(l["prompt"].as_str().unwrap()).unwrap())
+        .collect();
+    for ((row, l), p) in rows.iter().zip(sent).zip(&ids) {
+        assert_eq!(l["max_tokens"].as_u64(), Some(row.2));
+        assert_eq!(p.len() as u64, row.1);
+    }
+    let common = |a: usize, b: usize| {
+        ids[a]
+            .iter()
+            .zip(&ids[b])
+            .take_while(|(x, y)| x == y)
+            .count()
+    };
+    assert!(
+        (128..160).contains(&common(0, 1)),
+        "two blocks: {}",
+        common(0, 1)
+    );
+    assert_eq!(common(0, 2), 64, "one block, all of the third prompt");
+    assert_eq!(ids[0], ids[4], "the same chain is the same prompt");
+    assert!(common(0, 3) < 32 && common(0, 5) < 32);
+
+    // What cannot apply is refused before anything is sent, naming what to do.
+    let bad_line = dir.join("bad.jsonl");
+    std::fs::write(
+        &bad_line,
+        "{\"timestamp\": 0, \"input_length\": 10}\n{\"input_length\": 5}\n",
+    )
+    .unwrap();
+    for (args, says) in [
+        (vec!["--mode", "burst", "--requests", "2"], "--mode rate"),
+        (
+            vec!["--mode", "rate", "--request-rate", "2"],
+            "drop --request-rate",
+        ),
+        (
+            vec!["--mode", "rate", "--trace-block-tokens", "100"],
+            "hash_ids",
+        ),
+    ] {
+        let o = run_sim_profile(&profile)
+            .args(&args)
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--dry-run")
+            .output()
+            .unwrap();
+        let stderr = stderr_after(&o, 2);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let o = run_sim_profile(&profile)
+        .args(["--mode", "rate", "--dry-run", "--trace"])
+        .arg(&bad_line)
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&o, 2);
+    assert!(
+        stderr.contains("line 2") && stderr.contains("timestamp"),
+        "{stderr}"
+    );
+}

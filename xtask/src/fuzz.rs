@@ -239,6 +239,14 @@ fn targets() -> Vec<Target> {
             ],
         },
         Target {
+            name: "trace",
+            package: "speedmatrix-workload",
+            test: "dataset::trace::tests::fuzz_trace",
+            seeds: vec![
+                b"{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 8, \"hash_ids\": [0, 1]}\n{\"timestamp\": 5.5, \"input_tokens\": 7, \"output_tokens\": 2}\n{\"timestamp\": 9, \"prompt\": \"Hi\"}\n".to_vec(),
+            ],
+        },
+        Target {
             name: "dataset-text",
             package: "speedmatrix-workload",
             test: "dataset::tests::fuzz_dataset_text",

@@ -461,22 +461,55 @@ impl Client {
             })
     }
 
+    /// Sends `request`; sent again (at most [`STALE_RETRIES`] times) when the connection it
+    /// went out on closed before any of the response came. That is a pooled connection the
+    /// server had closed as it was taken (uvicorn closes one after an unhandled exception's
+    /// 500, e.g. `transformers serve`'s `/v1/models` without a cache folder, and the pool may
+    /// hand it out before its close is read): the server never answered the request, so
+    /// nothing is measured twice, and the request's send time is the one that went out.
     async fn send(
         &self,
         request: Request<Full<Bytes>>,
         url: &str,
     ) -> Result<Response<Incoming>, ClientError> {
+        let mut tries = 0;
+        loop {
+            let copy = copy_request(&request);
+            match self.send_once(copy, url).await {
+                Err(SendError::Stale(_)) if tries < STALE_RETRIES => tries += 1,
+                Err(SendError::Stale(e) | SendError::Other(e)) => return Err(e),
+                Ok(response) => return Ok(response),
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        request: Request<Full<Bytes>>,
+        url: &str,
+    ) -> Result<Response<Incoming>, SendError> {
         let future = self.inner.http.request(request);
         let result = match self.inner.timeouts.headers {
-            Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
-                ClientError::TimeoutHeaders {
-                    url: url.to_owned(),
-                    after: limit,
+            Some(limit) => match tokio::time::timeout(limit, future).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(SendError::Other(ClientError::TimeoutHeaders {
+                        url: url.to_owned(),
+                        after: limit,
+                    }));
                 }
-            })?,
+            },
             None => future.await,
         };
-        result.map_err(|err| self.transport_error(url, err))
+        result.map_err(|err| {
+            let stale = closed_before_any_answer(&err);
+            let e = self.transport_error(url, err);
+            if stale {
+                SendError::Stale(e)
+            } else {
+                SendError::Other(e)
+            }
+        })
     }
 
     fn transport_error(&self, url: &str, err: hyper_util::client::legacy::Error) -> ClientError {
@@ -611,6 +644,41 @@ fn normalize_base(url: &str) -> Result<String, ClientError> {
 fn retry_after_of(response: &Response<Incoming>) -> Option<Duration> {
     let text = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
     text.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// How many times a request that met a closed pooled connection is sent again.
+const STALE_RETRIES: u32 = 2;
+
+/// Why one send failed: on a connection closed before any answer (worth another), or not.
+enum SendError {
+    Stale(ClientError),
+    Other(ClientError),
+}
+
+/// A copy of a request to send again (its body is shared bytes).
+fn copy_request(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
+}
+
+/// Whether the connection closed before any byte of the response (hyper's "connection
+/// closed before message completed" on a connection that was already open).
+fn closed_before_any_answer(err: &hyper_util::client::legacy::Error) -> bool {
+    if err.is_connect() {
+        return false;
+    }
+    let mut source = std::error::Error::source(err);
+    while let Some(e) = source {
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message();
+        }
+        source = e.source();
+    }
+    false
 }
 
 #[cfg(test)]

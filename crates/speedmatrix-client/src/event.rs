@@ -300,6 +300,26 @@ mod tests {
     }
 
     #[test]
+    fn tool_call_deltas_are_answer_text() {
+        // vLLM's shape: the name in the first delta, the arguments streamed after it.
+        let events: Vec<StreamEvent> = decode(
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"index\":0,\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}}]}\n\n\
+              data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"city\\\": \"}}]}}]}\n\n\
+              data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":{\"odd\":1}}}],\"content\":\"x\"}}]}\n\n\
+              data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":null}}]}\n\n",
+        )
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+        assert_eq!(events[0].content, "get_weather");
+        assert_eq!(events[1].content, "{\"city\": ");
+        assert!(events[1].has_text() && events[1].reasoning_content.is_empty());
+        // Arguments that are not text are ignored; content before or after stays.
+        assert_eq!(events[2].content, "x");
+        assert!(!events[3].has_text());
+    }
+
+    #[test]
     fn error_objects_and_error_events_are_errors() {
         for body in [
             &b"data: {\"error\":{\"message\":\"boom\",\"type\":\"x\",\"code\":500}}\n\n"[..],

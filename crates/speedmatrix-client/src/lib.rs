@@ -74,6 +74,7 @@ pub mod redact;
 mod request;
 mod sse;
 mod stream;
+mod think;
 mod tls;
 mod wire;
 
@@ -84,3 +85,4 @@ pub use probe::{ModelInfo, ServerInfo, TokenizeRequest, Tokenized};
 pub use request::{ChatRequest, CompletionRequest, Generation, Message, Prompt, StreamOptions};
 pub use sse::{DEFAULT_MAX_EVENT_BYTES, OwnedSseEvent, SseDecoder, SseEvent};
 pub use stream::{CollectedResponse, RequestTimings, ResponseStream};
+pub use think::ThinkSplitter;

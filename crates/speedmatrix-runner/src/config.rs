@@ -347,6 +347,8 @@ pub struct RunConfig {
     pub timeouts: speedmatrix_client::Timeouts,
     /// Also send `min_tokens = max_tokens` (for servers that honour it but not `ignore_eos`).
     pub send_min_tokens: bool,
+    /// How `<think>` tags in the answer text are read (reasoning or content).
+    pub reasoning_parser: speedmatrix_units::ReasoningParser,
     /// Engine-specific fields merged into every request body, e.g.
     /// `{"chat_template_kwargs": {"enable_thinking": false}}`; they override
     /// the runner's own fields of the same name. Recorded in the report.

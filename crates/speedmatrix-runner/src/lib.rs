@@ -75,6 +75,7 @@
 //!     capacity: CapacityHints::default(),
 //!     timeouts: speedmatrix_client::Timeouts::default(),
 //!     send_min_tokens: false,
+//!     reasoning_parser: Default::default(),
 //!     extra_body: Default::default(),
 //!     labels: RunLabels::default(),
 //!     telemetry: Default::default(),

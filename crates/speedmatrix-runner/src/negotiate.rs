@@ -144,6 +144,7 @@ mod tests {
             secret: None,
             extra: Arc::default(),
             one_event_per_token: false,
+            reasoning_parser: Default::default(),
             keep_text: false,
             first_token_allowance: std::time::Duration::from_secs(1),
             sent_together: 1,

@@ -10,12 +10,16 @@
 //! every cell (request k of each cell has the k-th length), so cells differ in load only.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use speedmatrix_client::Message;
-use speedmatrix_units::{Api, Tokens};
+use speedmatrix_units::{Api, RequestRate, Tokens};
 use speedmatrix_workload::{
-    Dataset, DatasetFormat, DatasetPrompt, LengthDistribution, ReferenceOutput, Tokenizer,
+    Dataset, DatasetFormat, DatasetPrompt, DatasetRecord, LengthDistribution, ReferenceOutput,
+    Tokenizer, Trace, TraceInput,
 };
+
+use crate::config::{RateLength, RateSpec};
 
 use crate::options::RunOptions;
 use crate::{RunnerError, options::bad};
@@ -40,6 +44,35 @@ pub(crate) enum Source {
     Corpus(Arc<Dataset>),
     /// The run's own prompts, at the drawn lengths.
     Synthetic,
+    /// A trace's requests, at their times.
+    Trace(TraceReplay),
+}
+
+/// A trace made ready: its requests and their send times (`--trace-speed` applied).
+#[derive(Debug, Clone)]
+pub(crate) struct TraceReplay {
+    pub(crate) items: Arc<[TraceItem]>,
+    pub(crate) schedule: Arc<[Duration]>,
+    /// Tokens per `hash_ids` block.
+    pub(crate) block: Tokens,
+}
+
+/// One trace request: its prompt and its `max_tokens`, when the trace gives one.
+#[derive(Debug, Clone)]
+pub(crate) struct TraceItem {
+    pub(crate) prompt: TracePrompt,
+    pub(crate) max_tokens: Option<Tokens>,
+}
+
+/// A trace request's prompt: a text sent as written, or one the run builds.
+#[derive(Debug, Clone)]
+pub(crate) enum TracePrompt {
+    Given(Item),
+    Built {
+        tokens: Tokens,
+        /// Its blocks (Mooncake's `hash_ids`): prompts share the blocks their ids share.
+        hash_ids: Option<Arc<[u64]>>,
+    },
 }
 
 /// One dataset record, ready to send.
@@ -75,7 +108,12 @@ impl Body {
 /// The flags that name a workload, checked against the mode and the other prompt flags.
 pub(crate) fn check_flags(o: &RunOptions) -> Result<bool, RunnerError> {
     let given = o.dataset.is_some() || o.input_tokens.is_some();
-    if !given {
+    if o.trace.is_none() && (o.trace_speed.is_some() || o.trace_block_tokens.is_some()) {
+        return Err(bad(
+            "--trace-speed and --trace-block-tokens describe a --trace",
+        ));
+    }
+    if !given && o.trace.is_none() {
         if o.dataset_format.is_some() || o.dataset_sample.is_some() {
             return Err(bad(
                 "--dataset-format and --dataset-sample describe a --dataset",
@@ -84,6 +122,18 @@ pub(crate) fn check_flags(o: &RunOptions) -> Result<bool, RunnerError> {
         return Ok(false);
     }
     use speedmatrix_units::LoadKind;
+    if o.trace.is_some() {
+        if given || o.dataset_format.is_some() || o.dataset_sample.is_some() {
+            return Err(bad(
+                "--trace gives every request's prompt and time: drop --dataset and --input-tokens",
+            ));
+        }
+        if o.mode != LoadKind::Rate {
+            return Err(bad(
+                "--trace replays requests at their times: add --mode rate",
+            ));
+        }
+    }
     if !matches!(o.mode, LoadKind::Burst | LoadKind::Rate) {
         return Err(bad(
             "--dataset and --input-tokens shape burst and rate prompts: add --mode burst or --mode rate (the sustained matrix keeps its exact synthetic prompts)",
@@ -117,6 +167,9 @@ impl Workload {
         if !check_flags(o)? {
             return Ok(None);
         }
+        if let Some(path) = &o.trace {
+            return Self::from_trace(o, path, tokenizer, max_output).map(Some);
+        }
         let seed = o.seed;
         let Some(path) = &o.dataset else {
             let Some(lengths) = o.input_tokens else {
@@ -133,6 +186,8 @@ impl Workload {
                     seed,
                     input_tokens: Some(lengths.to_string()),
                     output_tokens_from_dataset: false,
+                    trace_speed: None,
+                    block_tokens: None,
                 },
                 context: median_length(&lengths, seed),
                 source: Source::Synthetic,
@@ -153,6 +208,8 @@ impl Workload {
             seed,
             input_tokens: None,
             output_tokens_from_dataset: false,
+            trace_speed: None,
+            block_tokens: None,
         };
         if dataset.format() == DatasetFormat::Text {
             let Some(lengths) = o.input_tokens else {
@@ -201,6 +258,135 @@ impl Workload {
             lengths: None,
             seed,
         }))
+    }
+}
+
+impl Workload {
+    /// A `--trace` read and made ready: its text prompts counted, its block chains checked
+    /// against `--trace-block-tokens`, its times scaled by `--trace-speed`.
+    fn from_trace(
+        o: &RunOptions,
+        path: &std::path::Path,
+        tokenizer: &Tokenizer,
+        max_output: Tokens,
+    ) -> Result<Workload, RunnerError> {
+        let shown = path.display();
+        let trace = Trace::read(path).map_err(|e| bad(format!("--trace {shown}: {e}")))?;
+        let block = o
+            .trace_block_tokens
+            .unwrap_or(Tokens::new(Trace::MOONCAKE_BLOCK_TOKENS));
+        trace
+            .check_blocks(block)
+            .map_err(|e| bad(format!("--trace {shown}: {e}")))?;
+        let speed = o.trace_speed.unwrap_or(1.0);
+        let mut items = Vec::with_capacity(trace.records().len());
+        for r in trace.records() {
+            let prompt = match &r.input {
+                TraceInput::Text(text) => {
+                    let record = DatasetRecord {
+                        prompt: DatasetPrompt::Text(text.clone()),
+                        output: ReferenceOutput::None,
+                        line: r.line,
+                    };
+                    TracePrompt::Given(
+                        item(&record, tokenizer, o.api, max_output)
+                            .map_err(|e| bad(format!("--trace {shown}: {e}")))?,
+                    )
+                }
+                TraceInput::Tokens { tokens, hash_ids } => TracePrompt::Built {
+                    tokens: *tokens,
+                    hash_ids: hash_ids.clone(),
+                },
+            };
+            items.push(TraceItem {
+                prompt,
+                max_tokens: r.output_tokens.map(|t| t.min(max_output)),
+            });
+        }
+        let mut lengths: Vec<u64> = items
+            .iter()
+            .map(|i| match &i.prompt {
+                TracePrompt::Given(item) => item.approx_tokens.get(),
+                TracePrompt::Built { tokens, .. } => tokens.get(),
+            })
+            .collect();
+        lengths.sort_unstable();
+        let has_blocks = trace.has_blocks();
+        let record = speedmatrix_report::Workload {
+            dataset: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            format: Some(if has_blocks { "mooncake" } else { "trace" }.to_owned()),
+            sha256: Some(trace.sha256().to_owned()),
+            records: Some(items.len() as u64),
+            skipped_records: None,
+            sample: None,
+            seed: o.seed,
+            input_tokens: None,
+            output_tokens_from_dataset: items.iter().any(|i| i.max_tokens.is_some()),
+            trace_speed: Some(speed),
+            block_tokens: has_blocks.then_some(block.get()),
+        };
+        Ok(Workload {
+            record,
+            context: Tokens::new(lengths[lengths.len() / 2].max(1)),
+            source: Source::Trace(TraceReplay {
+                items: items.into(),
+                schedule: trace.schedule(speed).into(),
+                block,
+            }),
+            lengths: None,
+            seed: o.seed,
+        })
+    }
+
+    /// With a trace: its one rate cell's rate (its requests over its span, as replayed) and,
+    /// when no `--requests` or `--duration` limits it, its length (every request).
+    pub(crate) fn fit_rate_spec(&self, r: &mut RateSpec) -> Result<(), RunnerError> {
+        let Source::Trace(t) = &self.source else {
+            return Ok(());
+        };
+        let n = t.schedule.len() as u64;
+        if r.length == RateLength::Requests(u64::MAX) {
+            let cap = crate::limits::MAX_REQUESTS_PER_CELL;
+            if n > cap {
+                return Err(bad(format!(
+                    "the trace has {n} requests, more than a cell sends (at most {cap}): replay part of it with --requests N or --duration D"
+                )));
+            }
+            r.length = RateLength::Requests(n);
+        }
+        let span = t.schedule.last().copied().unwrap_or_default().as_secs_f64();
+        // A trace sent all at once has no rate of its own: call it one per millisecond.
+        let per_s = if n < 2 || span <= 0.0 {
+            1_000.0
+        } else {
+            (n - 1) as f64 / span
+        };
+        let milli = (per_s * 1_000.0).round().clamp(1.0, 1e11) as u64;
+        if let Some(rate) = RequestRate::from_milli(milli) {
+            r.rates = vec![rate];
+        }
+        Ok(())
+    }
+
+    /// With a trace: the send times of the requests `length` lets through.
+    pub(crate) fn trace_schedule(&self, length: RateLength) -> Option<Vec<Duration>> {
+        let Source::Trace(t) = &self.source else {
+            return None;
+        };
+        Some(match length {
+            RateLength::Duration(d) => t
+                .schedule
+                .iter()
+                .copied()
+                .take_while(|&at| at < d)
+                .collect(),
+            RateLength::Requests(n) => t
+                .schedule
+                .iter()
+                .copied()
+                .take(usize::try_from(n).unwrap_or(usize::MAX))
+                .collect(),
+        })
     }
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct Wire {
     prompt_tokens: u32,
     /// Output tokens of a chat answer streamed as reasoning before its content.
     reasoning_tokens: u32,
+    /// Those tokens are answer text between `<think>` tags (no reasoning parser).
+    reasoning_inline: bool,
 }
 
 impl Wire {
@@ -70,12 +72,14 @@ impl Wire {
             usage,
             prompt_tokens,
             reasoning_tokens: 0,
+            reasoning_inline: false,
         }
     }
 
     /// The first `n` output tokens of a chat answer stream as reasoning.
-    pub(crate) fn with_reasoning(mut self, n: u32) -> Wire {
+    pub(crate) fn with_reasoning(mut self, n: u32, inline: bool) -> Wire {
         self.reasoning_tokens = n;
+        self.reasoning_inline = inline;
         self
     }
 
@@ -122,7 +126,16 @@ impl Wire {
             Dialect::Vllm | Dialect::OpenaiProxy => {
                 let usage = self.usage.continuous.then(|| self.usage_json(tokens));
                 if chat && self.reasoning_tokens > 0 && tokens <= self.reasoning_tokens {
-                    return self.meta.reasoning_chunk(text, usage);
+                    if !self.reasoning_inline {
+                        return self.meta.reasoning_chunk(text, usage);
+                    }
+                    // The tags are tokens of their own, the first and the last.
+                    let text = match tokens {
+                        1 => "<think>",
+                        t if t == self.reasoning_tokens => "</think>",
+                        _ => text,
+                    };
+                    return self.meta.chunk(text, false, None, usage);
                 }
                 self.meta.chunk(text, false, None, usage)
             }

@@ -43,7 +43,7 @@ mod interval;
 mod vocabulary;
 
 pub use crate::interval::{CONFIDENCE_LEVEL, Interval};
-pub use crate::vocabulary::{Api, Engine, LoadKind, PrefillMode, PromptSharing};
+pub use crate::vocabulary::{Api, Engine, LoadKind, PrefillMode, PromptSharing, ReasoningParser};
 
 /// Why a unit could not be parsed from text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

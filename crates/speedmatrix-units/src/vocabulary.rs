@@ -236,3 +236,42 @@ mod tests {
         assert!(!Engine::NAMED.contains(&Engine::Unknown));
     }
 }
+
+/// How reasoning ("thinking") text is told apart from the answer when the server streams
+/// both as answer text. Servers with a reasoning parser (vLLM `--reasoning-parser`, SGLang)
+/// send it apart in `delta.reasoning_content` / `delta.reasoning`, which is always read;
+/// this says what to do with `<think>` tags left in the answer text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub enum ReasoningParser {
+    /// Answer text is answer text; reasoning only from the reasoning fields.
+    #[default]
+    None,
+    /// Text inside `<think>…</think>` at the start of the answer is reasoning (leading
+    /// whitespace allowed): an answer that does not open with `<think>` has none; one that
+    /// never closes it is all reasoning.
+    Think,
+    /// Everything before `</think>` is reasoning, the opening tag optional (DeepSeek-R1,
+    /// whose chat template opens the tag itself; vLLM's `deepseek_r1` parser): an answer
+    /// that never closes the tag is all reasoning.
+    DeepseekR1,
+}
+
+impl ReasoningParser {
+    /// `none`, `think` or `deepseek-r1`, as the flag spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReasoningParser::None => "none",
+            ReasoningParser::Think => "think",
+            ReasoningParser::DeepseekR1 => "deepseek-r1",
+        }
+    }
+}
+
+impl fmt::Display for ReasoningParser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -149,6 +149,19 @@ pub enum WorkloadError {
         /// The file.
         path: PathBuf,
     },
+    /// A block chain whose length does not fit its prompt's.
+    #[error(
+        "{blocks} block ids for a prompt of {n} tokens in blocks of {block}: a prompt has one id \
+         per block, the last block possibly short"
+    )]
+    Blocks {
+        /// Ids given.
+        blocks: u64,
+        /// The prompt's tokens.
+        n: u64,
+        /// Tokens per block.
+        block: u64,
+    },
     /// A dataset that is malformed, at a record when one is to blame.
     #[error("{name}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
     Dataset {

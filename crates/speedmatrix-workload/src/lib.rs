@@ -60,13 +60,15 @@ mod words;
 
 pub use arrivals::{ArrivalProcess, Arrivals};
 pub use dataset::{
-    Dataset, DatasetFormat, DatasetMessage, DatasetPrompt, DatasetRecord, ReferenceOutput,
+    Dataset, DatasetFormat, DatasetMessage, DatasetPrompt, DatasetRecord, ReferenceOutput, Trace,
+    TraceInput, TraceRecord,
 };
 pub use error::WorkloadError;
 pub use hf::{HfCache, TokenizerConfig};
 pub use lengths::LengthDistribution;
 pub use prompt::{
-    Api, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Prompt, PromptBuilder, PromptRole,
+    Api, BlockMemo, CacheKey, CacheMode, ChatOverhead, MAX_PROMPT_TOKENS, Prompt, PromptBuilder,
+    PromptRole,
 };
 pub use text::TextGenerator;
 pub use tokenizer::{BUNDLED_NAME, Tokenizer};

@@ -439,6 +439,8 @@ impl<'a> Reader<'a> {
                         replace(&mut event.reasoning_content, &text);
                     }
                 }
+                // Rare: the general path reads tool calls.
+                "tool_calls" => return None,
                 _ => self.skip(MAX_DEPTH)?,
             }
             if !self.more(b'}')? {

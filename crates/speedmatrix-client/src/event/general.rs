@@ -159,6 +159,8 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut had_reasoning_content = false;
+        // After the content, whichever order the keys come in.
+        let mut tools = String::new();
         while let Some(key) = map.next_key::<Text<'de>>()? {
             match key.as_str() {
                 "content" => {
@@ -178,13 +180,35 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
                         self.0.reasoning_content = text.into_owned();
                     }
                 }
+                "tool_calls" => {
+                    tools.push_str(&tool_call_text(&map.next_value()?));
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
+        self.0.content.push_str(&tools);
         Ok(())
     }
+}
+
+/// The text a `tool_calls` delta streams: each call's function name and argument text, in
+/// order. A tool call is output the model generated (vLLM, SGLang and llama.cpp stream its
+/// arguments token by token in `function.arguments`), so it counts as answer text: its
+/// chunks are token arrivals and its text feeds an estimate. Anything but strings where
+/// OpenAI's format has them is ignored, never an error.
+fn tool_call_text(calls: &serde_json::Value) -> String {
+    let mut text = String::new();
+    for call in calls.as_array().into_iter().flatten() {
+        let function = call.get("function");
+        for part in ["name", "arguments"] {
+            if let Some(s) = function.and_then(|f| f.get(part)).and_then(|v| v.as_str()) {
+                text.push_str(s);
+            }
+        }
+    }
+    text
 }
 
 /// llama.cpp's `timings` object; only the running output count is read.

@@ -248,13 +248,14 @@ pub struct LengthBin {
 /// Where a load run's prompts came from, so that it can be repeated exactly: a dataset
 /// file (named by its SHA-256) and the sample drawn from it, or a length distribution.
 /// Absent when the prompts were the run's own at each context (and before schema 6).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     /// The dataset's file name (without its folder), when prompts came from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<String>,
-    /// Its format: `sharegpt`, `jsonl` or `text`.
+    /// Its format: `sharegpt`, `jsonl` or `text`; for a replayed trace `mooncake` (with
+    /// `hash_ids`) or `trace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
     /// The file's SHA-256 (lowercase hex): `sha256sum FILE` shows the same.
@@ -277,6 +278,13 @@ pub struct Workload {
     /// Each request's `max_tokens` came from the dataset's answer lengths.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_tokens_from_dataset: bool,
+    /// A replayed trace (`format` `mooncake` or `trace`): how much faster than its own time
+    /// it was sent (`--trace-speed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_speed: Option<f64>,
+    /// A Mooncake trace: tokens per `hash_ids` block its prompts were built in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_tokens: Option<u64>,
 }
 
 impl Workload {
@@ -301,6 +309,12 @@ impl Workload {
         parts.push(format!("seed {}", self.seed));
         if self.output_tokens_from_dataset {
             parts.push("answer lengths from the dataset".into());
+        }
+        if let Some(speed) = self.trace_speed {
+            parts.push(format!("replayed at {speed}× its pace"));
+        }
+        if let Some(b) = self.block_tokens {
+            parts.push(format!("prefix blocks of {b} tokens"));
         }
         match &self.dataset {
             Some(name) => format!("{name} ({})", parts.join(", ")),

@@ -254,6 +254,10 @@ limits! {
     turns: u32 = ("--turns", 1, 1_000);
     /// `--search-steps`: cells of a context's search.
     search_steps: usize = ("--search-steps", 1, 1_000);
+    /// `--trace-speed`: how much faster a trace is replayed.
+    trace_speed: f64 = ("--trace-speed", 0.001, 1_000.0);
+    /// `--trace-block-tokens`: tokens per `hash_ids` block of a trace.
+    trace_block_tokens: Tokens = ("--trace-block-tokens", Tokens::new(1), Tokens::new(1 << 20));
     /// `--burstiness`: the gamma shape of `--arrival gamma`.
     burstiness: f64 = ("--burstiness", 0.01, 100.0);
     /// `--search-floor`: output tok/s a searched cell must reach.

@@ -213,9 +213,12 @@ fn rate_mode(
     window: Duration,
     cap: Option<speedmatrix_units::Concurrency>,
 ) -> Result<LoadMode, RunnerError> {
+    if o.trace.is_some() {
+        return trace_mode(o, cap);
+    }
     let Some(rates) = &o.request_rate else {
         return Err(bad(
-            "--mode rate needs --request-rate, e.g. --request-rate 1,2,4",
+            "--mode rate needs --request-rate (e.g. --request-rate 1,2,4) or a --trace to replay",
         ));
     };
     let length = match o.requests.as_deref() {
@@ -250,6 +253,45 @@ fn rate_mode(
         rates: rates.clone(),
         arrival,
         seed: o.arrival_seed.unwrap_or(o.seed),
+        length,
+        max_in_flight: cap,
+        drain: o.drain,
+        warm_cache: o.warm_cache,
+    }))
+}
+
+/// Rate mode replaying `--trace`: one cell at the trace's own times. Its rate and, without
+/// `--requests` or `--duration`, its length (every request) are the trace's, set once it is
+/// read ([`crate::Workload::fit_rate_spec`]); here they hold their places.
+fn trace_mode(
+    o: &RunOptions,
+    cap: Option<speedmatrix_units::Concurrency>,
+) -> Result<LoadMode, RunnerError> {
+    if o.request_rate.is_some() || o.burstiness.is_some() || o.arrival_seed.is_some() {
+        return Err(bad(
+            "--trace sends each request at its own time: drop --request-rate, --burstiness and --arrival-seed (--trace-speed compresses the trace's time)",
+        ));
+    }
+    if o.drain.is_zero() {
+        return Err(bad("--drain must be longer than zero"));
+    }
+    let length = match (o.requests.as_deref(), o.window) {
+        (Some([n]), _) => RateLength::Requests(u64::from(n.get())),
+        (Some(_), _) => {
+            return Err(bad(
+                "with --trace, --requests is one number: the trace's first N requests",
+            ));
+        }
+        (None, Some(d)) => RateLength::Duration(d),
+        (None, None) => RateLength::Requests(u64::MAX),
+    };
+    Ok(LoadMode::Rate(RateSpec {
+        rates: vec![
+            speedmatrix_units::RequestRate::from_milli(1_000)
+                .ok_or_else(|| bad("1 request/s is a rate"))?,
+        ],
+        arrival: ArrivalProcess::Constant,
+        seed: o.seed,
         length,
         max_in_flight: cap,
         drain: o.drain,

@@ -17,7 +17,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use speedmatrix_units::{Api, Concurrency, Engine, LoadKind, PrefillMode, PromptSharing, Tokens};
+use speedmatrix_units::{
+    Api, Concurrency, Engine, LoadKind, PrefillMode, PromptSharing, ReasoningParser, Tokens,
+};
 
 pub use self::engine::{EngineOptions, MambaMode, Switch};
 pub use self::labels::{HostFacts, client_host, detect_hardware};
@@ -125,6 +127,14 @@ pub struct RunOptions {
     /// Also send min_tokens = max_tokens (for servers that ignore ignore_eos).
     #[cfg_attr(feature = "clap", arg(long))]
     pub min_tokens: bool,
+    /// Reasoning left in the answer text as <think> tags (a server without a reasoning
+    /// parser): `think` takes <think>…</think> at the start of an answer as reasoning,
+    /// `deepseek-r1` everything before </think>. Reasoning the server sends apart
+    /// (delta.reasoning_content, delta.reasoning) is always read. It sets what time to first
+    /// content (TTFC) and reasoning tokens per request measure.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "none"))]
+    #[serde(default)]
+    pub reasoning_parser: ReasoningParser,
     /// A JSON object merged into every request body, for engine-specific fields, e.g.
     /// '{"chat_template_kwargs": {"enable_thinking": false}}'. Its fields override speedmatrix's
     /// own; it is recorded in the report.
@@ -307,6 +317,33 @@ pub struct RunOptions {
     #[serde(deserialize_with = "text::opt")]
     #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
     pub input_tokens: Option<speedmatrix_workload::LengthDistribution>,
+    /// Rate mode: replay a request trace at its own times (JSONL, one request per line):
+    /// Mooncake's {"timestamp": MS, "input_length": N, "output_length": N, "hash_ids": […]}
+    /// (prompts rebuilt block by block, so requests share exactly the prefix blocks their
+    /// hash_ids share) or {"timestamp": MS, "input_tokens": N, "output_tokens": N}. One cell:
+    /// latencies from each request's intended time, achieved against intended load. Limit it
+    /// with --requests N (the first N) or --duration (what is sent within it).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "FILE", help_heading = "Workload")
+    )]
+    pub trace: Option<PathBuf>,
+    /// Replay --trace this many times faster (2: half the gaps; 0.5: twice as long).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "X", help_heading = "Workload", value_parser = limits::trace_speed::parse)
+    )]
+    #[serde(deserialize_with = "limits::trace_speed::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub trace_speed: Option<f64>,
+    /// Tokens per hash_ids block of --trace (Mooncake's traces: 512).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "TOKENS", help_heading = "Workload", value_parser = limits::trace_block_tokens::parse)
+    )]
+    #[serde(deserialize_with = "limits::trace_block_tokens::opt")]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<text::ScalarText>"))]
+    pub trace_block_tokens: Option<Tokens>,
     /// A service-level objective for burst and rate cells, e.g. ttft_p99=2s,itl_p99=100ms
     /// (latencies ttft, itl, tpot, e2e at any percentile). Each cell reports whether its
     /// percentiles meet it, the share of requests that meet it on their own figures, and those
@@ -472,6 +509,7 @@ impl Default for RunOptions {
             prompt_sharing: PromptSharing::Unique,
             seed: 0,
             min_tokens: false,
+            reasoning_parser: ReasoningParser::None,
             extra_body: None,
             kv_capacity_tokens: None,
             model_config: None,
@@ -492,6 +530,9 @@ impl Default for RunOptions {
             dataset_format: None,
             dataset_sample: None,
             input_tokens: None,
+            trace: None,
+            trace_speed: None,
+            trace_block_tokens: None,
             slo: None,
             search: false,
             search_floor: None,

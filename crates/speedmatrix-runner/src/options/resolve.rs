@@ -138,6 +138,9 @@ impl RunOptions {
         if let Some(w) = &workload {
             // One row: the prompts' median length (each request sends its own).
             matrix.contexts = vec![w.context];
+            if let crate::config::LoadMode::Rate(r) = &mut matrix.load {
+                w.fit_rate_spec(r)?;
+            }
         }
         let target = self.target()?;
         let capacity = match (&target, &self.model_config) {
@@ -178,6 +181,7 @@ impl RunOptions {
                 self.idle_timeout,
             ),
             send_min_tokens: self.min_tokens,
+            reasoning_parser: self.reasoning_parser,
             extra_body: self.extra_body.clone().unwrap_or_default().0,
             telemetry: TelemetryConfig {
                 gpu: self.telemetry,

@@ -40,6 +40,8 @@ pub(crate) struct RequestShape {
     /// The engine sends one event per generated token (TGI), so counting
     /// events counts tokens.
     pub(crate) one_event_per_token: bool,
+    /// How `<think>` tags in the answer text are read.
+    pub(crate) reasoning_parser: speedmatrix_units::ReasoningParser,
     /// Keep every request's streamed text even when the server counts its
     /// tokens (a conversation's next turn quotes the answer).
     pub(crate) keep_text: bool,
@@ -295,6 +297,7 @@ pub(crate) async fn record_one<'s, 'p>(
         shape.one_event_per_token,
     );
     recorder.always_keep_text = shape.keep_text;
+    recorder.think = speedmatrix_client::ThinkSplitter::for_parser(shape.reasoning_parser);
     let deadline = shape
         .deadline(prompt.len())
         .and_then(|d| Some((timings.sent_at.checked_add(d.limit)?, d)));

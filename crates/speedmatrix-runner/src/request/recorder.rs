@@ -32,6 +32,8 @@ pub(crate) struct Recorder {
     /// what [`check_counts`] judges.
     pub(super) text_bytes: u64,
     pub(super) most: ReportedCounts,
+    /// Splits `<think>` reasoning out of the answer text (`--reasoning-parser`).
+    pub(crate) think: Option<speedmatrix_client::ThinkSplitter>,
 }
 
 impl Recorder {
@@ -55,6 +57,7 @@ impl Recorder {
             last_usage: None,
             text_bytes: 0,
             most: ReportedCounts::default(),
+            think: None,
         }
     }
 
@@ -116,12 +119,27 @@ impl Recorder {
     /// Records one event that arrived at `at`; true when it is the first
     /// with text.
     pub(crate) fn event(&mut self, ev: &speedmatrix_client::StreamEvent, at: Timestamp) -> bool {
+        // The answer text with its `<think>` part moved to the reasoning, when asked. A chunk
+        // whose text was all tag (or held as maybe one) still brought a token: of reasoning.
+        let split;
+        let mut tag_only = false;
+        let ev = match &mut self.think {
+            Some(think) if !ev.content.is_empty() => {
+                let mut copy = ev.clone();
+                think.apply(&mut copy);
+                tag_only = !copy.has_text();
+                split = copy;
+                &split
+            }
+            _ => ev,
+        };
         if ev.has_choices {
             self.events_with_choices += 1;
         }
-        let Some(chunk) = self.chunk_of(ev, at) else {
+        let Some(mut chunk) = self.chunk_of(ev, at) else {
             return false;
         };
+        chunk.reasoning |= tag_only;
         let index = self.timeline.chunks.len();
         if let Some(u) = chunk.usage {
             self.prompt_tokens = Some(u.prompt_tokens);
@@ -195,6 +213,15 @@ impl Recorder {
         first_byte_at: Option<Timestamp>,
     ) -> (RequestTimeline, Option<Tokens>, Option<OutputText>) {
         let finished = matches!(outcome, Outcome::Finished { .. });
+        // Text held as maybe a tag belongs to the last chunk with text.
+        if let Some((reasoning, content)) = self.think.as_mut().map(|t| t.finish())
+            && self.keep_text
+            && let Some(last) = self.text.ends.last_mut()
+        {
+            self.text.text.push_str(&reasoning);
+            self.text.text.push_str(&content);
+            last.1 = self.text.text.len();
+        }
         if let Some((index, usage)) = self.last_usage
             && finished
             && self.last_text.is_none_or(|t| index >= t)

@@ -2,6 +2,7 @@
 
 use super::*;
 use speedmatrix_metrics::Chunk;
+use speedmatrix_units::ReasoningParser;
 
 fn status(status: u16, retry_after: Option<u64>) -> speedmatrix_client::ClientError {
     speedmatrix_client::ClientError::HttpStatus {
@@ -137,6 +138,7 @@ fn shape(max_tokens: u64) -> RequestShape {
         secret: None,
         extra: Arc::default(),
         one_event_per_token: false,
+        reasoning_parser: Default::default(),
         keep_text: false,
         first_token_allowance: Duration::from_secs(2),
         sent_together: 1,
@@ -214,4 +216,57 @@ fn the_key_is_redacted_from_messages() {
     );
     assert_eq!(redact("no key here", None), "no key here");
     assert_eq!(redact("empty", Some("")), "empty");
+}
+
+#[test]
+fn think_tags_in_the_answer_text_are_reasoning_when_asked() {
+    let pieces = ["<think>", "hm", "m</th", "ink>", "\n\nYes", "."];
+    let body: String = pieces
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let text = serde_json::to_string(p).unwrap();
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text}}}}}],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{}}}}}\n\n",
+                i + 1
+            )
+        })
+        .collect();
+    let flags = |r: &Recorder| -> Vec<(bool, bool)> {
+        r.timeline
+            .chunks
+            .iter()
+            .map(|c| (c.reasoning, c.content))
+            .collect()
+    };
+    // Without a parser every chunk is answer text.
+    let plain = record(&body, false);
+    assert!(flags(&plain).iter().all(|&(r, c)| !r && c));
+    for parser in [ReasoningParser::Think, ReasoningParser::DeepseekR1] {
+        let mut decoder = speedmatrix_client::StreamDecoder::new();
+        decoder.feed(body.as_bytes(), Instant::now());
+        let mut r = Recorder::new(Timestamp::from_millis(0), Timestamp::from_millis(1), false);
+        r.think = speedmatrix_client::ThinkSplitter::for_parser(parser);
+        r.always_keep_text = true;
+        let mut t = 1;
+        while let Some(ev) = decoder.next_event() {
+            t += 1;
+            r.event(&ev.unwrap(), Timestamp::from_millis(t));
+        }
+        // The tag's own chunks are reasoning tokens; "</th" waits for "ink>".
+        assert_eq!(
+            flags(&r),
+            [
+                (true, false),
+                (true, false),
+                (true, false),
+                (true, false),
+                (false, true),
+                (false, true)
+            ],
+            "{parser}"
+        );
+        let (_, _, text) = r.finish(finished(), Timestamp::from_millis(99), None);
+        assert_eq!(text.unwrap().text, "hmm\n\nYes.", "{parser}");
+    }
 }

@@ -33,9 +33,9 @@ pub const OLDEST_JOURNAL_VERSION: u32 = 1;
 #[serde(untagged)]
 pub(crate) enum KeyOnDisk {
     /// Layout 2 (this runner's).
-    Current(ResumeKey),
+    Current(Box<ResumeKey>),
     /// Layout 1.
-    V1(ResumeKeyV1),
+    V1(Box<ResumeKeyV1>),
 }
 
 impl KeyOnDisk {
@@ -118,7 +118,7 @@ impl JournalRecord {
     pub(crate) fn start(key: ResumeKey, provenance: Option<Provenance>) -> JournalRecord {
         JournalRecord::Start {
             journal_version: JOURNAL_VERSION,
-            key: Box::new(KeyOnDisk::Current(key)),
+            key: Box::new(KeyOnDisk::Current(Box::new(key))),
             provenance: provenance.map(Box::new),
         }
     }

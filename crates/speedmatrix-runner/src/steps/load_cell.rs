@@ -16,7 +16,7 @@ use crate::outcome::{
 };
 use crate::plan::{PlannedLoad, prompt_len};
 use crate::resume::{JournalRecord, record};
-use crate::workload::{Source, Workload};
+use crate::workload::{Source, TracePrompt, Workload};
 use crate::{PromptSharing, RunnerError};
 
 impl Session<'_> {
@@ -65,7 +65,15 @@ impl Session<'_> {
                 b.warm_cache,
             ),
             (LoadMode::Rate(r), LoadPoint::Rate { rate }) => (
-                crate::load::rate_schedule(r, planned.context, rate)?,
+                match self
+                    .config
+                    .workload
+                    .as_ref()
+                    .and_then(|w| w.trace_schedule(r.length))
+                {
+                    Some(times) => times,
+                    None => crate::load::rate_schedule(r, planned.context, rate)?,
+                },
                 r.max_in_flight,
                 r.drain,
                 r.warm_cache,
@@ -273,6 +281,7 @@ impl Session<'_> {
                     .map(|(t, c)| LoadPrompt::text(t, Tokens::new(c.get() + overhead)))
                     .collect())
             }
+            Source::Trace(t) => self.trace_prompts(t, n, cell_id),
             Source::Synthetic => {
                 let lengths = w.lengths.map(|l| l.draw(n, w.seed)).unwrap_or_default();
                 lengths
@@ -285,6 +294,55 @@ impl Session<'_> {
                     .collect()
             }
         }
+    }
+}
+
+impl Session<'_> {
+    /// A trace cell's first `n` prompts: texts as the trace gives them, the rest built to
+    /// their lengths, Mooncake's block chains block by block (one memo for the cell, so
+    /// requests share exactly the blocks their ids share; a new cell, or repeat, shares
+    /// nothing with the one before).
+    fn trace_prompts(
+        &self,
+        t: &crate::workload::TraceReplay,
+        n: usize,
+        cell_id: u64,
+    ) -> Result<Vec<LoadPrompt>, RunnerError> {
+        let overhead = self.overhead.map_or(0, |o| o.0.get());
+        let seed = self.config.seed ^ cell_id.rotate_left(29);
+        let mut memo = speedmatrix_workload::BlockMemo::default();
+        let mut prompts = Vec::with_capacity(n);
+        for (k, item) in t.items.iter().take(n).enumerate() {
+            let prompt = match &item.prompt {
+                TracePrompt::Given(given) => LoadPrompt {
+                    body: given.body.clone(),
+                    expected_tokens: given.tokens.map(|t| Tokens::new(t.get() + overhead)),
+                    max_tokens: None,
+                },
+                TracePrompt::Built {
+                    tokens,
+                    hash_ids: None,
+                } => {
+                    let p = self.prompt(*tokens, CacheKey::unique(cell_id, k as u64, 0))?;
+                    LoadPrompt::text(p.text, *tokens)
+                }
+                TracePrompt::Built {
+                    tokens,
+                    hash_ids: Some(ids),
+                } => {
+                    let p = self
+                        .builder
+                        .block_prompt(ids, *tokens, t.block, seed, self.overhead, &mut memo)
+                        .map_err(RunnerError::Workload)?;
+                    LoadPrompt::text(p.text, *tokens)
+                }
+            };
+            prompts.push(LoadPrompt {
+                max_tokens: item.max_tokens,
+                ..prompt
+            });
+        }
+        Ok(prompts)
     }
 }
 

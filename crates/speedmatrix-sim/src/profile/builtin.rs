@@ -104,6 +104,7 @@ fn rtx3090() -> Profile {
         models_status: None,
         anonymous: false,
         reasoning_tokens: 0,
+        reasoning_inline: false,
         request_log: None,
     }
 }
@@ -150,6 +151,7 @@ fn tiny() -> Profile {
         models_status: None,
         anonymous: false,
         reasoning_tokens: 0,
+        reasoning_inline: false,
         request_log: None,
     }
 }

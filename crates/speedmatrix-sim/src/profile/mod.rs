@@ -137,6 +137,11 @@ pub struct Profile {
     /// proxy dialects; default 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u32,
+    /// Stream those reasoning tokens as answer text between `<think>` and `</think>` (the
+    /// first and last of them), as a server run without a reasoning parser does. Default:
+    /// false (in `delta.reasoning_content`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_inline: bool,
     /// Append every generation request to this file as one JSON line (`api`, the `prompt`
     /// text or `messages` as received, `max_tokens`, `ignore_eos`): what a test checks a run
     /// sent. Default: none.

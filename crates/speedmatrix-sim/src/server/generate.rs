@@ -262,7 +262,7 @@ pub(super) async fn generate(
         let profile = &state.profile;
         let setup = StreamSetup {
             wire: Wire::new(profile.dialect, meta, usage, prompt_tokens)
-                .with_reasoning(profile.reasoning_tokens),
+                .with_reasoning(profile.reasoning_tokens, profile.reasoning_inline),
             text: state.text.clone(),
             style: profile.text_style,
             fault,

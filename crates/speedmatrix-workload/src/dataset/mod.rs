@@ -19,6 +19,9 @@ use crate::{Tokenizer, WorkloadError};
 mod corpus;
 mod jsonl;
 mod sharegpt;
+mod trace;
+
+pub use trace::{Trace, TraceInput, TraceRecord};
 
 /// How to get a dataset, for a file that is not there.
 const HOW_TO_GET: &str = "datasets are read from local files and never downloaded: give a \

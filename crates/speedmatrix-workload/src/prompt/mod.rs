@@ -247,6 +247,24 @@ pub(crate) fn cut_to_count(
     .fit()
 }
 
+/// The prefixes [`PromptBuilder::block_prompt`] has built, by block id and length.
+#[derive(Debug, Default, Clone)]
+pub struct BlockMemo {
+    prefixes: HashMap<(u64, u64), Arc<str>>,
+}
+
+impl BlockMemo {
+    /// Prefixes kept.
+    pub fn len(&self) -> usize {
+        self.prefixes.len()
+    }
+
+    /// Whether it keeps none.
+    pub fn is_empty(&self) -> bool {
+        self.prefixes.is_empty()
+    }
+}
+
 /// Builds exact-length prompts with one tokenizer.
 ///
 /// Text comes from a pool of generated prose, encoded once per size class.
@@ -470,16 +488,28 @@ impl PromptBuilder {
         if n == k {
             return Ok(prefix);
         }
-        let mut source = self.source(key.suffix_marker(), key.body_seed(seed, false), n - k)?;
-        let prefix_ends = tok.content_token_ends(&prefix)?;
-        source.prepend(tok, &prefix, &prefix_ends)?;
-        let text = self
-            .fitter(tok, extra, &source, n, prefix.len() + 1)
-            .fit()?;
+        let more = self.source(key.suffix_marker(), key.body_seed(seed, false), n - k)?;
+        self.extend_text(tok, extra, &prefix, k, n, more)
+    }
+
+    /// `prefix` (`k` tokens) followed by text from `more`, `n` tokens in all, its first `k`
+    /// tokens still the prefix's.
+    fn extend_text(
+        &self,
+        tok: &Tokenizer,
+        extra: usize,
+        prefix: &str,
+        k: usize,
+        n: usize,
+        mut more: Source,
+    ) -> Result<String, WorkloadError> {
+        let prefix_ends = tok.content_token_ends(prefix)?;
+        more.prepend(tok, prefix, &prefix_ends)?;
+        let text = self.fitter(tok, extra, &more, n, prefix.len() + 1).fit()?;
         // Compare content tokens: a tokenizer may append special tokens
         // (BERT's `[SEP]`) that the longer prompt has only at its end.
         let content = &self.content_tokenizer;
-        let (whole, part) = (content.encode(&text)?, content.encode(&prefix)?);
+        let (whole, part) = (content.encode(&text)?, content.encode(prefix)?);
         let keep = k.saturating_sub(extra + tok.special_tokens_count());
         if whole.get(..keep) != part.get(..keep) {
             return Err(WorkloadError::PrefixNotStable {
@@ -488,6 +518,73 @@ impl PromptBuilder {
             });
         }
         Ok(text)
+    }
+
+    /// A prompt of exactly `n` tokens made of blocks of `block` tokens, block `i` standing
+    /// for `chain[i]` and the prefix before it (Mooncake's `hash_ids`): two prompts whose
+    /// chains start with the same `j` ids start with the same `j · block` tokens, and no
+    /// more. `memo` keeps every prefix built, so a shared prefix is built once and is the
+    /// same text in every prompt that has it; give each group of prompts that may share
+    /// blocks one memo and one `seed` (a new seed: prompts no earlier group's cache holds).
+    /// `overhead`: a chat prompt's template tokens (`None` for completions).
+    ///
+    /// Each block is fitted after the prefix before it, so a prompt of `m` blocks
+    /// tokenizes its prefix `m` times: long chains cost time quadratic in their blocks.
+    pub fn block_prompt(
+        &self,
+        chain: &[u64],
+        n: Tokens,
+        block: Tokens,
+        seed: u64,
+        overhead: Option<ChatOverhead>,
+        memo: &mut BlockMemo,
+    ) -> Result<Prompt, WorkloadError> {
+        let (tok, extra, api) = match overhead {
+            Some(o) => (&self.content_tokenizer, usize_of(o.0), Api::Chat),
+            None => (&self.tokenizer, 0, Api::Completions),
+        };
+        if n.get() > MAX_PROMPT_TOKENS {
+            return Err(WorkloadError::TooLong {
+                n: n.get(),
+                max: MAX_PROMPT_TOKENS,
+            });
+        }
+        let (total, b) = (usize_of(n), usize_of(block).max(1));
+        if chain.len() != total.div_ceil(b) {
+            return Err(WorkloadError::Blocks {
+                blocks: chain.len() as u64,
+                n: n.get(),
+                block: block.get(),
+            });
+        }
+        let mut prefix: Option<(Arc<str>, usize)> = None;
+        for (i, &id) in chain.iter().enumerate() {
+            let target = ((i + 1) * b).min(total);
+            let key = (id, target as u64);
+            let text = match memo.prefixes.get(&key) {
+                Some(t) => Arc::clone(t),
+                None => {
+                    let marker = CacheKey::unique(seed, id, 0);
+                    let text: Arc<str> = match &prefix {
+                        None => self.text(tok, extra, Tokens::new(target as u64), seed, &marker)?,
+                        Some((p, k)) => {
+                            let more = self.source(
+                                marker.suffix_marker(),
+                                marker.body_seed(seed, false),
+                                target - k,
+                            )?;
+                            self.extend_text(tok, extra, p, *k, target, more)?
+                        }
+                    }
+                    .into();
+                    memo.prefixes.insert(key, Arc::clone(&text));
+                    text
+                }
+            };
+            prefix = Some((text, target));
+        }
+        let text = prefix.map(|(t, _)| t.to_string()).unwrap_or_default();
+        Ok(self.finish(text, n, &CacheKey::unique(seed, 0, 0), api))
     }
 
     fn fitter<'a>(

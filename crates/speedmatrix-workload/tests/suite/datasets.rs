@@ -787,3 +787,48 @@ proptest! {
         prop_assert_eq!(picked, d.sample(Some(n), seed).unwrap());
     }
 }
+
+/// Mooncake's block chains: prompts of exact lengths that share exactly the blocks their
+/// chains share.
+#[test]
+fn block_prompts_share_exactly_their_common_blocks() {
+    use speedmatrix_workload::{BlockMemo, PromptBuilder};
+    let tok = Tokenizer::bundled().unwrap();
+    let builder = PromptBuilder::new(tok.clone());
+    let block = Tokens::new(256);
+    let mut memo = BlockMemo::default();
+    let build = |chain: &[u64], n: u64, memo: &mut BlockMemo| {
+        let p = builder
+            .block_prompt(chain, Tokens::new(n), block, 11, None, memo)
+            .unwrap();
+        let ids = tok.encode(&p.text).unwrap();
+        assert_eq!(ids.len() as u64, n, "{chain:?}");
+        ids
+    };
+    let a = build(&[1, 2, 3], 700, &mut memo);
+    let b = build(&[1, 2, 9], 600, &mut memo);
+    let c = build(&[1, 5], 300, &mut memo);
+    let d = build(&[7], 200, &mut memo);
+    let common = |x: &[u32], y: &[u32]| x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    // Whole blocks shared; a few tokens more may agree by chance, never a block's worth.
+    assert!(
+        (512..512 + 64).contains(&common(&a, &b)),
+        "{}",
+        common(&a, &b)
+    );
+    assert!(
+        (256..256 + 64).contains(&common(&a, &c)),
+        "{}",
+        common(&a, &c)
+    );
+    assert!(common(&a, &d) < 64, "{}", common(&a, &d));
+    // The same chain again is the same text, from the memo.
+    let kept = memo.len();
+    assert_eq!(build(&[1, 2, 3], 700, &mut memo), a);
+    assert_eq!(memo.len(), kept);
+    // A chain that does not fit its length is refused.
+    let err = builder
+        .block_prompt(&[1, 2], Tokens::new(900), block, 11, None, &mut memo)
+        .unwrap_err();
+    assert!(err.to_string().contains("blocks of 256"), "{err}");
+}

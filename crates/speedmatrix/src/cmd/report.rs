@@ -19,6 +19,9 @@ pub(crate) enum Format {
     Csv,
     /// One self-contained page with charts (no network assets).
     Html,
+    /// The run document itself (the schema in crates/speedmatrix-report/schema), as this
+    /// version writes it: an older document comes out upgraded.
+    Json,
 }
 
 /// Flags of `speedmatrix report`.
@@ -42,17 +45,23 @@ pub(crate) struct Args {
 /// Runs `speedmatrix report`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = load(&args.run)?;
-    let text = render(&report, args.format);
+    let text = render(&report, args.format)?;
     write_output(args.output.as_deref(), args.force, &text)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn render(report: &Report, format: Format) -> String {
-    match format {
+fn render(report: &Report, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
         Format::Md => speedmatrix_report::to_markdown(report),
         Format::Csv => speedmatrix_report::to_csv(report),
         Format::Html => speedmatrix_report::to_html(report),
-    }
+        Format::Json => {
+            report
+                .to_json()
+                .context("could not write the run document")?
+                + "\n"
+        }
+    })
 }
 
 /// Reads and checks a run document; every failure is the user's to fix (exit code 2).
@@ -113,9 +122,15 @@ mod tests {
     #[test]
     fn renders_each_format() {
         let report = load(&fixture("seed-run.json")).unwrap();
-        assert!(render(&report, Format::Md).starts_with("# Speed test matrix"));
-        assert!(render(&report, Format::Csv).starts_with("phase,context_tokens,"));
-        assert!(render(&report, Format::Html).starts_with("<!DOCTYPE html>"));
+        let text = |f| render(&report, f).unwrap();
+        assert!(text(Format::Md).starts_with("# Speed test matrix"));
+        assert!(text(Format::Csv).starts_with("phase,context_tokens,"));
+        assert!(text(Format::Html).starts_with("<!DOCTYPE html>"));
+        // The document reads back as the one it was rendered from, upgraded to this schema.
+        let again = Report::from_json(&text(Format::Json)).unwrap();
+        assert_eq!(again.schema_version, speedmatrix_report::SCHEMA_VERSION);
+        assert_eq!(again.decode.len(), report.decode.len());
+        assert_eq!(again.prefill.len(), report.prefill.len());
     }
 
     #[test]

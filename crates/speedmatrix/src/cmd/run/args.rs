@@ -31,6 +31,11 @@ pub(crate) struct Args {
     /// No progress display.
     #[arg(long, short, help_heading = "Output")]
     pub(crate) quiet: bool,
+    /// Also print the result as one JSON line on standard output (the folder, the run.json
+    /// path, cells measured and failed, how the run ended, its best cell with its interval),
+    /// for scripts; the files written are the same.
+    #[arg(long, conflicts_with = "dry_run", help_heading = "Output")]
+    pub(crate) json: bool,
 
     /// Runtime threads of the client. Default against --url: one per 512 streams, at most half
     /// the usable cores, 1 to 4, so the engine keeps the rest; with the built-in simulator, one

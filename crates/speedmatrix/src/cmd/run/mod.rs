@@ -8,6 +8,7 @@
 mod args;
 mod progress;
 pub(crate) mod provenance;
+mod summary;
 pub(crate) mod words;
 
 use std::path::{Path, PathBuf};
@@ -89,7 +90,12 @@ pub(crate) async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         speedmatrix_runner::output::run_into(config, &dir, &progress, cancel, &words::notice).await;
     progress.finish();
     let outcome = outcome.map_err(|e| words::error(e, key.as_ref()))?;
-    Ok(summarize(dir.path(), &outcome))
+    let code = summarize(dir.path(), &outcome);
+    if args.json {
+        let failed = u8::from(code != ExitCode::SUCCESS);
+        crate::cmd::report::write_stdout(&summary::json_line(dir.path(), &outcome, failed))?;
+    }
+    Ok(code)
 }
 
 /// With `--resume DIR`: the flags the journal recorded, each flag given now replacing its
