@@ -798,9 +798,20 @@ fn a_model_that_thinks_first_has_its_time_to_first_content_apart() {
         (20.0, 20.0),
         "20 thinking tokens each"
     );
+    // Thinking and answering run at the profile's step rate: about 120 tok/s each.
+    let (thinking, answering) = (
+        m.reasoning_tokens_per_s.unwrap().p50,
+        m.answer_tokens_per_s.unwrap().p50,
+    );
+    assert!((40.0..130.0).contains(&thinking), "{thinking} tok/s");
+    assert!(
+        (thinking / answering - 1.0).abs() < 0.25,
+        "{thinking} vs {answering} tok/s"
+    );
     let page = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(page.contains("TTFC p50"), "{page}");
     assert!(page.contains("Thinking tokens p50"), "{page}");
+    assert!(page.contains("Thinking / answer tok/s p50"), "{page}");
 }
 
 #[test]

@@ -67,6 +67,12 @@ pub struct LoadMetrics {
     /// arrived before its first content chunk — when any request streamed reasoning text;
     /// `None` for a model that answered at once.
     pub reasoning_lengths: Option<Summary<f64>>,
+    /// Reasoning tok/s of each finished request that reasoned ([`phase_rates`]); `None`
+    /// when no request streamed reasoning text.
+    pub reasoning_rates: Option<Summary<f64>>,
+    /// Answer tok/s after the reasoning, of each finished request that reasoned and then
+    /// answered with two tokens or more ([`phase_rates`]).
+    pub answer_rates: Option<Summary<f64>>,
     /// Intended send → end, finished requests.
     pub end_to_end: Option<Summary<Duration>>,
     /// Per request mean time per output token after the first.
@@ -98,6 +104,38 @@ fn reasoning_tokens(t: &RequestTimeline, arrivals: &Arrivals) -> u64 {
         .filter(|a| first_content.is_none_or(|at| a.at < at))
         .map(|a| a.tokens)
         .sum()
+}
+
+/// A reasoning request's two rates, each over the gaps between its tokens: its `reasoning`
+/// tokens over the time from its first token to its first content chunk (to its last token
+/// when it wrote no content: then one gap fewer), and its answer's tokens after the first
+/// over the time from its first content chunk to its last token. `None` for a request that did not reason;
+/// a rate over no time, or over no gap, is `None`.
+fn phase_rates(
+    t: &RequestTimeline,
+    arrivals: &Arrivals,
+    reasoning: u64,
+) -> Option<(Option<f64>, Option<f64>)> {
+    let first = t.first_text()?.at;
+    if !t.chunks.iter().any(|c| c.reasoning) {
+        return None;
+    }
+    // The last token's arrival: a stream's end may wait for a usage chunk or `[DONE]`.
+    let last = arrivals.list.last().map_or(t.ended_at, |a| a.at);
+    let rate = |tokens: u64, from: crate::Timestamp, to: crate::Timestamp| {
+        let secs = to.saturating_since(from).as_secs_f64();
+        (tokens > 0 && secs > 0.0).then(|| tokens as f64 / secs)
+    };
+    Some(match t.first_content() {
+        Some(c) => {
+            let answer = arrivals.total().get().saturating_sub(reasoning);
+            (
+                rate(reasoning, first, c.at),
+                rate(answer.saturating_sub(1), c.at, last),
+            )
+        }
+        None => (rate(reasoning.saturating_sub(1), first, last), None),
+    })
 }
 
 /// Measures a load cell. Latencies count only finished requests; failed
@@ -134,6 +172,7 @@ pub fn load_metrics(
     let mut ttfc = DurationSample::default();
     let mut lengths: Vec<f64> = Vec::new();
     let (mut thinking, mut reasoned): (Vec<f64>, bool) = (Vec::new(), false);
+    let (mut thinking_rates, mut answer_rates) = (Vec::new(), Vec::new());
     let mut latencies = Vec::new();
     let mut intervals = Vec::new();
     let (mut completed, mut failed, mut unfinished) = (0, 0, 0);
@@ -157,8 +196,13 @@ pub fn load_metrics(
             ttfc.push(c.at.saturating_since(r.intended), 1);
         }
         lengths.push(arrivals.total().get() as f64);
-        thinking.push(reasoning_tokens(t, &arrivals) as f64);
+        let thought = reasoning_tokens(t, &arrivals);
+        thinking.push(thought as f64);
         reasoned |= t.chunks.iter().any(|c| c.reasoning);
+        if let Some((r, a)) = phase_rates(t, &arrivals, thought) {
+            thinking_rates.extend(r);
+            answer_rates.extend(a);
+        }
         let total = t.ended_at.saturating_since(r.intended);
         let per_token = tpot(&arrivals, arrivals.total());
         if let Some(d) = first {
@@ -212,6 +256,8 @@ pub fn load_metrics(
         } else {
             None
         },
+        reasoning_rates: Summary::of(&thinking_rates).ok(),
+        answer_rates: Summary::of(&answer_rates).ok(),
         end_to_end: e2e.summary(),
         tpot: per_token_sample.summary(),
         itl: itl.summary(),

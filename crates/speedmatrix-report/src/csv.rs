@@ -4,7 +4,7 @@ use crate::model::{CellStatus, CellTelemetry, DecodeCell, PrefillRow, Report};
 
 /// Column names of [`to_csv`], in order. Units are in the names; numbers are written at
 /// full precision; an empty field means "not measured".
-pub const CSV_COLUMNS: [&str; 80] = [
+pub const CSV_COLUMNS: [&str; 82] = [
     "phase",
     "context_tokens",
     "concurrency",
@@ -83,6 +83,8 @@ pub const CSV_COLUMNS: [&str; 80] = [
     "input_tokens_per_request_max",
     "reasoning_tokens_per_request_p50",
     "reasoning_tokens_per_request_max",
+    "reasoning_tokens_per_s_p50",
+    "answer_tokens_per_s_p50",
     "predicted_band_low",
     "predicted_band_high",
 ];
@@ -221,6 +223,14 @@ fn load_fields(mode: crate::model::LoadKind, cell: &crate::model::LoadCell) -> V
     }
     set("repeats", int(repeats.map(|r| u64::from(r.count))));
     set("ttfc_p50_ms", p(|m| m.ttfc_ms, |p| p.p50));
+    set(
+        "reasoning_tokens_per_s_p50",
+        p(|m| m.reasoning_tokens_per_s, |p| p.p50),
+    );
+    set(
+        "answer_tokens_per_s_p50",
+        p(|m| m.answer_tokens_per_s, |p| p.p50),
+    );
     for (name, lengths) in [
         (
             "output_tokens_per_request",
@@ -293,8 +303,9 @@ fn decode_fields(cell: &DecodeCell) -> Vec<String> {
     .chain(interference_fields(m.and_then(|m| m.interference.as_ref())))
     .chain(std::iter::repeat_n(String::new(), LOAD_ONLY_COLUMNS))
     .chain(uncertainty_fields(m))
-    // Load-only: TTFC, answer, prompt and reasoning lengths per request.
-    .chain(std::iter::repeat_n(String::new(), 7))
+    // Load-only: TTFC, answer, prompt and reasoning lengths per request, thinking and
+    // answer tok/s.
+    .chain(std::iter::repeat_n(String::new(), 9))
     .chain(band_fields(m.and_then(|m| m.band.as_ref())))
     .collect()
 }

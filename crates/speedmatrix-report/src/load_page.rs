@@ -97,6 +97,7 @@ pub(crate) fn columns(load: &LoadRun) -> Vec<&'static str> {
     }
     if thinks(load) {
         c.push("Thinking tokens p50 (min–max)");
+        c.push("Thinking / answer tok/s p50");
     }
     if lengths_vary(load, |m| m.output_tokens_per_request.as_ref()) {
         c.push("Answer tokens p50 (min–max)");
@@ -281,6 +282,14 @@ fn row(load: &LoadRun, cell: &LoadCell) -> Vec<String> {
     }
     if thinks(load) {
         row.push(lengths_cell(m.reasoning_tokens_per_request.as_ref()));
+        let rate = |p: Option<crate::model::Percentiles>| {
+            p.map_or_else(dash, |p| format::tokens_per_s(p.p50))
+        };
+        row.push(format!(
+            "{} / {}",
+            rate(m.reasoning_tokens_per_s),
+            rate(m.answer_tokens_per_s)
+        ));
     }
     if lengths_vary(load, |m| m.output_tokens_per_request.as_ref()) {
         row.push(lengths_cell(m.output_tokens_per_request.as_ref()));

@@ -539,6 +539,8 @@ pub(crate) fn result_of(
             .map(|s| token_lengths(s, &m.output_length_histogram)),
         input_lengths: None,
         reasoning_lengths: m.reasoning_lengths.map(|s| token_lengths(s, &[])),
+        reasoning_rates: m.reasoning_rates.map(rates),
+        answer_rates: m.answer_rates.map(rates),
         e2e: latency(m.end_to_end),
         itl: latency(m.itl),
         tpot: latency(m.tpot),
@@ -563,5 +565,14 @@ pub(crate) fn result_of(
         prefix_cache: None,
         turns: Vec::new(),
         repeats: None,
+    }
+}
+
+/// A per-request rate sample's percentiles, tok/s.
+fn rates(s: speedmatrix_metrics::Summary<f64>) -> speedmatrix_report::Percentiles {
+    speedmatrix_report::Percentiles {
+        p50: s.p50,
+        p90: s.p90,
+        p99: s.p99,
     }
 }

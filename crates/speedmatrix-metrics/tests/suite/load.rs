@@ -105,6 +105,12 @@ fn time_to_first_content_waits_for_the_answer_and_lengths_are_per_request() {
     // Three of the thinking request's five tokens came before its answer; none of the plain one's.
     let thought = m.reasoning_lengths.unwrap();
     assert_eq!((thought.min, thought.max), (0.0, 3.0));
+    // Three thinking tokens from 100 to 250 ms; one answer gap from 250 to 300 ms (the
+    // stream's end at 400 ms is not a token): 20 tok/s each, the plain request in neither.
+    let (thinking_rate, answer_rate) = (m.reasoning_rates.unwrap(), m.answer_rates.unwrap());
+    assert_eq!((thinking_rate.count, answer_rate.count), (1, 1));
+    assert!((thinking_rate.p50 - 20.0).abs() < 1e-9, "{thinking_rate:?}");
+    assert!((answer_rate.p50 - 20.0).abs() < 1e-9, "{answer_rate:?}");
     assert_eq!(
         m.output_length_histogram
             .iter()
@@ -115,6 +121,7 @@ fn time_to_first_content_waits_for_the_answer_and_lengths_are_per_request() {
     // A cell where no model reasoned has no reasoning figure at all.
     let plain_only = load_metrics(&reqs[..1], None).unwrap();
     assert!(plain_only.reasoning_lengths.is_none());
+    assert!(plain_only.reasoning_rates.is_none() && plain_only.answer_rates.is_none());
 }
 
 #[test]

@@ -209,6 +209,15 @@ pub struct LoadMeasurements {
     /// Absent for a model that answered at once (and before schema version 6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens_per_request: Option<TokenLengths>,
+    /// Reasoning tokens per second of each finished request that reasoned — its reasoning
+    /// tokens over the time from its first token to its first answer text — p50, p90, p99.
+    /// Absent when no request reasoned (and before schema 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens_per_s: Option<Percentiles>,
+    /// Answer tokens per second after the reasoning, of the same requests: the answer's
+    /// tokens after its first over the time from its first answer text to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_tokens_per_s: Option<Percentiles>,
 }
 
 /// Token lengths per request of a cell (prompts sent or answers received).

@@ -222,6 +222,8 @@ fn burst_run() -> Report {
             output_tokens_per_request: None,
             input_tokens_per_request: None,
             reasoning_tokens_per_request: None,
+            reasoning_tokens_per_s: None,
+            answer_tokens_per_s: None,
         }),
     };
     r.load = Some(LoadRun {

@@ -571,6 +571,8 @@ fn with_load() -> speedmatrix_report::Report {
                     output_tokens_per_request: None,
                     input_tokens_per_request: None,
                     reasoning_tokens_per_request: None,
+                    reasoning_tokens_per_s: None,
+                    answer_tokens_per_s: None,
                     slo: Some(SloResult {
                         met: false,
                         attainment_pct: 95.0,

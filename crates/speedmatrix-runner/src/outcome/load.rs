@@ -146,6 +146,12 @@ pub struct LoadResult {
     /// Reasoning tokens of each finished request, when the model streamed reasoning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_lengths: Option<speedmatrix_report::TokenLengths>,
+    /// Reasoning tok/s of each finished request that reasoned (p50, p90, p99).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_rates: Option<speedmatrix_report::Percentiles>,
+    /// Answer tok/s after the reasoning, of the same requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_rates: Option<speedmatrix_report::Percentiles>,
     /// Prompt tokens of each request sent, when they were not all the cell's context (a
     /// dataset, `--input-tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -255,6 +255,8 @@ pub fn load_cell(c: &LoadOutcome) -> LoadCell {
             output_tokens_per_request: r.output_lengths.clone(),
             input_tokens_per_request: r.input_lengths.clone(),
             reasoning_tokens_per_request: r.reasoning_lengths.clone(),
+            reasoning_tokens_per_s: r.reasoning_rates,
+            answer_tokens_per_s: r.answer_rates,
             slo: r.slo.as_ref().map(|v| SloResult {
                 met: v.met,
                 attainment_pct: if v.requests > 0 {
