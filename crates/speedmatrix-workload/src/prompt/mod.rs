@@ -321,6 +321,9 @@ const CHUNK_BYTES: usize = 16 << 10;
 const GROW_BYTES: usize = 64 << 10;
 /// Content tokens below which a prompt may start without its marker.
 const SHORT_TOKENS: usize = 16;
+
+/// Passages a short prompt tries before it gives up ([`PromptBuilder::short_prose`]).
+const SHORT_ATTEMPTS: u64 = 16;
 /// The longest prompt built: 16M tokens (about 80 MB of text), far beyond
 /// any model's context.
 pub const MAX_PROMPT_TOKENS: u64 = 1 << 24;
@@ -454,8 +457,7 @@ impl PromptBuilder {
                     // with some tokenizers no cut of the marker has exactly
                     // n tokens: start with prose instead.
                     Err(WorkloadError::Inexact { .. }) if n - min < SHORT_TOKENS => {
-                        let prose = self.source(String::new(), body_seed, n)?;
-                        self.fitter(tok, extra, &prose, n, 0).fit()
+                        self.short_prose(tok, extra, n, body_seed)
                     }
                     result => result,
                 }
@@ -464,6 +466,37 @@ impl PromptBuilder {
                 self.shared_prefix_text(tok, extra, n, usize_of(prefix), seed, key)
             }
         }
+    }
+
+    /// A short prompt of prose: the seed's text first, then (a few tokens can be hard to hit
+    /// exactly: a unigram tokenizer may merge a cut's last piece into a longer one) other
+    /// seeded passages, until one fits. The same inputs try the same passages.
+    fn short_prose(
+        &self,
+        tok: &Tokenizer,
+        extra: usize,
+        n: usize,
+        body_seed: u64,
+    ) -> Result<String, WorkloadError> {
+        let mut last = None;
+        for k in 0..SHORT_ATTEMPTS {
+            let seed = if k == 0 {
+                body_seed
+            } else {
+                mix64(body_seed ^ k)
+            };
+            let prose = self.source(String::new(), seed, n)?;
+            match self.fitter(tok, extra, &prose, n, 0).fit() {
+                Err(e @ WorkloadError::Inexact { .. }) => last = Some(e),
+                result => return result,
+            }
+        }
+        Err(last.unwrap_or(WorkloadError::Inexact {
+            n: n as u64,
+            closest: 0,
+            attempts: 0,
+            tokenizer: tok.name().to_owned(),
+        }))
     }
 
     fn shared_prefix_text(

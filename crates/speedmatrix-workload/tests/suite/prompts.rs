@@ -252,3 +252,25 @@ fn unique_prompts_part_within_the_first_kv_block() {
         }
     }
 }
+
+/// Found by `prompts_have_exactly_n_tokens` in CI: a two-token prompt whose first passage
+/// cannot be cut to one unigram token; other passages are tried (1 in 27 small prompts failed
+/// with the unigram tokenizer before, none of 69,000 after).
+#[test]
+fn a_short_prompt_tries_other_passages_until_one_fits() {
+    let builder = unigram_builder();
+    let key = CacheKey::unique(7, 189, 0);
+    let p = builder
+        .prompt(Tokens::new(2), 5_546_165_556_751_054_472, &key)
+        .unwrap();
+    assert_eq!(builder.tokenizer().encode_count(&p.text).unwrap(), 2);
+    for seed in 0..300_u64 {
+        for n in 2..8 {
+            let p = builder.prompt(Tokens::new(n), seed.wrapping_mul(0x9E37_79B9), &key);
+            assert_eq!(
+                builder.tokenizer().encode_count(&p.unwrap().text).unwrap() as u64,
+                n
+            );
+        }
+    }
+}
