@@ -375,6 +375,23 @@ fn a_mooncake_trace_replays_at_its_times_sharing_the_blocks_its_ids_share() {
         let stderr = stderr_after(&o, 2);
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+    // Chat messages in a trace need the chat API.
+    let messages = dir.join("messages.jsonl");
+    std::fs::write(
+        &messages,
+        "{\"timestamp\": 0, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n",
+    )
+    .unwrap();
+    let o = run_sim_profile(&profile)
+        .args(["--mode", "rate", "--dry-run", "--trace"])
+        .arg(&messages)
+        .output()
+        .unwrap();
+    let stderr = stderr_after(&o, 2);
+    assert!(
+        stderr.contains("--api chat") && stderr.contains("line 1"),
+        "{stderr}"
+    );
     let o = run_sim_profile(&profile)
         .args(["--mode", "rate", "--dry-run", "--trace"])
         .arg(&bad_line)

@@ -67,11 +67,13 @@ pub struct LoadMetrics {
     /// arrived before its first content chunk — when any request streamed reasoning text;
     /// `None` for a model that answered at once.
     pub reasoning_lengths: Option<Summary<f64>>,
-    /// Reasoning tok/s of each finished request that reasoned ([`phase_rates`]); `None`
-    /// when no request streamed reasoning text.
+    /// Reasoning tok/s of each finished request that reasoned: its reasoning tokens over the
+    /// time from its first token to its first content chunk; `None` when no request streamed
+    /// reasoning text.
     pub reasoning_rates: Option<Summary<f64>>,
     /// Answer tok/s after the reasoning, of each finished request that reasoned and then
-    /// answered with two tokens or more ([`phase_rates`]).
+    /// answered with two tokens or more: the answer's tokens after its first over the time
+    /// from its first content chunk to its last token.
     pub answer_rates: Option<Summary<f64>>,
     /// Intended send → end, finished requests.
     pub end_to_end: Option<Summary<Duration>>,

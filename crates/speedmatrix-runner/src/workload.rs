@@ -281,18 +281,20 @@ impl Workload {
         let speed = o.trace_speed.unwrap_or(1.0);
         let mut items = Vec::with_capacity(trace.records().len());
         for r in trace.records() {
+            // A prompt the trace writes out is read as a dataset record is.
+            let given = |prompt: DatasetPrompt| {
+                let record = DatasetRecord {
+                    prompt,
+                    output: ReferenceOutput::None,
+                    line: r.line,
+                };
+                item(&record, tokenizer, o.api, max_output)
+                    .map(TracePrompt::Given)
+                    .map_err(|e| bad(format!("--trace {shown}: {e}")))
+            };
             let prompt = match &r.input {
-                TraceInput::Text(text) => {
-                    let record = DatasetRecord {
-                        prompt: DatasetPrompt::Text(text.clone()),
-                        output: ReferenceOutput::None,
-                        line: r.line,
-                    };
-                    TracePrompt::Given(
-                        item(&record, tokenizer, o.api, max_output)
-                            .map_err(|e| bad(format!("--trace {shown}: {e}")))?,
-                    )
-                }
+                TraceInput::Text(t) => given(DatasetPrompt::Text(t.clone()))?,
+                TraceInput::Messages(m) => given(DatasetPrompt::Messages(m.clone()))?,
                 TraceInput::Tokens { tokens, hash_ids } => TracePrompt::Built {
                     tokens: *tokens,
                     hash_ids: hash_ids.clone(),

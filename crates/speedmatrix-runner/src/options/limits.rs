@@ -390,6 +390,8 @@ mod tests {
         ordered(concurrency::LIMIT);
         ordered(requests::LIMIT);
         ordered(request_rate::LIMIT);
+        ordered(trace_speed::LIMIT);
+        ordered(trace_block_tokens::LIMIT);
         ordered(search_floor::LIMIT);
         ordered(gpu_memory_utilization::LIMIT);
         ordered(ctx_size::LIMIT);

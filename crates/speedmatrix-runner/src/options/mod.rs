@@ -320,7 +320,8 @@ pub struct RunOptions {
     /// Rate mode: replay a request trace at its own times (JSONL, one request per line):
     /// Mooncake's {"timestamp": MS, "input_length": N, "output_length": N, "hash_ids": […]}
     /// (prompts rebuilt block by block, so requests share exactly the prefix blocks their
-    /// hash_ids share) or {"timestamp": MS, "input_tokens": N, "output_tokens": N}. One cell:
+    /// hash_ids share) or {"timestamp": MS, "input_tokens": N, "output_tokens": N} (or a
+    /// "prompt" text, or chat "messages", sent as written). One cell:
     /// latencies from each request's intended time, achieved against intended load. Limit it
     /// with --requests N (the first N) or --duration (what is sent within it).
     #[cfg_attr(

@@ -8,7 +8,8 @@
 //!   standing for the whole prefix up to its block, so two requests whose lists start alike
 //!   share that many blocks of prompt (and of the engine's prefix cache);
 //! - **generic**: `{"timestamp": 1500, "input_tokens": 512, "output_tokens": 128}`, or a
-//!   `prompt` text instead of a length.
+//!   `prompt` text, or chat `messages` (`[{"role": "user", "content": "…"}]`), instead of a
+//!   length.
 //!
 //! `timestamp` is milliseconds from any origin (the first request's is subtracted), a number
 //! ≥ 0; requests are replayed in timestamp order (a file out of order is sorted, ties kept in
@@ -29,7 +30,8 @@ use crate::{MAX_PROMPT_TOKENS, WorkloadError};
 /// What every line is told it should look like.
 const EXPECTED: &str = "each line must be one JSON object: Mooncake's {\"timestamp\": MS, \
      \"input_length\": N, \"output_length\": N, \"hash_ids\": [...]} or {\"timestamp\": MS, \
-     \"input_tokens\": N, \"output_tokens\": N} (or \"prompt\": TEXT for input_tokens)";
+     \"input_tokens\": N, \"output_tokens\": N} (or \"prompt\": TEXT, or \"messages\": \
+     [{\"role\": ROLE, \"content\": TEXT}], for input_tokens)";
 
 /// How to get a trace, for a file that is not there.
 const HOW_TO_GET: &str = "traces are read from local files and never downloaded: give a \
@@ -89,6 +91,8 @@ pub enum TraceInput {
     },
     /// A prompt sent as written.
     Text(String),
+    /// Chat messages sent as written.
+    Messages(Vec<super::DatasetMessage>),
 }
 
 impl Trace {
@@ -254,6 +258,15 @@ struct Line {
     output_tokens: Option<u64>,
     hash_ids: Option<Vec<u64>>,
     prompt: Option<String>,
+    messages: Option<Vec<Message>>,
+}
+
+/// A chat message as written.
+#[derive(Deserialize)]
+#[serde(expecting = "a message object {\"role\": …, \"content\": …}")]
+struct Message {
+    role: String,
+    content: String,
 }
 
 /// One line's timestamp (ms) and record, or what is wrong with it.
@@ -284,22 +297,45 @@ fn record(text: &str, line: usize) -> Result<(f64, TraceRecord), String> {
             Ok(Tokens::new(n))
         }
     };
-    let input = match (parsed.input_tokens, parsed.prompt, parsed.hash_ids) {
+    let prompt = match (parsed.prompt, parsed.messages) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "both `prompt` and `messages`: give one; {EXPECTED}"
+            ));
+        }
+        (None, Some(m)) if m.is_empty() => {
+            return Err("`messages` is empty: give at least one message".to_owned());
+        }
+        (None, Some(m)) if m.iter().all(|m| is_blank(&m.content)) => {
+            return Err("every message's content is empty".to_owned());
+        }
+        (None, Some(m)) => Some(TraceInput::Messages(
+            m.into_iter()
+                .map(|m| super::DatasetMessage {
+                    role: m.role,
+                    content: m.content,
+                })
+                .collect(),
+        )),
+        (Some(p), None) if is_blank(&p) => return Err("the prompt is empty".to_owned()),
+        (Some(p), None) => Some(TraceInput::Text(p)),
+        (None, None) => None,
+    };
+    let input = match (parsed.input_tokens, prompt, parsed.hash_ids) {
         (Some(_), Some(_), _) => {
             return Err(format!(
-                "both an input length and a `prompt`: give one; {EXPECTED}"
+                "both an input length and a prompt (`prompt` or `messages`): give one; {EXPECTED}"
             ));
         }
         (None, Some(_), Some(_)) => {
-            return Err("`hash_ids` describe a prompt the run builds: give `input_length` with them, not a `prompt`".to_owned());
+            return Err("`hash_ids` describe a prompt the run builds: give `input_length` with them, not a `prompt` or `messages`".to_owned());
         }
         (None, None, _) => {
             return Err(format!(
-                "no input length (`input_length` or `input_tokens`) and no `prompt`; {EXPECTED}"
+                "no input length (`input_length` or `input_tokens`), `prompt` or `messages`; {EXPECTED}"
             ));
         }
-        (None, Some(p), None) if is_blank(&p) => return Err("the prompt is empty".to_owned()),
-        (None, Some(p), None) => TraceInput::Text(p),
+        (None, Some(p), None) => p,
         (Some(n), None, ids) => TraceInput::Tokens {
             tokens: count("the input length", n)?,
             hash_ids: ids.map(Arc::from),
@@ -337,21 +373,23 @@ mod tests {
             b"{\"timestamp\": 2000, \"input_tokens\": 10, \"output_tokens\": 3, \"session_id\": 7}\n\
               \n\
               {\"timestamp\": 1000, \"prompt\": \"hello\"}\r\n\
+              {\"timestamp\": 3000, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n\
               {\"timestamp\": 1000, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [4, 9]}\n",
             "t.jsonl",
         )
         .unwrap();
         let lines: Vec<usize> = t.records().iter().map(|r| r.line).collect();
-        assert_eq!(lines, [3, 4, 1], "time order, ties in file order");
+        assert_eq!(lines, [3, 5, 1, 4], "time order, ties in file order");
         let at: Vec<u128> = t.schedule(1.0).iter().map(|d| d.as_millis()).collect();
-        assert_eq!(at, [0, 0, 1000]);
+        assert_eq!(at, [0, 0, 1000, 2000]);
+        assert!(matches!(&t.records()[3].input, TraceInput::Messages(m) if m[0].content == "hi"));
         assert_eq!(t.records()[0].input, TraceInput::Text("hello".into()));
         assert_eq!(t.records()[0].output_tokens, None);
         assert!(t.has_blocks());
         t.check_blocks(Tokens::new(512)).unwrap();
         let e = t.check_blocks(Tokens::new(256)).unwrap_err().to_string();
         assert!(
-            e.contains("line 4") && e.contains("--trace-block-tokens"),
+            e.contains("line 5") && e.contains("--trace-block-tokens"),
             "{e}"
         );
     }
@@ -370,6 +408,15 @@ mod tests {
             (
                 "{\"timestamp\": 1, \"prompt\": \"x\", \"hash_ids\": [1]}",
                 "hash_ids",
+            ),
+            ("{\"timestamp\": 1, \"messages\": []}", "empty"),
+            (
+                "{\"timestamp\": 1, \"messages\": [{\"role\": \"user\"}]}",
+                "content",
+            ),
+            (
+                "{\"timestamp\": 1, \"prompt\": \"x\", \"messages\": [{\"role\": \"user\", \"content\": \"y\"}]}",
+                "give one",
             ),
             ("{\"timestamp\": \"soon\", \"input_tokens\": 5}", "line 2"),
             ("[1, 2]", "JSON object"),
