@@ -665,16 +665,31 @@ fn copy_request(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
     copy
 }
 
-/// Whether the connection closed before any byte of the response (hyper's "connection
-/// closed before message completed" on a connection that was already open).
+/// Whether the connection closed before any byte of the response came: hyper's "connection
+/// closed before message completed", a request it canceled because the connection went, or
+/// the socket reset, aborted or at its end as the request was written (a connection the
+/// server had closed: it answers the write with a reset). A response the server did start,
+/// a parse error and a new connection that could not be made are not.
 fn closed_before_any_answer(err: &hyper_util::client::legacy::Error) -> bool {
+    use std::io::ErrorKind;
     if err.is_connect() {
         return false;
     }
     let mut source = std::error::Error::source(err);
     while let Some(e) = source {
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            return h.is_incomplete_message();
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::UnexpectedEof
+            );
         }
         source = e.source();
     }

@@ -25,6 +25,9 @@ const OPTIONAL: [&str; 4] = [
 /// Most fields dropped before the run gives up asking (each costs one short request).
 const MOST_DROPPED: usize = 6;
 
+/// Probes lost to a dropped connection that are sent again.
+const MOST_LOST: usize = 2;
+
 /// `shape` without the fields the server refuses, and a notice for each one dropped. A
 /// probe that fails for any other reason changes nothing: the cells say what went wrong. An
 /// engine the probe identified (vLLM, SGLang, llama.cpp, TGI, Ollama) takes these fields by
@@ -34,6 +37,7 @@ pub(crate) async fn accepted_shape(
     mut shape: RequestShape,
 ) -> (RequestShape, Vec<Notice>) {
     let mut notices = Vec::new();
+    let mut lost_connections = 0;
     if server.info.engine() != speedmatrix_units::Engine::Unknown {
         return (shape, notices);
     }
@@ -55,6 +59,15 @@ pub(crate) async fn accepted_shape(
             break;
         };
         let Some(field) = refused_field(&failure.message, &shape) else {
+            // A connection lost before any answer says nothing of the fields: ask again.
+            let lost = failure.kind
+                == crate::outcome::FailureKind::Request(
+                    speedmatrix_client::ErrorKind::Disconnected,
+                );
+            if lost && lost_connections < MOST_LOST {
+                lost_connections += 1;
+                continue;
+            }
             break;
         };
         let instead = drop_field(&mut shape, field);

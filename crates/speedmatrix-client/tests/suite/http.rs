@@ -814,3 +814,47 @@ async fn a_request_on_a_connection_closed_before_any_answer_is_sent_again() {
     assert_eq!(collected.content, " hi");
     assert_eq!(requests.load(Ordering::SeqCst), 2, "sent again once");
 }
+
+/// As above, but the server resets the connection (SO_LINGER 0) instead of closing it.
+#[tokio::test]
+async fn a_request_on_a_connection_reset_before_any_answer_is_sent_again() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut got = Vec::new();
+            while !got.contains(&b'}') {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            seen.fetch_add(1, Ordering::SeqCst);
+            if std::mem::take(&mut first) {
+                // A zero linger resets at once (it never blocks the drop).
+                #[allow(deprecated)]
+                let _ = socket.set_linger(Some(Duration::ZERO));
+                drop(socket);
+                continue;
+            }
+            let body = format!(
+                "data: {}\n\ndata: [DONE]\n\n",
+                text_chunk(" hi", Some("length"), Some((3, 1)))
+            );
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+        }
+    });
+    let collected = collect_ok(&client(&url), &request()).await;
+    assert_eq!(collected.content, " hi");
+    assert_eq!(requests.load(Ordering::SeqCst), 2, "sent again once");
+}
