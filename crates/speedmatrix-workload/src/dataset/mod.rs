@@ -296,17 +296,7 @@ impl Dataset {
     /// [`WorkloadError::DatasetFormatUnknownFor`]; one over the limit is
     /// refused before it is read.
     pub fn read(path: &Path, format: Option<DatasetFormat>) -> Result<Dataset, WorkloadError> {
-        let read_error = |source: std::io::Error| {
-            let source = if source.kind() == std::io::ErrorKind::NotFound {
-                std::io::Error::new(source.kind(), format!("{source}; {HOW_TO_GET}"))
-            } else {
-                source
-            };
-            WorkloadError::Read {
-                path: path.to_owned(),
-                source,
-            }
-        };
+        let read_error = read_error(path, HOW_TO_GET);
         let meta = std::fs::metadata(path).map_err(read_error)?;
         let name = path.display().to_string();
         if meta.is_dir() {
@@ -517,6 +507,24 @@ impl Dataset {
             name: self.name.clone(),
             line,
             message,
+        }
+    }
+}
+
+/// How a failed read of `path` is told: a missing file also says how to get one.
+fn read_error<'p>(
+    path: &'p Path,
+    how_to_get: &'static str,
+) -> impl Fn(std::io::Error) -> WorkloadError + Copy + 'p {
+    move |source| {
+        let source = if source.kind() == std::io::ErrorKind::NotFound {
+            std::io::Error::new(source.kind(), format!("{source}; {how_to_get}"))
+        } else {
+            source
+        };
+        WorkloadError::Read {
+            path: path.to_owned(),
+            source,
         }
     }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use speedmatrix_units::Tokens;
 
-use super::{BOM, is_blank, json_message, sha256_hex, too_large, utf8_error};
+use super::{BOM, is_blank, json_message, read_error, sha256_hex, too_large, utf8_error};
 use crate::{MAX_PROMPT_TOKENS, WorkloadError};
 
 /// What every line is told it should look like.
@@ -101,17 +101,7 @@ impl Trace {
 
     /// Reads a trace file (at most [`Dataset::MAX_BYTES`](super::Dataset::MAX_BYTES)).
     pub fn read(path: &Path) -> Result<Trace, WorkloadError> {
-        let read_error = |source: std::io::Error| {
-            let source = if source.kind() == std::io::ErrorKind::NotFound {
-                std::io::Error::new(source.kind(), format!("{source}; {HOW_TO_GET}"))
-            } else {
-                source
-            };
-            WorkloadError::Read {
-                path: path.to_owned(),
-                source,
-            }
-        };
+        let read_error = read_error(path, HOW_TO_GET);
         let meta = std::fs::metadata(path).map_err(read_error)?;
         let name = path.display().to_string();
         if meta.is_dir() {
