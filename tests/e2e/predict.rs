@@ -246,6 +246,118 @@ fn bad_predict_and_calibrate_input_is_a_usage_error() {
         .output()
         .unwrap();
     assert!(stderr_after(&refused, 2).contains("not a measurement"));
+    let calibrated = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(SEED_FLAGS)
+        .arg("--calibrate-from")
+        .arg(&out)
+        .arg("-o")
+        .arg(dir.join("c"))
+        .output()
+        .unwrap();
+    assert!(stderr_after(&calibrated, 2).contains("not a measurement"));
+}
+
+/// The seed page cut to four measured decode cells (and its prefill rows), as a partial run
+/// of `--contexts 0,16k,64k --concurrency 1,4,16` would hold them.
+fn partial_seed_run(path: &std::path::Path) {
+    let mut run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(seed_run()).unwrap()).unwrap();
+    let (contexts, concurrencies) = ([0u64, 16_384, 65_536], [1u64, 4, 16]);
+    let measured = [(0, 1), (0, 16), (65_536, 1), (16_384, 4)];
+    let cells: Vec<serde_json::Value> = run["decode"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            contexts.contains(&c["context"].as_u64().unwrap())
+                && concurrencies.contains(&c["concurrency"].as_u64().unwrap())
+        })
+        .cloned()
+        .map(|mut c| {
+            let at = (
+                c["context"].as_u64().unwrap(),
+                c["concurrency"].as_u64().unwrap(),
+            );
+            if !measured.contains(&at) && c["status"]["kind"] == "valid" {
+                c["status"] = serde_json::json!({"kind": "skipped", "reason": "not measured"});
+                c["measurements"] = serde_json::Value::Null;
+            }
+            c
+        })
+        .collect();
+    run["decode"] = cells.into();
+    run["run"]["contexts"] = contexts.to_vec().into();
+    run["run"]["concurrencies"] = concurrencies.to_vec().into();
+    std::fs::write(path, run.to_string()).unwrap();
+}
+
+/// `predict --calibrate-from` with four measured cells: the rest of the seed page within
+/// ±7.5 %, every figure with the calibration's band, and the document saying what it was
+/// calibrated on.
+#[test]
+fn four_measured_cells_calibrate_the_rest_of_the_seed_page() {
+    let dir = temp_dir("predict-calibrated");
+    let partial = dir.join("partial.json");
+    partial_seed_run(&partial);
+    let out = dir.join("predicted");
+    let output = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(seed_config())
+        .args(SEED_FLAGS)
+        .arg("--calibrate-from")
+        .arg(&partial)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("left out"), "{stdout}");
+    let predicted = read_report(&out);
+    let info = predicted.prediction.as_ref().unwrap();
+    assert!(
+        info.fitted_on.contains("partial.json"),
+        "{}",
+        info.fitted_on
+    );
+    assert!(
+        info.assumptions
+            .iter()
+            .any(|a| a.starts_with("Calibrated on 9 measured figures")),
+        "{:?}",
+        info.assumptions
+    );
+    assert!(
+        info.factors["kv_bandwidth_ratio"] > 1.0,
+        "{:?}",
+        info.factors
+    );
+    let seed = Report::from_json(&std::fs::read_to_string(seed_run()).unwrap()).unwrap();
+    let mut checked = 0;
+    for cell in &seed.decode {
+        let p = predicted
+            .decode_cell(cell.context, cell.concurrency)
+            .unwrap();
+        let (Some(a), Some(b)) = (&p.measurements, &cell.measurements) else {
+            continue;
+        };
+        let e = a.total_tokens_per_s / b.total_tokens_per_s - 1.0;
+        assert!(
+            e.abs() <= 0.075,
+            "{} × {}: {e:+.3}",
+            cell.context,
+            cell.concurrency
+        );
+        let band = a.band.as_ref().expect("a calibrated band");
+        assert!(band.total_tokens_per_s.low < a.total_tokens_per_s);
+        assert!(band.total_tokens_per_s.high > a.total_tokens_per_s);
+        checked += 1;
+    }
+    assert_eq!(checked, 21);
 }
 
 #[test]

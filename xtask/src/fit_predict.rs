@@ -194,6 +194,8 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
         allreduce,
         e(5),
         CONSUMER_RATIO,
+        1.0,
+        0.0,
     ])
 }
 

@@ -32,6 +32,19 @@ pub struct Factors {
     /// the rated one go past it). Fitted on llama.cpp's GeForce rigs.
     #[serde(default = "one")]
     pub consumer_compute_ratio: f64,
+    /// Achieved bandwidth of KV-cache and recurrent-state reads relative to
+    /// the weights' (`bandwidth_efficiency`): attention kernels over many
+    /// sequences' blocks run at their own efficiency. 1 in the families'
+    /// fitted sets; `predict --calibrate-from` fits it per rig.
+    #[serde(default = "one")]
+    pub kv_bandwidth_ratio: f64,
+    /// Streams at which decode attention reaches half its full-batch bandwidth: one long
+    /// sequence's attention runs on too few thread blocks to fill the GPU (the reason for
+    /// split-KV "Flash-Decoding" kernels), so a step's cache reads cost as if
+    /// `streams + kv_saturation_streams` sequences were read. 0 in the families' fitted
+    /// sets; `predict --calibrate-from` fits it per rig.
+    #[serde(default)]
+    pub kv_saturation_streams: f64,
 }
 
 fn one() -> f64 {
@@ -55,6 +68,15 @@ impl Factors {
         {
             return Err(bad("consumer_compute_ratio", self.consumer_compute_ratio));
         }
+        if !(self.kv_bandwidth_ratio.is_finite() && (0.25..=4.0).contains(&self.kv_bandwidth_ratio))
+        {
+            return Err(bad("kv_bandwidth_ratio", self.kv_bandwidth_ratio));
+        }
+        if !(self.kv_saturation_streams.is_finite()
+            && (0.0..=64.0).contains(&self.kv_saturation_streams))
+        {
+            return Err(bad("kv_saturation_streams", self.kv_saturation_streams));
+        }
         for (what, v) in [
             ("step_overhead_ms", self.step_overhead_ms),
             ("sequence_overhead_us", self.sequence_overhead_us),
@@ -69,7 +91,7 @@ impl Factors {
     }
 
     /// The factors as a vector, in declaration order (for fitting).
-    pub fn to_vec(self) -> [f64; 7] {
+    pub fn to_vec(self) -> [f64; 9] {
         [
             self.bandwidth_efficiency,
             self.compute_efficiency,
@@ -78,11 +100,13 @@ impl Factors {
             self.allreduce_latency_us,
             self.request_overhead_ms,
             self.consumer_compute_ratio,
+            self.kv_bandwidth_ratio,
+            self.kv_saturation_streams,
         ]
     }
 
     /// Factors from a vector in declaration order.
-    pub fn from_vec(v: [f64; 7]) -> Factors {
+    pub fn from_vec(v: [f64; 9]) -> Factors {
         Factors {
             bandwidth_efficiency: v[0],
             compute_efficiency: v[1],
@@ -91,6 +115,8 @@ impl Factors {
             allreduce_latency_us: v[4],
             request_overhead_ms: v[5],
             consumer_compute_ratio: v[6],
+            kv_bandwidth_ratio: v[7],
+            kv_saturation_streams: v[8],
         }
     }
 }
@@ -228,8 +254,11 @@ impl CostModel {
         2.0 * self.shape.layers as f64 * per
     }
 
-    fn step(&self, bytes: f64, flops: f64, overhead_s: f64) -> StepTime {
-        let memory = bytes / self.bandwidth();
+    /// A step reading `weights` and `cache` (KV and recurrent state) bytes and computing
+    /// `flops`, plus `overhead_s`.
+    fn step(&self, weights: f64, cache: f64, flops: f64, overhead_s: f64) -> StepTime {
+        let memory = weights / self.bandwidth()
+            + cache / (self.bandwidth() * self.factors.kv_bandwidth_ratio);
         let compute = flops / self.flops();
         let total = memory.max(compute) + overhead_s;
         StepTime {
@@ -250,16 +279,16 @@ impl CostModel {
         let s = &self.shape;
         let p = &s.params;
         let b = batch.max(1) as f64;
-        let bytes = p.dense_bytes
-            + s.experts_touched(batch.max(1)) * p.expert_bytes
-            + b * (s.kv_bytes(context) + 2.0 * s.state_bytes_per_sequence);
+        let weights = p.dense_bytes + s.experts_touched(batch.max(1)) * p.expert_bytes;
+        let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
+            + b * 2.0 * s.state_bytes_per_sequence;
         let flops = b
             * (2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token)
                 + s.attention_flops(context));
         let overhead = self.factors.step_overhead_ms * 1e-3
             + b * self.factors.sequence_overhead_us * 1e-6
             + self.communication(batch.max(1));
-        self.step(bytes, flops, overhead)
+        self.step(weights, cache, flops, overhead)
     }
 
     /// One prefill chunk of `tokens` new tokens after `cached` ones, the
@@ -270,10 +299,8 @@ impl CostModel {
         let n = tokens as f64;
         // Attention over the cached tokens and the causal half of the chunk.
         let mid = cached + tokens / 2;
-        let bytes = p.dense_bytes
-            + s.experts_touched(tokens) * p.expert_bytes
-            + s.kv_bytes(cached + tokens)
-            + 2.0 * s.state_bytes_per_sequence;
+        let weights = p.dense_bytes + s.experts_touched(tokens) * p.expert_bytes;
+        let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
         let flops = n * (2.0 * p.decoder_macs_per_token + s.attention_flops(mid))
             + if last {
                 2.0 * p.lm_head_macs_per_token
@@ -281,7 +308,7 @@ impl CostModel {
                 0.0
             };
         let overhead = self.factors.step_overhead_ms * 1e-3 + self.communication(tokens);
-        self.step(bytes, flops, overhead)
+        self.step(weights, cache, flops, overhead)
     }
 
     /// Time to first token of one `prompt`-token request on an idle server

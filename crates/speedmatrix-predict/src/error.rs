@@ -21,4 +21,7 @@ pub enum PredictError {
     /// A factors file did not parse or holds an impossible value.
     #[error("efficiency factors: {0}")]
     Factors(String),
+    /// A calibration could not be fitted.
+    #[error("calibration: {0}")]
+    Calibration(String),
 }

@@ -36,6 +36,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod calibrate;
 mod cost;
 mod error;
 mod matrix;
@@ -44,6 +45,9 @@ mod shape;
 use serde::Deserialize;
 use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags, batch_defaults};
 
+pub use crate::calibrate::{
+    Calibration, DecodeProtocol, Observation, Residual, calibrate, predict as predict_figure,
+};
 pub use crate::cost::{Bound, CostModel, Factors, Machine, StepTime};
 pub use crate::error::PredictError;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
@@ -74,7 +78,7 @@ pub struct EngineFactors {
 }
 
 /// An engine family's 80 % bands by phase.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 pub struct Bands {
     /// Of decode tok/s.
     pub decode: Option<Band>,

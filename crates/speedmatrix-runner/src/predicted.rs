@@ -9,7 +9,8 @@ use speedmatrix_capacity::{
     VllmFlags,
 };
 use speedmatrix_predict::{
-    CostModel, DecodeEstimate, EngineFactors, FactorsFile, PrefillEstimate, WeightBytes,
+    Calibration, CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile,
+    Observation, PrefillEstimate, WeightBytes,
 };
 use speedmatrix_report::Report;
 use speedmatrix_units::{Concurrency, Engine, Tokens};
@@ -46,6 +47,40 @@ pub struct PredictInputs {
     pub gguf_type: Option<String>,
     /// The efficiency factors.
     pub factors: FactorsFile,
+    /// A measured (partial) run of the same model on the same GPU and engine: the family's
+    /// factors are calibrated on its cells before the rest is predicted.
+    pub calibrate_from: Option<MeasuredRun>,
+}
+
+/// A measured run a prediction is calibrated on.
+#[derive(Debug, Clone)]
+pub struct MeasuredRun {
+    /// Where it came from (for the report).
+    pub name: String,
+    /// The run's document.
+    pub report: Report,
+}
+
+impl MeasuredRun {
+    /// Its Valid decode cells' total tok/s and prefill rows' TTFTs.
+    pub fn observations(&self) -> Vec<Observation> {
+        let prefill = self.report.prefill.iter().filter_map(|r| {
+            let ttft = r.ttft_ms.filter(|ms| ms.is_finite() && *ms > 0.0)?;
+            r.status.is_valid().then(|| Observation::Prefill {
+                prompt: r.context,
+                ttft: Duration::from_secs_f64(ttft / 1e3),
+            })
+        });
+        let decode = self.report.decode.iter().filter_map(|c| {
+            let m = c.measurements.as_ref()?;
+            (c.status.is_valid() && m.total_tokens_per_s > 0.0).then_some(Observation::Decode {
+                context: c.context,
+                concurrency: c.concurrency,
+                total_tokens_per_s: m.total_tokens_per_s,
+            })
+        });
+        prefill.chain(decode).collect()
+    }
 }
 
 /// A predicted matrix: the document and what it was computed from.
@@ -63,6 +98,8 @@ pub struct PredictedMatrix {
     pub prefill: Vec<PrefillEstimate>,
     /// Each decode cell, with its capacity verdict.
     pub decode: Vec<(DecodeEstimate, CellVerdict)>,
+    /// The calibration, when the prediction was calibrated on a measured run.
+    pub calibration: Option<Calibration>,
 }
 
 /// Predicts the matrix of `inputs`.
@@ -99,6 +136,16 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
     if inputs.engine == Engine::LlamaCpp {
         cost.chunk = 512;
     }
+    let mut set = set.clone();
+    let calibration = match &inputs.calibrate_from {
+        Some(run) => {
+            let cal = calibrate_on(&cost, run, block_size(&capacity))?;
+            cost.factors = cal.factors;
+            set = calibrated_set(&set, &cal, run);
+            Some(cal)
+        }
+        None => None,
+    };
     let prefill: Vec<PrefillEstimate> = inputs
         .prefill_contexts
         .iter()
@@ -121,8 +168,9 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
     let report = crate::report::predicted::document(&crate::report::predicted::Sources {
         inputs,
         cost: &cost,
-        factors: set,
+        factors: &set,
         fell_back,
+        calibration: calibration.as_ref().zip(inputs.calibrate_from.as_ref()),
         grid: &grid,
         prefill: &prefill,
         decode: &decode,
@@ -135,7 +183,66 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
         grid,
         prefill,
         decode,
+        calibration,
     })
+}
+
+/// Calibrates `cost` on `run`'s measured cells, run under its own window and output cap.
+fn calibrate_on(
+    cost: &CostModel,
+    run: &MeasuredRun,
+    block_size: u64,
+) -> Result<Calibration, RunnerError> {
+    let bad = |e: String| RunnerError::BadOption(format!("--calibrate-from {}: {e}", run.name));
+    if run.report.prediction.is_some() {
+        return Err(bad(
+            "it is a prediction, not a measurement: give a run.json that `speedmatrix run` wrote"
+                .into(),
+        ));
+    }
+    let window = Duration::try_from_secs_f64(run.report.run.window_s)
+        .ok()
+        .filter(|w| !w.is_zero())
+        .ok_or_else(|| {
+            bad(format!(
+                "its window ({} s) is not a duration",
+                run.report.run.window_s
+            ))
+        })?;
+    let protocol = DecodeProtocol {
+        max_output: run.report.run.max_output_tokens,
+        window,
+        block_size,
+    };
+    speedmatrix_predict::calibrate(cost, &run.observations(), &protocol)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// The family's set with the calibrated factors, and the bands of the calibration where it
+/// has them (a phase with fewer than two measured figures keeps the family's).
+fn calibrated_set(family: &EngineFactors, cal: &Calibration, run: &MeasuredRun) -> EngineFactors {
+    let decode = cal
+        .fitted
+        .iter()
+        .filter(|r| matches!(r.observation, Observation::Decode { .. }))
+        .count();
+    EngineFactors {
+        engine: family.engine.clone(),
+        fitted_on: format!(
+            "{} measured figures of {} ({decode} decode cells, {} prefill rows), from the {} \
+             family's factors ({})",
+            cal.fitted.len(),
+            run.name,
+            cal.fitted.len() - decode,
+            family.engine,
+            family.fitted_on
+        ),
+        factors: cal.factors,
+        bands: speedmatrix_predict::Bands {
+            decode: cal.bands.decode.or(family.bands.decode),
+            prefill: cal.bands.prefill.or(family.bands.prefill),
+        },
+    }
 }
 
 /// The KV block size a decode cell's blocks are counted in.
@@ -160,5 +267,7 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
             "consumer_compute_ratio".to_owned(),
             f.consumer_compute_ratio,
         ),
+        ("kv_bandwidth_ratio".to_owned(), f.kv_bandwidth_ratio),
+        ("kv_saturation_streams".to_owned(), f.kv_saturation_streams),
     ])
 }

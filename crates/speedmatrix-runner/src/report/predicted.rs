@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule};
-use speedmatrix_predict::{CostModel, DecodeEstimate, EngineFactors, PrefillEstimate};
+use speedmatrix_predict::{Calibration, CostModel, DecodeEstimate, EngineFactors, PrefillEstimate};
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
     Percentiles, PredictionBand, PredictionInfo, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
@@ -13,7 +13,7 @@ use speedmatrix_report::{
 };
 use speedmatrix_units::{Interval, PrefillMode, Tokens};
 
-use crate::predicted::{PredictInputs, factor_map};
+use crate::predicted::{MeasuredRun, PredictInputs, factor_map};
 
 /// What the document is made from.
 pub(crate) struct Sources<'a> {
@@ -24,6 +24,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) grid: &'a CapacityGrid,
     pub(crate) prefill: &'a [PrefillEstimate],
     pub(crate) decode: &'a [(DecodeEstimate, CellVerdict)],
+    /// The calibration on a measured run, when there was one.
+    pub(crate) calibration: Option<(&'a Calibration, &'a MeasuredRun)>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -257,7 +259,28 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
             .to_owned(),
     ];
     let bands = &s.factors.bands;
-    for (phase, b) in [("decode", bands.decode), ("prefill", bands.prefill)] {
+    let calibrated = s.calibration.map(|(c, _)| c.bands).unwrap_or_default();
+    if let Some((cal, run)) = s.calibration {
+        assumptions.push(calibration_line(cal, run));
+    }
+    for (phase, b, own) in [
+        ("decode", bands.decode, calibrated.decode.is_some()),
+        ("prefill", bands.prefill, calibrated.prefill.is_some()),
+    ] {
+        if own && let Some(b) = b {
+            let (low, high) = b.around(1.0);
+            assumptions.push(format!(
+                "Bands ({phase}): the range of the held-out errors when each of the {} measured \
+                 {phase} figures was left out of the calibration in turn: {:.0} % to {:+.0} % \
+                 (never narrower than ±3 %; each figure inside the others' range {:.0} % of the \
+                 time). Too few for percentiles: read it as a plausible range, not an 80 % one.",
+                b.figures,
+                (low - 1.0) * 100.0,
+                (high - 1.0) * 100.0,
+                b.coverage * 100.0
+            ));
+            continue;
+        }
         if let Some(b) = b {
             let (low, high) = b.around(1.0);
             assumptions.push(format!(
@@ -279,6 +302,23 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
         ));
     }
     assumptions
+}
+
+/// What the calibration did: the factors moved and how well the run's own figures came out.
+fn calibration_line(cal: &Calibration, run: &MeasuredRun) -> String {
+    let worst = |rs: &[speedmatrix_predict::Residual]| {
+        rs.iter().map(|r| r.error().abs()).fold(0.0f64, f64::max) * 100.0
+    };
+    format!(
+        "Calibrated on {} measured figures of {}: the family's factors are the prior, the \
+         run's cells pull them to this rig (a maximum a posteriori fit, docs/predict.md). The \
+         run's own figures come out within ±{:.1} %; each predicted with it left out, within \
+         ±{:.1} %.",
+        cal.fitted.len(),
+        run.name,
+        worst(&cal.fitted),
+        worst(&cal.held_out)
+    )
 }
 
 /// The longest request the server takes, when the grid knows it.

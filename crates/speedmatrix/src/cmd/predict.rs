@@ -13,7 +13,7 @@ use speedmatrix_report::Report;
 use speedmatrix_runner::limits;
 use speedmatrix_runner::options::{ContextOrNone, EngineOptions, HostFacts, RunOptions};
 use speedmatrix_runner::output::{RunDir, write_file, write_report};
-use speedmatrix_runner::predicted::{PredictInputs, predict_matrix};
+use speedmatrix_runner::predicted::{MeasuredRun, PredictInputs, predict_matrix};
 use speedmatrix_units::{Concurrency, Engine, Tokens};
 
 use crate::cmd::UsageError;
@@ -56,6 +56,12 @@ pub(crate) struct Args {
     /// speedmatrix-predict's data/factors.json).
     #[arg(long, value_name = "FILE")]
     factors: Option<PathBuf>,
+    /// A measured run of this model on this GPU and engine (its run.json or folder), even a
+    /// partial one (say four cells): the engine family's factors are calibrated on its decode
+    /// cells and prefill rows (docs/predict.md) and the rest of the matrix is predicted with
+    /// them, each figure with a band from leaving each measured figure out in turn.
+    #[arg(long, value_name = "RUN")]
+    calibrate_from: Option<PathBuf>,
     /// Where to write run.json, report.md, report.html and measurements.csv.
     #[arg(short, long, value_name = "DIR", default_value = "predicted")]
     out: PathBuf,
@@ -79,6 +85,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     speedmatrix_runner::output::claim_dir(&args.out, "--out", args.force)
         .map_err(|e| words::error(e, None))?;
     write_report(&args.out, &predicted.report)?;
+    if let Some(cal) = &predicted.calibration {
+        say_raw!("{}", calibration_summary(cal));
+    }
     say_raw!("{}", summary(&predicted.report, &predicted.cost));
     say!(
         "wrote {}/{{run.json, report.md, report.html, measurements.csv}}",
@@ -156,6 +165,20 @@ fn inputs(args: &Args) -> anyhow::Result<PredictInputs> {
         window: args.duration,
         gguf_type: args.gguf_type.clone(),
         factors,
+        calibrate_from: match &args.calibrate_from {
+            Some(path) => {
+                let file = if path.is_dir() {
+                    path.join("run.json")
+                } else {
+                    path.clone()
+                };
+                Some(MeasuredRun {
+                    name: file.display().to_string(),
+                    report: crate::cmd::report::load(&file)?,
+                })
+            }
+            None => None,
+        },
     })
 }
 
@@ -188,6 +211,51 @@ async fn simulate(args: &Args, profile: PathBuf) -> anyhow::Result<ExitCode> {
     progress.finish();
     let outcome = outcome.map_err(|e| words::error(e, None))?;
     Ok(summarize(dir.path(), &outcome))
+}
+
+/// Each measured figure: measured, calibrated (in sample), and predicted with it left out.
+fn calibration_summary(cal: &speedmatrix_predict::Calibration) -> String {
+    use speedmatrix_predict::Observation;
+    let mut out = String::from(
+        "Calibrated on the measured run (measured, fitted, and predicted with it left out):\n",
+    );
+    for (fit, held) in cal.fitted.iter().zip(&cal.held_out) {
+        let what = match fit.observation {
+            Observation::Decode {
+                context,
+                concurrency,
+                ..
+            } => format!(
+                "decode {:>6} × {:<3}",
+                context.to_string(),
+                concurrency.get()
+            ),
+            Observation::Prefill { prompt, .. } => {
+                format!("prefill {:>6}      ", prompt.to_string())
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  {what}: {:>9.1} tok/s measured, {:>+6.1} % fitted, {:>+6.1} % left out",
+            fit.observation.measured(),
+            fit.error() * 100.0,
+            held.error() * 100.0
+        );
+    }
+    let f = &cal.factors;
+    let _ = writeln!(
+        out,
+        "  factors: bandwidth {:.3}, KV bandwidth ×{:.2} (saturating at {:.2} streams), \
+         compute {:.3}, step {:.2} ms, per stream {:.1} µs, request {:.1} ms",
+        f.bandwidth_efficiency,
+        f.kv_bandwidth_ratio,
+        f.kv_saturation_streams,
+        f.compute_efficiency,
+        f.step_overhead_ms,
+        f.sequence_overhead_us,
+        f.request_overhead_ms
+    );
+    out
 }
 
 /// The matrix in the terminal: total tok/s per cell, prefill rows.
