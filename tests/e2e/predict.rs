@@ -295,7 +295,7 @@ fn partial_seed_run(path: &std::path::Path) {
 }
 
 /// `predict --calibrate-from` with four measured cells: the rest of the seed page within
-/// ±7.5 %, every figure with the calibration's band, and the document saying what it was
+/// ±7 %, every figure with the calibration's band, and the document saying what it was
 /// calibrated on.
 #[test]
 fn four_measured_cells_calibrate_the_rest_of_the_seed_page() {

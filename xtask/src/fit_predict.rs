@@ -45,7 +45,12 @@ pub(crate) enum Figure {
 
 pub(crate) struct Rig {
     pub(crate) id: String,
+    /// The factor family: `llamacpp`, `sglang`, or `vllm` for vLLM, TensorRT-LLM and NIM.
     pub(crate) engine: String,
+    /// The engine as the source names it (`vllm`, `sglang`, `trtllm`, `llamacpp`).
+    pub(crate) engine_name: String,
+    /// The GPU's vendor (`nvidia`, `amd`, `intel`).
+    pub(crate) vendor: String,
     holdout: bool,
     pub(crate) cost: CostModel,
     pub(crate) figures: Vec<Figure>,
@@ -79,19 +84,47 @@ fn load() -> anyhow::Result<(Vec<Rig>, Skipped)> {
 }
 
 fn rig(r: &Value) -> anyhow::Result<Rig> {
-    let engine = r["engine"].as_str().context("engine")?.to_owned();
+    let engine_name = r["engine"].as_str().context("engine")?.to_owned();
+    let label = r["engine_label"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    // SGLang has its own set (its attention and scheduler scale differently); earlier rigs
+    // wrote it as "vllm" with the label "sglang".
+    let engine = match engine_name.as_str() {
+        "llamacpp" => "llamacpp",
+        "sglang" => "sglang",
+        "vllm" if label.starts_with("sglang") => "sglang",
+        "vllm" | "trtllm" | "nim" => "vllm",
+        other => bail!("unknown engine {other}"),
+    }
+    .to_owned();
+    let engine_name = if engine == "sglang" {
+        engine.clone()
+    } else if label.contains("tensorrt") {
+        "trtllm".to_owned()
+    } else if label.contains("nim") {
+        "nim".to_owned()
+    } else {
+        engine_name
+    };
     let mut model = ModelConfig::from_json(&r["config"].to_string())?;
     let w = &r["weights"];
-    let gguf = w["gguf"].as_str().and_then(WeightBytes::gguf);
+    // An unknown type is refused, never priced as the config's dtype.
+    let gguf = match w["gguf"].as_str() {
+        Some(t) => Some(WeightBytes::gguf(t).with_context(|| format!("unknown GGUF type {t}"))?),
+        None => None,
+    };
     model.quantization = match w["quant"].as_str() {
         Some("fp8") => Quantization::Fp8,
         Some("nvfp4") => Quantization::Nvfp4,
         Some("mxfp4") => Quantization::Mxfp4Experts,
-        Some("int4") => Quantization::Int {
+        Some("int4" | "awq" | "gptq") => Quantization::Int {
             bits: 4,
             group_size: 128,
         },
-        _ => Quantization::None,
+        Some("none") | None => Quantization::None,
+        Some(other) => bail!("unknown quantization {other}"),
     };
     let gpu = Gpu::lookup(r["gpu"].as_str().context("gpu")?)?;
     let tp = u32::try_from(r["tp"].as_u64().unwrap_or(1))?;
@@ -137,6 +170,8 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
         id: r["id"].as_str().unwrap_or("?").to_owned(),
         holdout: r["role"].as_str() == Some("holdout"),
         engine,
+        engine_name,
+        vendor: gpu.vendor.clone(),
         cost,
         figures,
     })
@@ -179,24 +214,36 @@ pub(crate) fn log_errors(rig: &mut Rig, factors: Factors) -> Vec<f64> {
         .collect()
 }
 
-/// The factors from the optimizer's free parameters: logs, so every
-/// factor stays positive.
-/// The factors from the optimizer's free parameters (logs, so every factor
-/// stays positive) and the fixed ones.
+/// The factors from the optimizer's free parameters (logs, so every factor stays positive;
+/// an offset keeps a factor that may be 0 finite) and the fixed ones.
 fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
-    let e = |i: usize| p.get(i).copied().unwrap_or(0.0).exp();
-    let allreduce = fixed.allreduce_us.unwrap_or_else(|| e(4));
-    Factors::from_vec([
-        e(0).min(1.5),
-        e(1).min(1.5),
-        e(2),
-        e(3),
-        allreduce,
-        e(5),
-        CONSUMER_RATIO,
-        1.0,
-        0.0,
-    ])
+    let mut v = fixed.start.to_vec();
+    v[6] = CONSUMER_RATIO;
+    if fixed.no_requests {
+        v[5] = 0.0;
+    }
+    for ((index, offset), x) in fixed.free().into_iter().zip(p) {
+        v[index] = x.exp() - offset;
+    }
+    // No kernel beats the peak: efficiencies at most 1 (GeForce parts' documented 2× is
+    // `consumer_compute_ratio`'s); the ratios within what a backend can plausibly reach.
+    v[0] = v[0].min(1.0);
+    v[1] = v[1].min(1.0);
+    for i in [2, 3, 4, 5, 13] {
+        v[i] = v[i].max(0.0);
+    }
+    v[9] = v[9].clamp(0.0, 4096.0);
+    v[10] = v[10].clamp(0.05, 2.0);
+    // AMD parts reach at most NVIDIA's share of their peaks (the finding, and
+    // every AMD rig here): the ratios stay at or below 1.
+    for x in &mut v[11..13] {
+        *x = x.clamp(0.1, 1.0);
+    }
+    v[14] = v[14].clamp(0.25, 10.0);
+    // The cache terms are per rig (`predict --calibrate-from`): across rigs the data has
+    // too few long-context cells at batch to tell them from the weights' efficiency.
+    (v[7], v[8]) = (1.0, 0.0);
+    Factors::from_vec(v)
 }
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the
@@ -204,11 +251,59 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
 /// a property of the parts, fixed rather than fitted.
 const CONSUMER_RATIO: f64 = 2.0;
 
-/// Factors held fixed in a fit: the all-reduce latency where no fitted rig
-/// has tensor parallelism.
-#[derive(Debug, Clone, Copy, Default)]
+/// What a family's fit frees: the factors its rigs can show. The all-reduce latency is
+/// held where no fitted rig has tensor parallelism, the MoE term where none is MoE, the AMD
+/// ratios where none is AMD.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Fixed {
+    pub(crate) start: Factors,
     pub(crate) allreduce_us: Option<f64>,
+    pub(crate) moe: bool,
+    pub(crate) amd: bool,
+    /// llama-bench times the model's evaluation alone: no request reaches a server.
+    pub(crate) no_requests: bool,
+}
+
+impl Fixed {
+    /// What `rigs` can show, from `start`.
+    pub(crate) fn for_rigs<'a>(
+        start: Factors,
+        rigs: impl Iterator<Item = &'a Rig> + Clone,
+    ) -> Fixed {
+        let tp = rigs.clone().any(|r| r.cost.machine.tensor_parallel > 1);
+        Fixed {
+            start,
+            allreduce_us: (!tp).then_some(start.allreduce_latency_us),
+            moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
+            amd: rigs.clone().any(|r| r.cost.machine.amd),
+            no_requests: rigs.clone().all(|r| r.engine == "llamacpp"),
+        }
+    }
+
+    /// The free factors: their index in [`Factors::to_vec`] and log offset.
+    fn free(&self) -> Vec<(usize, f64)> {
+        let mut free = vec![
+            (0, 0.0),
+            (1, 0.0),
+            (2, 0.05),
+            (3, 1.0),
+            (10, 0.0),
+            (13, 1.0),
+        ];
+        if !self.no_requests {
+            free.push((5, 0.5));
+        }
+        if self.allreduce_us.is_none() {
+            free.push((4, 1.0));
+        }
+        if self.moe {
+            free.push((9, 1.0));
+        }
+        if self.amd {
+            free.extend([(11, 0.0), (12, 0.0), (14, 0.0)]);
+        }
+        free
+    }
 }
 
 /// Soft-L1 on log errors: quadratic for small errors, linear past ~25 %,
@@ -221,9 +316,15 @@ fn robust(e: f64) -> f64 {
 struct Loss<'a> {
     rigs: std::cell::RefCell<Vec<&'a mut Rig>>,
     fixed: Fixed,
+    /// The starting point, in the fit's coordinates: a weak pull toward it keeps a factor
+    /// that only one or two rigs can see from running to a bound.
+    start: Vec<f64>,
 }
 
-impl CostFunction for Loss<'_> {
+/// Weight of the pull toward the starting factors, per factor, for a move of a factor of 4.
+const PRIOR_WEIGHT: f64 = 0.02;
+
+impl CostFunction for &Loss<'_> {
     type Param = Vec<f64>;
     type Output = f64;
 
@@ -239,36 +340,76 @@ impl CostFunction for Loss<'_> {
                 e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64
             })
             .sum();
-        Ok(total / n)
+        let prior: f64 = p
+            .iter()
+            .zip(&self.start)
+            .map(|(x, x0)| ((x - x0) / 4f64.ln()).powi(2))
+            .sum();
+        Ok(total / n + PRIOR_WEIGHT * prior)
     }
 }
 
-pub(crate) fn fit(rigs: Vec<&mut Rig>, start: Factors, fixed: Fixed) -> anyhow::Result<Factors> {
-    // The free parameters are the first six; a fixed one keeps its place
-    // and is ignored.
-    let _ = fixed;
-    let x0: Vec<f64> = start.to_vec()[..6]
-        .iter()
-        .map(|v| v.max(1e-3).ln())
+pub(crate) fn fit(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> {
+    let start = fixed.start.to_vec();
+    let x0: Vec<f64> = fixed
+        .free()
+        .into_iter()
+        .map(|(i, offset)| (start[i] + offset).max(1e-3).ln())
         .collect();
-    let simplex: Vec<Vec<f64>> = std::iter::once(x0.clone())
-        .chain((0..x0.len()).map(|i| {
-            let mut v = x0.clone();
-            v[i] += 0.5;
-            v
-        }))
-        .collect();
-    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
     let problem = Loss {
         rigs: std::cell::RefCell::new(rigs),
         fixed,
+        start: x0.clone(),
     };
-    let result = Executor::new(problem, solver)
-        .configure(|s| s.max_iters(6_000))
-        .run()?;
-    let best = result.state.best_param.context("no best parameters")?;
+    // Nelder–Mead stalls in ten dimensions: restart it from its best point with a fresh
+    // simplex until a round no longer improves the loss.
+    let (mut best, mut loss) = (x0.clone(), (&problem).cost(&x0)?);
+    if std::env::var_os("FIT_DEBUG").is_some() {
+        let f = factors_of(&x0, &fixed);
+        for r in problem.rigs.borrow_mut().iter_mut() {
+            let e = log_errors(r, f);
+            let l = e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64;
+            eprintln!(
+                "start {:>8.3} {} {:?}",
+                l,
+                r.id,
+                e.iter()
+                    .map(|x| (x * 100.0).round() / 100.0)
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    for _ in 0..8 {
+        let simplex: Vec<Vec<f64>> = std::iter::once(best.clone())
+            .chain((0..best.len()).map(|i| {
+                let mut v = best.clone();
+                v[i] += 0.5;
+                v
+            }))
+            .collect();
+        let solver = NelderMead::new(simplex).with_sd_tolerance(1e-9)?;
+        let result = Executor::new(&problem, solver)
+            .configure(|s| s.max_iters(6_000))
+            .run()?;
+        let round = result.state.best_param.context("no best parameters")?;
+        let round_loss = result.state.best_cost;
+        eprintln!(
+            "fit round: loss {loss:.5} -> {round_loss:.5} after {} iterations",
+            result.state.iter
+        );
+        let improved = round_loss < loss - 1e-7;
+        if round_loss < loss {
+            (best, loss) = (round, round_loss);
+        }
+        if !improved {
+            break;
+        }
+    }
     Ok(factors_of(&best, &fixed))
 }
+
+/// The factor families, each fitted on its own rigs.
+pub(crate) const FAMILIES: [&str; 3] = ["vllm", "sglang", "llamacpp"];
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let (mut rigs, skipped) = load()?;
@@ -277,20 +418,18 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     }
     let start = Factors::builtin("vllm")?;
     let mut fitted: Vec<(&str, Factors, usize, usize)> = Vec::new();
-    for engine in ["vllm", "llamacpp"] {
-        let has_tp = rigs
-            .iter()
-            .any(|r| r.engine == engine && !r.holdout && r.cost.machine.tensor_parallel > 1);
-        let fixed = Fixed {
-            allreduce_us: (!has_tp).then_some(start.allreduce_latency_us),
-        };
+    for engine in FAMILIES {
+        let fixed = Fixed::for_rigs(
+            Factors::builtin(engine)?,
+            rigs.iter().filter(|r| r.engine == engine && !r.holdout),
+        );
         let train: Vec<&mut Rig> = rigs
             .iter_mut()
             .filter(|r| r.engine == engine && !r.holdout)
             .collect();
         let count = train.len();
         let figures: usize = train.iter().map(|r| r.figures.len()).sum();
-        let factors = fit(train, start, fixed)?;
+        let factors = fit(train, fixed)?;
         println!("\n{engine}: fitted on {count} rigs, {figures} figures: {factors:?}");
         fitted.push((engine, factors, count, figures));
     }
@@ -325,12 +464,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         );
         summary.push((rig.engine.clone(), rig.holdout, e));
     }
-    for (engine, holdout) in [
-        ("vllm", false),
-        ("vllm", true),
-        ("llamacpp", false),
-        ("llamacpp", true),
-    ] {
+    for (engine, holdout) in FAMILIES.iter().flat_map(|f| [(*f, false), (*f, true)]) {
         let mut all: Vec<f64> = summary
             .iter()
             .filter(|s| s.0 == engine && s.1 == holdout)

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use speedmatrix_predict::Factors;
 
-use crate::fit_predict::{Figure, Fixed, Rig, fit, log_errors};
+use crate::fit_predict::{FAMILIES, Figure, Fixed, Rig, fit, log_errors};
 
 /// One family's and phase's band, as data/factors.json stores it.
 #[derive(Debug, Clone, Copy)]
@@ -65,11 +65,8 @@ pub(crate) fn cross_validate(
         if train.is_empty() {
             continue;
         }
-        let fixed = Fixed {
-            allreduce_us: (!train.iter().any(|r| r.cost.machine.tensor_parallel > 1))
-                .then_some(start.allreduce_latency_us),
-        };
-        let factors = fit(train, start, fixed)?;
+        let fixed = Fixed::for_rigs(start, train.iter().map(|r| &**r));
+        let factors = fit(train, fixed)?;
         let phases: Vec<&'static str> = rigs[i].figures.iter().map(phase).collect();
         let errors = log_errors(&mut rigs[i], factors);
         eprintln!("cross-validated {} ({}/{})", rigs[i].id, i + 1, rigs.len());
@@ -77,7 +74,7 @@ pub(crate) fn cross_validate(
     }
     print_table(rigs, &held);
     let mut bands: BTreeMap<String, BTreeMap<String, Band>> = BTreeMap::new();
-    for engine in ["vllm", "llamacpp"] {
+    for engine in FAMILIES {
         for p in ["decode", "prefill"] {
             let of = |r: &usize| rigs[*r].engine == engine;
             let cell: Vec<HeldOut> = held
@@ -172,32 +169,61 @@ fn weighted_band(cell: &[HeldOut]) -> Option<(f64, f64)> {
     Some((at(0.10), at(0.90)))
 }
 
-/// The held-out errors per family and phase: median |error|, within ±25 % and ±50 %.
+/// The held-out errors per family and phase, per GPU vendor and per engine, and over all:
+/// median |error|, within ±25 % and ±50 %.
 fn print_table(rigs: &[Rig], held: &[HeldOut]) {
     println!(
-        "\n| Held out (leave-one-rig-out) | Figures | Median |error| | Within ±25 % | Within ±50 % |"
+        "\n| Held out (leave-one-rig-out) | Rigs | Figures | Median |error| | Within ±25 % | Within ±50 % |"
     );
-    println!("|---|---|---|---|---|");
-    for engine in ["vllm", "llamacpp"] {
-        for p in ["decode", "prefill", "all"] {
-            let mut e: Vec<f64> = held
-                .iter()
-                .filter(|(r, ph, _)| rigs[*r].engine == engine && (p == "all" || *ph == p))
-                .map(|h| (h.2.exp() - 1.0).abs() * 100.0)
-                .collect();
-            if e.is_empty() {
-                continue;
-            }
-            e.sort_by(f64::total_cmp);
-            let within = |t: f64| e.iter().filter(|x| **x <= t).count() as f64 / e.len() as f64;
-            println!(
-                "| {engine} {p} | {} | {:.0} % | {:.0} % | {:.0} % |",
-                e.len(),
-                e[e.len() / 2],
-                within(25.0) * 100.0,
-                within(50.0) * 100.0
-            );
+    println!("|---|---|---|---|---|---|");
+    let row = |label: String, keep: &dyn Fn(&Rig, &str) -> bool| {
+        let chosen: Vec<&HeldOut> = held.iter().filter(|h| keep(&rigs[h.0], h.1)).collect();
+        let mut e: Vec<f64> = chosen
+            .iter()
+            .map(|h| (h.2.exp() - 1.0).abs() * 100.0)
+            .collect();
+        if e.is_empty() {
+            return;
         }
+        let mut ids: Vec<usize> = chosen.iter().map(|h| h.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        e.sort_by(f64::total_cmp);
+        let within = |t: f64| e.iter().filter(|x| **x <= t).count() as f64 / e.len() as f64;
+        println!(
+            "| {label} | {} | {} | {:.0} % | {:.0} % | {:.0} % |",
+            ids.len(),
+            e.len(),
+            e[e.len() / 2],
+            within(25.0) * 100.0,
+            within(50.0) * 100.0
+        );
+    };
+    for family in FAMILIES {
+        for p in ["decode", "prefill", "all"] {
+            row(format!("{family} family, {p}"), &|r, ph| {
+                r.engine == family && (p == "all" || ph == p)
+            });
+        }
+    }
+    let mut engines: Vec<&str> = rigs.iter().map(|r| r.engine_name.as_str()).collect();
+    engines.sort_unstable();
+    engines.dedup();
+    for engine in engines {
+        row(format!("engine {engine}"), &|r, _| r.engine_name == engine);
+    }
+    let mut vendors: Vec<&str> = rigs.iter().map(|r| r.vendor.as_str()).collect();
+    vendors.sort_unstable();
+    vendors.dedup();
+    for vendor in vendors {
+        for p in ["decode", "prefill"] {
+            row(format!("{vendor} GPUs, {p}"), &|r, ph| {
+                r.vendor == vendor && ph == p
+            });
+        }
+    }
+    for p in ["decode", "prefill", "all"] {
+        row(format!("every rig, {p}"), &|_, ph| p == "all" || ph == p);
     }
 }
 

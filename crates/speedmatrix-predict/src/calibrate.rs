@@ -114,7 +114,7 @@ const BAND_FLOOR: f64 = 0.03;
 /// The free factors, in the order of the fit's vector, with the offset that keeps a near-zero
 /// overhead's logarithm finite and the scale of its prior. The two cache factors are not
 /// fitted on the families' data (their prior is "no effect"), so they are held less tightly.
-const FREE: [(Factor, f64, f64); 7] = [
+const FREE: [(Factor, f64, f64); 8] = [
     (Factor::Bandwidth, 0.0, PRIOR_SCALE),
     (Factor::KvRatio, 0.0, 2.0 * PRIOR_SCALE),
     (Factor::KvSaturation, 1.0, 2.0 * PRIOR_SCALE),
@@ -122,6 +122,7 @@ const FREE: [(Factor, f64, f64); 7] = [
     (Factor::SequenceUs, 2.0, PRIOR_SCALE),
     (Factor::Compute, 0.0, PRIOR_SCALE),
     (Factor::RequestMs, 1.0, PRIOR_SCALE),
+    (Factor::Attention, 0.0, PRIOR_SCALE),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -133,6 +134,7 @@ enum Factor {
     SequenceUs,
     Compute,
     RequestMs,
+    Attention,
 }
 
 impl Factor {
@@ -145,6 +147,7 @@ impl Factor {
             Factor::SequenceUs => f.sequence_overhead_us,
             Factor::Compute => f.compute_efficiency,
             Factor::RequestMs => f.request_overhead_ms,
+            Factor::Attention => f.attention_compute_ratio,
         }
     }
 
@@ -158,6 +161,7 @@ impl Factor {
             Factor::SequenceUs => f.sequence_overhead_us = v.max(0.0),
             Factor::Compute => f.compute_efficiency = v.clamp(1e-3, 1.5),
             Factor::RequestMs => f.request_overhead_ms = v.max(0.0),
+            Factor::Attention => f.attention_compute_ratio = v.clamp(0.01, 4.0),
         }
     }
 }

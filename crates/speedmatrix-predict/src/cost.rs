@@ -45,6 +45,33 @@ pub struct Factors {
     /// sets; `predict --calibrate-from` fits it per rig.
     #[serde(default)]
     pub kv_saturation_streams: f64,
+    /// Routed tokens per expert at which an expert's matrix products reach half the dense
+    /// efficiency: a step's grouped GEMMs over E experts give each only `tokens · k / E` rows,
+    /// too few to fill the tensor cores (vLLM's fused-MoE and llama.cpp's `mul_mat_id`
+    /// alike), so expert compute runs at `t / (t + this)` of `compute_efficiency`. 0: as dense.
+    #[serde(default)]
+    pub moe_half_tokens: f64,
+    /// Achieved throughput of attention (scores and weighted sums over the context)
+    /// relative to the dense matrix products': flash-attention kernels reach less of the
+    /// peak, and much less on some backends (llama.cpp's ROCm and Vulkan at long context).
+    #[serde(default = "one")]
+    pub attention_compute_ratio: f64,
+    /// Achieved bandwidth on AMD GPUs relative to `bandwidth_efficiency` (ROCm and Vulkan
+    /// kernels reach a lower share of the peak than CUDA's).
+    #[serde(default = "one")]
+    pub amd_bandwidth_ratio: f64,
+    /// Achieved tensor throughput on AMD GPUs relative to `compute_efficiency`.
+    #[serde(default = "one")]
+    pub amd_compute_ratio: f64,
+    /// Time per decoder layer per step beyond its bytes and FLOPs, µs: the kernels a layer
+    /// launches and waits on (norms, rotary, routing, quantizing activations), which CUDA
+    /// graphs replay but cannot remove. 0: all in `step_overhead_ms`.
+    #[serde(default)]
+    pub layer_overhead_us: f64,
+    /// The fixed step, layer and all-reduce times on AMD GPUs relative to NVIDIA's (HIP graph
+    /// replay, ROCm kernel launches and RCCL's small all-reduces cost more than CUDA's).
+    #[serde(default = "one")]
+    pub amd_overhead_ratio: f64,
 }
 
 fn one() -> f64 {
@@ -77,6 +104,27 @@ impl Factors {
         {
             return Err(bad("kv_saturation_streams", self.kv_saturation_streams));
         }
+        if !(self.amd_overhead_ratio.is_finite() && (0.1..=20.0).contains(&self.amd_overhead_ratio))
+        {
+            return Err(bad("amd_overhead_ratio", self.amd_overhead_ratio));
+        }
+        if !(self.layer_overhead_us.is_finite()
+            && (0.0..=10_000.0).contains(&self.layer_overhead_us))
+        {
+            return Err(bad("layer_overhead_us", self.layer_overhead_us));
+        }
+        if !(self.moe_half_tokens.is_finite() && (0.0..=4096.0).contains(&self.moe_half_tokens)) {
+            return Err(bad("moe_half_tokens", self.moe_half_tokens));
+        }
+        for (what, v) in [
+            ("attention_compute_ratio", self.attention_compute_ratio),
+            ("amd_bandwidth_ratio", self.amd_bandwidth_ratio),
+            ("amd_compute_ratio", self.amd_compute_ratio),
+        ] {
+            if !(v.is_finite() && (0.01..=4.0).contains(&v)) {
+                return Err(bad(what, v));
+            }
+        }
         for (what, v) in [
             ("step_overhead_ms", self.step_overhead_ms),
             ("sequence_overhead_us", self.sequence_overhead_us),
@@ -91,7 +139,7 @@ impl Factors {
     }
 
     /// The factors as a vector, in declaration order (for fitting).
-    pub fn to_vec(self) -> [f64; 9] {
+    pub fn to_vec(self) -> [f64; Factors::COUNT] {
         [
             self.bandwidth_efficiency,
             self.compute_efficiency,
@@ -102,11 +150,20 @@ impl Factors {
             self.consumer_compute_ratio,
             self.kv_bandwidth_ratio,
             self.kv_saturation_streams,
+            self.moe_half_tokens,
+            self.attention_compute_ratio,
+            self.amd_bandwidth_ratio,
+            self.amd_compute_ratio,
+            self.layer_overhead_us,
+            self.amd_overhead_ratio,
         ]
     }
 
+    /// How many factors there are.
+    pub const COUNT: usize = 15;
+
     /// Factors from a vector in declaration order.
-    pub fn from_vec(v: [f64; 9]) -> Factors {
+    pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
         Factors {
             bandwidth_efficiency: v[0],
             compute_efficiency: v[1],
@@ -117,6 +174,12 @@ impl Factors {
             consumer_compute_ratio: v[6],
             kv_bandwidth_ratio: v[7],
             kv_saturation_streams: v[8],
+            moe_half_tokens: v[9],
+            attention_compute_ratio: v[10],
+            amd_bandwidth_ratio: v[11],
+            amd_compute_ratio: v[12],
+            layer_overhead_us: v[13],
+            amd_overhead_ratio: v[14],
         }
     }
 }
@@ -143,6 +206,8 @@ pub struct Machine {
     pub fast_link: bool,
     /// A GeForce part (see [`Factors::consumer_compute_ratio`]).
     pub consumer: bool,
+    /// An AMD part (see [`Factors::amd_bandwidth_ratio`]).
+    pub amd: bool,
 }
 
 impl Machine {
@@ -181,6 +246,7 @@ impl Machine {
             tensor_parallel: tp.max(1),
             fast_link: gpu.fast_interconnect,
             consumer: gpu.vendor == "nvidia" && gpu.name.contains("GeForce"),
+            amd: gpu.vendor == "amd",
         })
     }
 }
@@ -225,7 +291,12 @@ pub struct CostModel {
 
 impl CostModel {
     fn bandwidth(&self) -> f64 {
-        self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency
+        let vendor = if self.machine.amd {
+            self.factors.amd_bandwidth_ratio
+        } else {
+            1.0
+        };
+        self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency * vendor
     }
 
     fn flops(&self) -> f64 {
@@ -234,7 +305,48 @@ impl CostModel {
         } else {
             1.0
         };
-        self.machine.peak_flops * self.factors.compute_efficiency * ratio
+        let vendor = if self.machine.amd {
+            self.factors.amd_compute_ratio
+        } else {
+            1.0
+        };
+        self.machine.peak_flops * self.factors.compute_efficiency * ratio * vendor
+    }
+
+    /// Time of a step's matrix products for `tokens` tokens: the non-expert and LM-head
+    /// FLOPs at the dense efficiency, the routed experts' at the grouped-GEMM efficiency of
+    /// `tokens · k / E` rows per expert, attention at its own.
+    fn compute_time(&self, tokens: u64, dense_flops: f64, attention_flops: f64) -> f64 {
+        let p = &self.shape.params;
+        let n = tokens.max(1) as f64;
+        let expert_flops = n * 2.0 * p.experts_per_token as f64 * p.expert_params;
+        let dense_flops = (dense_flops - expert_flops).max(0.0);
+        let grouped = if p.num_experts == 0 || self.factors.moe_half_tokens <= 0.0 {
+            1.0
+        } else {
+            let per_expert = n * p.experts_per_token as f64 / p.num_experts as f64;
+            per_expert / (per_expert + self.factors.moe_half_tokens)
+        };
+        let flops = self.flops();
+        dense_flops / flops
+            + expert_flops / (flops * grouped)
+            + attention_flops / (flops * self.factors.attention_compute_ratio)
+    }
+
+    /// The vendor's latency terms relative to NVIDIA's.
+    fn vendor_overhead(&self) -> f64 {
+        if self.machine.amd {
+            self.factors.amd_overhead_ratio
+        } else {
+            1.0
+        }
+    }
+
+    /// A step's fixed time: the engine's per-step work and each layer's.
+    fn fixed_step_s(&self) -> f64 {
+        self.vendor_overhead()
+            * (self.factors.step_overhead_ms * 1e-3
+                + self.shape.layers as f64 * self.factors.layer_overhead_us * 1e-6)
     }
 
     /// Two all-reduces of `tokens × hidden` bf16 values per layer.
@@ -249,17 +361,17 @@ impl CostModel {
             PCIE_LINK_BYTES_S
         };
         let payload = tokens as f64 * self.shape.hidden_size as f64 * 2.0;
+        let latency = self.factors.allreduce_latency_us * 1e-6 * self.vendor_overhead();
         // A ring all-reduce moves 2(tp − 1)/tp of the payload per rank.
-        let per = self.factors.allreduce_latency_us * 1e-6 + payload * 2.0 * (tp - 1.0) / tp / link;
+        let per = latency + payload * 2.0 * (tp - 1.0) / tp / link;
         2.0 * self.shape.layers as f64 * per
     }
 
     /// A step reading `weights` and `cache` (KV and recurrent state) bytes and computing
     /// `flops`, plus `overhead_s`.
-    fn step(&self, weights: f64, cache: f64, flops: f64, overhead_s: f64) -> StepTime {
+    fn step(&self, weights: f64, cache: f64, compute: f64, overhead_s: f64) -> StepTime {
         let memory = weights / self.bandwidth()
             + cache / (self.bandwidth() * self.factors.kv_bandwidth_ratio);
-        let compute = flops / self.flops();
         let total = memory.max(compute) + overhead_s;
         StepTime {
             total: secs(total),
@@ -282,13 +394,15 @@ impl CostModel {
         let weights = p.dense_bytes + s.experts_touched(batch.max(1)) * p.expert_bytes;
         let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
             + b * 2.0 * s.state_bytes_per_sequence;
-        let flops = b
-            * (2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token)
-                + s.attention_flops(context));
-        let overhead = self.factors.step_overhead_ms * 1e-3
+        let compute = self.compute_time(
+            batch,
+            b * 2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token),
+            b * s.attention_flops(context),
+        );
+        let overhead = self.fixed_step_s()
             + b * self.factors.sequence_overhead_us * 1e-6
             + self.communication(batch.max(1));
-        self.step(weights, cache, flops, overhead)
+        self.step(weights, cache, compute, overhead)
     }
 
     /// One prefill chunk of `tokens` new tokens after `cached` ones, the
@@ -301,14 +415,18 @@ impl CostModel {
         let mid = cached + tokens / 2;
         let weights = p.dense_bytes + s.experts_touched(tokens) * p.expert_bytes;
         let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
-        let flops = n * (2.0 * p.decoder_macs_per_token + s.attention_flops(mid))
-            + if last {
-                2.0 * p.lm_head_macs_per_token
-            } else {
-                0.0
-            };
-        let overhead = self.factors.step_overhead_ms * 1e-3 + self.communication(tokens);
-        self.step(weights, cache, flops, overhead)
+        let head = if last {
+            2.0 * p.lm_head_macs_per_token
+        } else {
+            0.0
+        };
+        let compute = self.compute_time(
+            tokens,
+            n * 2.0 * p.decoder_macs_per_token + head,
+            n * s.attention_flops(mid),
+        );
+        let overhead = self.fixed_step_s() + self.communication(tokens);
+        self.step(weights, cache, compute, overhead)
     }
 
     /// Time to first token of one `prompt`-token request on an idle server

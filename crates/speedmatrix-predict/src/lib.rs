@@ -153,31 +153,65 @@ impl Factors {
 /// quantization) decides them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WeightBytes {
-    /// Bytes per parameter of the decoder's linear layers and experts.
+    /// Bytes per parameter of the decoder's non-expert linear layers.
     pub linear: f64,
+    /// Bytes per parameter of the routed experts.
+    pub expert: f64,
     /// Bytes per parameter of the LM head.
     pub lm_head: f64,
 }
 
+/// The GGUF file types [`WeightBytes::gguf`] knows, for error messages.
+pub const GGUF_TYPES: &str = "f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, \
+     q4_1, q4_0, iq4_xs, iq4_nl, q3_k_l, q3_k_m, q3_k_s, q2_k, mxfp4 (each also as Unsloth's \
+     ud-… name)";
+
 impl WeightBytes {
-    /// A GGUF file type by name (`q4_0`, `q4_k_m`, `q5_k_m`, `q6_k`,
-    /// `q8_0`, `iq4_xs`, `f16`, `bf16`): llama.cpp's bits per weight, and the
-    /// type its quantizer gives the output tensor.
+    /// A GGUF file type by name: llama.cpp's bits per weight for it, and the type its
+    /// quantizer gives the output tensor (Q6_K for the k-quant mixes and 4-bit types).
+    ///
+    /// Block types are their exact sizes (ggml's block layouts: Q4_0 18 bytes per 32
+    /// weights = 4.5 bits, Q4_1 5.0, Q5_0 5.5, Q5_1 6.0, Q8_0 8.5, IQ4_NL 4.5, IQ4_XS 4.25,
+    /// Q6_K 6.5625, MXFP4 4.25); the k-quant mixes are llama.cpp's measured averages
+    /// (tools/quantize/README.md, Llama 2 7B: Q2_K 3.35, Q3_K_S 3.50, Q3_K_M 3.91, Q3_K_L
+    /// 4.27, Q4_K_S 4.58, Q4_K_M 4.84, Q5_K_S 5.52, Q5_K_M 5.68). `mxfp4` is the MoE file
+    /// type of gpt-oss: MXFP4 experts, Q8_0 elsewhere (ggml-org's gpt-oss-20b file, 11.27 GiB
+    /// for 20.9 B parameters, fits that split and not BF16 attention). Unsloth's dynamic
+    /// `ud-q4_k_xl` and the like keep some tensors at more bits than the mix they are named
+    /// after; they are priced as that mix (`_xl` as `_m`), a lower bound on their bytes.
     pub fn gguf(name: &str) -> Option<WeightBytes> {
-        let bits = |b: f64| b / 8.0;
-        let (linear, head) = match name.to_ascii_lowercase().as_str() {
-            "q4_0" => (4.5, 6.5625),
-            "q4_k_m" => (4.85, 6.5625),
-            "q5_k_m" => (5.69, 6.5625),
-            "q6_k" => (6.5625, 6.5625),
-            "q8_0" => (8.5, 8.5),
-            "iq4_xs" => (4.25, 6.5625),
-            "f16" | "bf16" => (16.0, 16.0),
+        let lower = name.to_ascii_lowercase();
+        let base = lower.strip_prefix("ud-").unwrap_or(&lower);
+        let base = base
+            .strip_suffix("_xl")
+            .map_or_else(|| base.to_owned(), |b| format!("{b}_m"));
+        let q6k = 6.5625;
+        let (linear, expert, head) = match base.as_str() {
+            "f16" | "bf16" => (16.0, 16.0, 16.0),
+            "q8_0" => (8.5, 8.5, 8.5),
+            "q6_k" | "q6_k_m" => (q6k, q6k, q6k),
+            "q5_k_m" => (5.68, 5.68, q6k),
+            "q5_k_s" => (5.52, 5.52, q6k),
+            "q5_1" => (6.0, 6.0, q6k),
+            "q5_0" => (5.5, 5.5, q6k),
+            "q4_k_m" => (4.84, 4.84, q6k),
+            "q4_k_s" => (4.58, 4.58, q6k),
+            "q4_1" => (5.0, 5.0, q6k),
+            "q4_0" => (4.5, 4.5, q6k),
+            "iq4_xs" => (4.25, 4.25, q6k),
+            "iq4_nl" => (4.5, 4.5, q6k),
+            "q3_k_l" => (4.27, 4.27, q6k),
+            "q3_k_m" => (3.91, 3.91, q6k),
+            "q3_k_s" => (3.50, 3.50, q6k),
+            "q2_k" | "q2_k_m" | "q2_k_s" => (3.35, 3.35, q6k),
+            "mxfp4" | "mxfp4_moe" => (8.5, 4.25, 8.5),
             _ => return None,
         };
+        let bytes = |bits: f64| bits / 8.0;
         Some(WeightBytes {
-            linear: bits(linear),
-            lm_head: bits(head),
+            linear: bytes(linear),
+            expert: bytes(expert),
+            lm_head: bytes(head),
         })
     }
 }
@@ -188,7 +222,7 @@ impl CostModel {
         let p = &mut self.shape.params;
         p.lm_head_bytes = p.lm_head_macs_per_token * bytes.lm_head;
         p.dense_bytes = p.dense_params * bytes.linear + p.lm_head_bytes;
-        p.expert_bytes = p.expert_params * bytes.linear;
+        p.expert_bytes = p.expert_params * bytes.expert;
         self
     }
 

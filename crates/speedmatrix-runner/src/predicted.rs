@@ -117,6 +117,7 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
             .map_err(|e| bad(e.to_string()))?;
     let family = match inputs.engine {
         Engine::LlamaCpp => "llamacpp",
+        Engine::Sglang => "sglang",
         _ => "vllm",
     };
     let (set, fell_back) = inputs
@@ -128,7 +129,8 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
     if let Some(t) = &inputs.gguf_type {
         let bytes = WeightBytes::gguf(t).ok_or_else(|| {
             bad(format!(
-                "--gguf-type {t}: give q4_0, q4_k_m, q5_k_m, q6_k, q8_0, iq4_xs or f16"
+                "--gguf-type {t}: give one of {}",
+                speedmatrix_predict::GGUF_TYPES
             ))
         })?;
         cost = cost.with_weight_bytes(bytes);
@@ -269,5 +271,14 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
         ),
         ("kv_bandwidth_ratio".to_owned(), f.kv_bandwidth_ratio),
         ("kv_saturation_streams".to_owned(), f.kv_saturation_streams),
+        ("moe_half_tokens".to_owned(), f.moe_half_tokens),
+        (
+            "attention_compute_ratio".to_owned(),
+            f.attention_compute_ratio,
+        ),
+        ("amd_bandwidth_ratio".to_owned(), f.amd_bandwidth_ratio),
+        ("amd_compute_ratio".to_owned(), f.amd_compute_ratio),
+        ("layer_overhead_us".to_owned(), f.layer_overhead_us),
+        ("amd_overhead_ratio".to_owned(), f.amd_overhead_ratio),
     ])
 }

@@ -48,8 +48,9 @@ pub(crate) struct Args {
     /// The decode window each cell is predicted over (and measured over with --simulate).
     #[arg(long, value_parser = limits::window::parse, default_value = "30s")]
     duration: Duration,
-    /// The GGUF file type when the weights are a GGUF (q4_0, q4_k_m, q5_k_m, q6_k, q8_0,
-    /// iq4_xs, f16): config.json cannot say it.
+    /// The GGUF file type when the weights are a GGUF (q4_0, q4_1, q4_k_m, q3_k_m, q5_k_m,
+    /// q6_k, q8_0, iq4_xs, mxfp4, f16, Unsloth's ud-q4_k_xl, …; a wrong name lists them all):
+    /// config.json cannot say it.
     #[arg(long, value_name = "TYPE")]
     gguf_type: Option<String>,
     /// Efficiency factors to use instead of the built-in fitted ones (the shape of
