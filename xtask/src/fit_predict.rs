@@ -364,21 +364,6 @@ pub(crate) fn fit(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> 
     // Nelder–Mead stalls in ten dimensions: restart it from its best point with a fresh
     // simplex until a round no longer improves the loss.
     let (mut best, mut loss) = (x0.clone(), (&problem).cost(&x0)?);
-    if std::env::var_os("FIT_DEBUG").is_some() {
-        let f = factors_of(&x0, &fixed);
-        for r in problem.rigs.borrow_mut().iter_mut() {
-            let e = log_errors(r, f);
-            let l = e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64;
-            eprintln!(
-                "start {:>8.3} {} {:?}",
-                l,
-                r.id,
-                e.iter()
-                    .map(|x| (x * 100.0).round() / 100.0)
-                    .collect::<Vec<_>>()
-            );
-        }
-    }
     for _ in 0..8 {
         let simplex: Vec<Vec<f64>> = std::iter::once(best.clone())
             .chain((0..best.len()).map(|i| {

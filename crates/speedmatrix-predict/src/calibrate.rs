@@ -91,7 +91,7 @@ impl Residual {
 /// The calibrated factors, how well they reproduce the measured figures and how well they
 /// predict one they did not see.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Calibration {
+pub struct RigCalibration {
     /// The rig's factors.
     pub factors: Factors,
     /// Every measured figure under the calibrated factors (in sample).
@@ -278,7 +278,7 @@ pub fn calibrate(
     cost: &CostModel,
     observed: &[Observation],
     protocol: &DecodeProtocol,
-) -> Result<Calibration, PredictError> {
+) -> Result<RigCalibration, PredictError> {
     let observed: Vec<Observation> = observed.iter().copied().filter(|o| o.usable()).collect();
     if observed.is_empty() {
         return Err(PredictError::Calibration(
@@ -317,7 +317,7 @@ pub fn calibrate(
         decode: band(&held_out, true),
         prefill: band(&held_out, false),
     };
-    Ok(Calibration {
+    Ok(RigCalibration {
         factors,
         fitted,
         held_out,

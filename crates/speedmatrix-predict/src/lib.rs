@@ -46,7 +46,7 @@ use serde::Deserialize;
 use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags, batch_defaults};
 
 pub use crate::calibrate::{
-    Calibration, DecodeProtocol, Observation, Residual, calibrate, predict as predict_figure,
+    DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
 pub use crate::cost::{Bound, CostModel, Factors, Machine, StepTime};
 pub use crate::error::PredictError;

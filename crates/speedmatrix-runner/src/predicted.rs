@@ -9,8 +9,8 @@ use speedmatrix_capacity::{
     VllmFlags,
 };
 use speedmatrix_predict::{
-    Calibration, CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile,
-    Observation, PrefillEstimate, WeightBytes,
+    CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile, Observation,
+    PrefillEstimate, RigCalibration, WeightBytes,
 };
 use speedmatrix_report::Report;
 use speedmatrix_units::{Concurrency, Engine, Tokens};
@@ -99,7 +99,7 @@ pub struct PredictedMatrix {
     /// Each decode cell, with its capacity verdict.
     pub decode: Vec<(DecodeEstimate, CellVerdict)>,
     /// The calibration, when the prediction was calibrated on a measured run.
-    pub calibration: Option<Calibration>,
+    pub calibration: Option<RigCalibration>,
 }
 
 /// Predicts the matrix of `inputs`.
@@ -194,7 +194,7 @@ fn calibrate_on(
     cost: &CostModel,
     run: &MeasuredRun,
     block_size: u64,
-) -> Result<Calibration, RunnerError> {
+) -> Result<RigCalibration, RunnerError> {
     let bad = |e: String| RunnerError::BadOption(format!("--calibrate-from {}: {e}", run.name));
     if run.report.prediction.is_some() {
         return Err(bad(
@@ -222,7 +222,11 @@ fn calibrate_on(
 
 /// The family's set with the calibrated factors, and the bands of the calibration where it
 /// has them (a phase with fewer than two measured figures keeps the family's).
-fn calibrated_set(family: &EngineFactors, cal: &Calibration, run: &MeasuredRun) -> EngineFactors {
+fn calibrated_set(
+    family: &EngineFactors,
+    cal: &RigCalibration,
+    run: &MeasuredRun,
+) -> EngineFactors {
     let decode = cal
         .fitted
         .iter()

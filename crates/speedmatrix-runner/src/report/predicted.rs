@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule};
-use speedmatrix_predict::{Calibration, CostModel, DecodeEstimate, EngineFactors, PrefillEstimate};
+use speedmatrix_predict::{
+    CostModel, DecodeEstimate, EngineFactors, PrefillEstimate, RigCalibration,
+};
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
     Percentiles, PredictionBand, PredictionInfo, PrefillRow, Report, RunSettings, SCHEMA_VERSION,
@@ -25,7 +27,7 @@ pub(crate) struct Sources<'a> {
     pub(crate) prefill: &'a [PrefillEstimate],
     pub(crate) decode: &'a [(DecodeEstimate, CellVerdict)],
     /// The calibration on a measured run, when there was one.
-    pub(crate) calibration: Option<(&'a Calibration, &'a MeasuredRun)>,
+    pub(crate) calibration: Option<(&'a RigCalibration, &'a MeasuredRun)>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -305,7 +307,7 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
 }
 
 /// What the calibration did: the factors moved and how well the run's own figures came out.
-fn calibration_line(cal: &Calibration, run: &MeasuredRun) -> String {
+fn calibration_line(cal: &RigCalibration, run: &MeasuredRun) -> String {
     let worst = |rs: &[speedmatrix_predict::Residual]| {
         rs.iter().map(|r| r.error().abs()).fold(0.0f64, f64::max) * 100.0
     };

@@ -215,7 +215,7 @@ async fn simulate(args: &Args, profile: PathBuf) -> anyhow::Result<ExitCode> {
 }
 
 /// Each measured figure: measured, calibrated (in sample), and predicted with it left out.
-fn calibration_summary(cal: &speedmatrix_predict::Calibration) -> String {
+fn calibration_summary(cal: &speedmatrix_predict::RigCalibration) -> String {
     use speedmatrix_predict::Observation;
     let mut out = String::from(
         "Calibrated on the measured run (measured, fitted, and predicted with it left out):\n",
