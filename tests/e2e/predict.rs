@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use speedmatrix_report::{CellStatus, Report};
+use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::support::{bin, read_report, stderr_after, temp_dir};
 
@@ -91,6 +92,67 @@ fn the_seed_pages_grid_is_predicted_exactly_and_its_numbers_within_a_quarter() {
         .unwrap();
     let text = String::from_utf8_lossy(&compared.stdout);
     assert!(text.contains("# Prediction error"), "{text}");
+    // The measured page with the prediction beside each cell.
+    let page = dir.join("against.html");
+    let compared = bin()
+        .arg("compare")
+        .arg(out.join("run.json"))
+        .arg(seed_run())
+        .arg("--html")
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    stderr_after(&compared, 0);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Against the prediction"), "the section");
+    assert!(
+        !html.contains("class=\"banner\""),
+        "B's page is the measured one"
+    );
+    let mut scored = 0;
+    for cell in &seed.decode {
+        let (Some(p), Some(m)) = (
+            predicted
+                .decode_cell(cell.context, cell.concurrency)
+                .and_then(|c| c.measurements.as_ref()),
+            cell.measurements.as_ref(),
+        ) else {
+            continue;
+        };
+        let error = format!(
+            "error {:+.1} %",
+            (p.total_tokens_per_s / m.total_tokens_per_s - 1.0) * 100.0
+        )
+        .replace("-0.0 %", "+0.0 %");
+        assert!(
+            html.contains(&error),
+            "{} × {}: {error}",
+            cell.context,
+            cell.concurrency
+        );
+        scored += 1;
+    }
+    let placed = ["inside the band", "below the band", "above the band"]
+        .iter()
+        .map(|w| html.matches(w).count())
+        .sum::<usize>();
+    assert!(
+        scored >= 15 && placed >= scored,
+        "{scored} scored, {placed} placed"
+    );
+    let prefill = seed
+        .prefill
+        .iter()
+        .filter(|r| {
+            r.prompt_tokens_per_s.is_some()
+                && predicted
+                    .prefill_row(r.context)
+                    .is_some_and(|p| p.prompt_tokens_per_s.is_some())
+        })
+        .count();
+    let summary = format!("{} cells predicted and measured", scored + prefill);
+    assert!(html.contains(&summary), "{summary}");
 }
 
 #[test]
@@ -533,5 +595,74 @@ fn predicted_cells_carry_bands_and_compare_says_where_measurements_fell() {
     for c in checked {
         let place = c["band"]["place"].as_str().unwrap();
         assert!(["below", "inside", "above"].contains(&place), "{c}");
+    }
+}
+
+#[test]
+fn speculative_decoding_is_priced_from_an_acceptance_rate() {
+    let dir = temp_dir("predict-speculation");
+    let run = |extra: &[&str], out: &str| {
+        bin()
+            .arg("predict")
+            .arg("--config")
+            .arg(seed_config())
+            .args(SEED_FLAGS)
+            .args(["--contexts", "0", "--concurrency", "1,8"])
+            .args(["--prefill-contexts", "none"])
+            .args(extra)
+            .arg("-o")
+            .arg(dir.join(out))
+            .output()
+            .unwrap()
+    };
+    let mtp = r#"{"method": "mtp", "num_speculative_tokens": 2}"#;
+    stderr_after(&run(&[], "plain"), 0);
+    stderr_after(
+        &run(
+            &["--speculative-config", mtp, "--acceptance-rate", "70%"],
+            "spec",
+        ),
+        0,
+    );
+    stderr_after(&run(&["--speculative-config", mtp], "unpriced"), 0);
+    let tok_s = |out: &str, n: u32| {
+        read_report(&dir.join(out))
+            .decode_cell(Tokens::ZERO, Concurrency::new(n).unwrap())
+            .and_then(|c| c.measurements.clone())
+            .unwrap()
+            .total_tokens_per_s
+    };
+    for n in [1, 8] {
+        let gain = tok_s("spec", n) / tok_s("plain", n);
+        // 1 + 0.7 × 2 = 2.4 tokens a step, for a dearer step.
+        assert!(gain > 1.4 && gain < 2.4, "{n} streams: × {gain:.2}");
+    }
+    let says = |out: &str| read_report(&dir.join(out)).prediction.unwrap().assumptions;
+    assert!(
+        says("spec")
+            .iter()
+            .any(|a| a.contains("2 tokens drafted") && a.contains("2.40 tokens a step")),
+        "{:?}",
+        says("spec")
+    );
+    assert!(says("unpriced").iter().any(|a| a.contains("is not priced")));
+    // Bad rates and lengths, and a rate with nothing drafted, are the user's to fix.
+    for (args, says) in [
+        (
+            vec!["--speculative-config", mtp, "--acceptance-rate", "1.2"],
+            "within 0–1",
+        ),
+        (
+            vec!["--speculative-config", mtp, "--acceptance-length", "4"],
+            "between 1 and 3",
+        ),
+        (
+            vec!["--acceptance-rate", "0.5"],
+            "give --speculative-config",
+        ),
+    ] {
+        let out = run(&args, "bad");
+        let text = stderr_after(&out, 2);
+        assert!(text.contains(says), "{args:?}: {text}");
     }
 }

@@ -181,7 +181,7 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
 fn predict(cost: &CostModel, f: &Figure) -> f64 {
     match *f {
         Figure::Decode { context, n, .. } => {
-            1.0 / cost.decode_step(n, context).total.as_secs_f64().max(1e-12)
+            cost.tokens_per_step() / cost.decode_step(n, context).total.as_secs_f64().max(1e-12)
         }
         Figure::Prefill { prompt, cached, .. } => {
             let mut t = cost.factors.request_overhead_ms * 1e-3;

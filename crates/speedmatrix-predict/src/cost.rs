@@ -276,6 +276,60 @@ pub struct StepTime {
     pub bound: Bound,
 }
 
+/// Speculative decoding as a decode step prices it: the drafter proposes `tokens` tokens a
+/// sequence, one pass each, and the target verifies them and its own next token in one
+/// forward pass of `tokens + 1` query tokens a sequence; a step then emits the accepted
+/// prefix plus the target's token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Speculation {
+    /// Tokens drafted a step (`num_speculative_tokens`).
+    pub tokens: u64,
+    /// Drafted tokens the target accepts, as a share of those drafted: vLLM's "Avg Draft
+    /// acceptance rate" (accepted / drafted tokens, `vllm/v1/spec_decode/metrics.py`).
+    pub acceptance_rate: f64,
+    /// What one drafting pass runs.
+    pub drafter: Drafter,
+}
+
+/// What one drafting pass of speculative decoding runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Drafter {
+    /// Nothing on the GPU (n-gram or suffix lookup).
+    None,
+    /// Decoder layers shaped like the target's and its LM head: MTP layers, or an EAGLE
+    /// head whose config is not known (priced as one layer).
+    TargetLayers {
+        /// Layers a pass runs.
+        layers: u64,
+    },
+    /// A model of its own (an EAGLE, DFlash or draft checkpoint whose config is known).
+    Model {
+        /// Bytes a pass reads on one rank.
+        bytes: f64,
+        /// Multiply-accumulates per token of a pass on one rank.
+        macs_per_token: f64,
+        /// Its decoder layers.
+        layers: u64,
+    },
+}
+
+impl Speculation {
+    /// Tokens a step emits per sequence: vLLM's "Mean acceptance length",
+    /// `1 + acceptance_rate × tokens`.
+    pub fn tokens_per_step(&self) -> f64 {
+        1.0 + self.acceptance_rate * self.tokens as f64
+    }
+
+    /// The acceptance rate that gives a mean acceptance length of `length` with `tokens`
+    /// drafted a step; `None` outside `1 ..= tokens + 1`.
+    pub fn rate_from_length(length: f64, tokens: u64) -> Option<f64> {
+        let k = tokens as f64;
+        (tokens > 0 && length.is_finite() && (1.0..=k + 1.0).contains(&length))
+            .then(|| (length - 1.0) / k)
+    }
+}
+
 /// A model on a machine with factors: step times.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CostModel {
@@ -287,6 +341,8 @@ pub struct CostModel {
     pub factors: Factors,
     /// Prefill chunk (the engine's token budget per step).
     pub chunk: u64,
+    /// Speculative decoding, when it is priced (an acceptance rate is known).
+    pub speculation: Option<Speculation>,
 }
 
 impl CostModel {
@@ -386,23 +442,72 @@ impl CostModel {
         }
     }
 
-    /// One decode step of `batch` sequences at `context` tokens each.
+    /// One decode step of `batch` sequences at `context` tokens each: with speculation, the
+    /// drafter's passes and a verifying pass of `tokens + 1` query tokens a sequence.
     pub fn decode_step(&self, batch: u64, context: u64) -> StepTime {
         let s = &self.shape;
         let p = &s.params;
         let b = batch.max(1) as f64;
-        let weights = p.dense_bytes + s.experts_touched(batch.max(1)) * p.expert_bytes;
+        let queries = self.speculation.map_or(1, |x| x.tokens + 1);
+        let rows = batch.max(1) * queries;
+        let q = rows as f64;
+        let weights = p.dense_bytes + s.experts_touched(rows) * p.expert_bytes;
         let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
             + b * 2.0 * s.state_bytes_per_sequence;
         let compute = self.compute_time(
-            batch,
-            b * 2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token),
-            b * s.attention_flops(context),
+            rows,
+            q * 2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token),
+            q * s.attention_flops(context),
         );
         let overhead = self.fixed_step_s()
             + b * self.factors.sequence_overhead_us * 1e-6
-            + self.communication(batch.max(1));
-        self.step(weights, cache, compute, overhead)
+            + self.communication(rows);
+        let target = self.step(weights, cache, compute, overhead);
+        match self.speculation {
+            Some(x) if x.tokens > 0 => self.with_drafter(target, &x, b),
+            _ => target,
+        }
+    }
+
+    /// `target` plus the drafter's `tokens` passes over `b` sequences, each reading the
+    /// drafter's weights and computing its products, and paying its layers' fixed time.
+    fn with_drafter(&self, target: StepTime, x: &Speculation, b: f64) -> StepTime {
+        let p = &self.shape.params;
+        let (bytes, macs, layers) = match x.drafter {
+            Drafter::None => return target,
+            Drafter::TargetLayers { layers } => {
+                let share = layers as f64 / self.shape.layers.max(1) as f64;
+                let routed = self.shape.experts_touched(b.max(1.0) as u64) * p.expert_bytes;
+                (
+                    share * (p.dense_bytes - p.lm_head_bytes + routed) + p.lm_head_bytes,
+                    share * p.decoder_macs_per_token + p.lm_head_macs_per_token,
+                    layers,
+                )
+            }
+            Drafter::Model {
+                bytes,
+                macs_per_token,
+                layers,
+            } => (bytes, macs_per_token, layers),
+        };
+        let passes = x.tokens as f64;
+        let memory = passes * bytes / self.bandwidth();
+        let compute = passes * b * 2.0 * macs / self.flops();
+        let overhead = passes * layers as f64 * self.factors.layer_overhead_us * 1e-6;
+        let add = |a: Duration, s: f64| a + secs(s);
+        let drafter = memory.max(compute) + overhead;
+        StepTime {
+            total: add(target.total, drafter),
+            memory: add(target.memory, memory),
+            compute: add(target.compute, compute),
+            overhead: add(target.overhead, overhead),
+            bound: target.bound,
+        }
+    }
+
+    /// Tokens a decode step emits per sequence (1 without speculation).
+    pub fn tokens_per_step(&self) -> f64 {
+        self.speculation.map_or(1.0, |x| x.tokens_per_step())
     }
 
     /// One prefill chunk of `tokens` new tokens after `cached` ones, the

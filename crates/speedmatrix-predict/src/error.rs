@@ -21,6 +21,9 @@ pub enum PredictError {
     /// A factors file did not parse or holds an impossible value.
     #[error("efficiency factors: {0}")]
     Factors(String),
+    /// Speculative decoding could not be priced.
+    #[error("speculative decoding: {0}")]
+    Speculation(String),
     /// A calibration could not be fitted.
     #[error("calibration: {0}")]
     Calibration(String),

@@ -43,12 +43,12 @@ mod matrix;
 mod shape;
 
 use serde::Deserialize;
-use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags, batch_defaults};
+use speedmatrix_capacity::{Gpu, ModelConfig, SpeculativeMethod, VllmFlags, batch_defaults};
 
 pub use crate::calibrate::{
     DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
-pub use crate::cost::{Bound, CostModel, Factors, Machine, StepTime};
+pub use crate::cost::{Bound, CostModel, Drafter, Factors, Machine, Speculation, StepTime};
 pub use crate::error::PredictError;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
 pub use crate::shape::{AttentionGroup, ModelShape};
@@ -241,6 +241,58 @@ impl CostModel {
             machine: Machine::new(gpu, model, flags.tensor_parallel_size)?,
             factors,
             chunk,
+            speculation: None,
         })
+    }
+
+    /// This model with `flags`' speculative decoding priced at `acceptance_rate` (vLLM's
+    /// "Avg Draft acceptance rate": accepted / drafted tokens, 0–1). The drafter is `model`'s
+    /// own MTP layers, the drafter config in `flags` (EAGLE, DFlash, draft model), nothing
+    /// for n-gram lookup, or else one layer shaped like the target's (say so).
+    ///
+    /// # Errors
+    /// [`PredictError::Speculation`] when `flags` draft no tokens or the rate is not in
+    /// `[0, 1]`.
+    pub fn speculate(
+        mut self,
+        model: &ModelConfig,
+        flags: &VllmFlags,
+        acceptance_rate: f64,
+    ) -> Result<CostModel, PredictError> {
+        let tokens = flags.num_speculative_tokens;
+        if tokens == 0 {
+            return Err(PredictError::Speculation(
+                "no speculative tokens: give --speculative-config (or --num-speculative-tokens)"
+                    .into(),
+            ));
+        }
+        if !(acceptance_rate.is_finite() && (0.0..=1.0).contains(&acceptance_rate)) {
+            return Err(PredictError::Speculation(format!(
+                "acceptance rate {acceptance_rate} is not a share of drafted tokens in [0, 1]"
+            )));
+        }
+        let tp = flags.tensor_parallel_size.max(1);
+        let drafter = match (&flags.speculative_method, &flags.draft_model) {
+            (Some(SpeculativeMethod::NoDrafter), _) => Drafter::None,
+            (Some(SpeculativeMethod::Mtp) | None, _) => Drafter::TargetLayers {
+                layers: model.mtp_layers.max(1),
+            },
+            (_, Some(draft)) => {
+                let p = draft.parameter_split(tp);
+                let routed = p.expert_bytes * p.experts_per_token as f64;
+                Drafter::Model {
+                    bytes: p.dense_bytes + routed,
+                    macs_per_token: p.decoder_macs_per_token + p.lm_head_macs_per_token,
+                    layers: draft.layers.len() as u64,
+                }
+            }
+            (_, None) => Drafter::TargetLayers { layers: 1 },
+        };
+        self.speculation = Some(Speculation {
+            tokens,
+            acceptance_rate,
+            drafter,
+        });
+        Ok(self)
     }
 }

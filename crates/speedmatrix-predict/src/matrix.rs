@@ -48,7 +48,8 @@ pub struct DecodeEstimate {
     pub total_tokens_per_s: f64,
     /// Per stream.
     pub per_request_tokens_per_s: f64,
-    /// Mean step time over the window: the time between a stream's tokens.
+    /// Mean time between a stream's tokens over the window (a step's time without
+    /// speculation; with it, the step's time over the tokens it emits).
     pub time_between_tokens: Duration,
     /// A warm request's time to first token joining the others.
     pub ttft: Duration,
@@ -75,11 +76,14 @@ impl CostModel {
         // Long windows of fast steps: sample every k-th step (the context
         // changes by one token a step, the step time barely at all).
         let stride = 8u64;
+        // With speculation a step emits several tokens a stream: time is kept per token.
+        let per_step = self.tokens_per_step();
         while t < limit && steps < 50_000_000 {
-            let step = self
+            let step = (self
                 .decode_step(batch, start + generated)
                 .total
                 .as_secs_f64()
+                / per_step)
                 .max(1e-9);
             let k = stride.min(cap - generated).max(1);
             let take = ((limit - t) / step).ceil().max(1.0) as u64;

@@ -18,6 +18,12 @@ mod timeline;
 ///
 /// Every string from a server or a user is HTML-escaped.
 pub fn to_html(report: &Report) -> String {
+    to_html_with(report, &|_: &mut String| {})
+}
+
+/// [`to_html`] with `extra` writing a section of its own after the run's facts (a
+/// comparison's, say).
+pub(crate) fn to_html_with(report: &Report, extra: &dyn Fn(&mut String)) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let headline = page::headline(report);
     let _ = write!(
@@ -46,6 +52,7 @@ pub fn to_html(report: &Report) -> String {
         out.push_str("</ul>\n</section>\n");
     }
     facts(&mut out, report);
+    extra(&mut out);
     charts(&mut out, report);
     launch_command(&mut out, report);
     tables(&mut out, report);
@@ -332,13 +339,13 @@ fn cell_series(out: &mut String, report: &Report) {
 }
 
 /// One table cell: text (a `\n` becomes a line break) and a CSS class.
-struct Cell {
-    text: String,
-    class: &'static str,
+pub(crate) struct Cell {
+    pub(crate) text: String,
+    pub(crate) class: &'static str,
 }
 
 impl Cell {
-    fn text(text: String) -> Cell {
+    pub(crate) fn text(text: String) -> Cell {
         Cell { text, class: "" }
     }
 }
@@ -349,7 +356,7 @@ fn table(out: &mut String, title: &str, header: &[&str], rows: &[Vec<Cell>]) {
     out.push_str("</section>\n");
 }
 
-fn table_body(out: &mut String, header: &[&str], rows: &[Vec<Cell>]) {
+pub(crate) fn table_body(out: &mut String, header: &[&str], rows: &[Vec<Cell>]) {
     out.push_str("<div class=\"scroll\">\n<table>\n<thead><tr>");
     for h in header {
         let _ = write!(out, "<th>{}</th>", esc(h));
@@ -451,6 +458,8 @@ th:first-child, td:first-child { text-align: left; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td.over-capacity, td.skipped { color: var(--muted); }
 td.error { color: #b42318; }
+td.inside { color: #1a7f37; }
+td.outside { color: #b42318; font-weight: 600; }
 .dense { margin-top: 12px; }
 .dense + .caption { margin-top: 8px; }
 .dense table { font-size: 12px; }

@@ -26,8 +26,8 @@ pub struct PredictInputs {
     pub model_name: String,
     /// The GPU.
     pub gpu: Gpu,
-    /// The engine: its KV rules decide the grid, its factors the speed (llama.cpp has its
-    /// own; every other engine uses vLLM's).
+    /// The engine: its KV rules decide the grid, its family's factors the speed (llama.cpp's
+    /// for llama.cpp and Ollama, SGLang's own, vLLM's for the rest).
     pub engine: Engine,
     /// The engine's flags, for the grid.
     pub flags: EngineFlags,
@@ -47,6 +47,10 @@ pub struct PredictInputs {
     pub gguf_type: Option<String>,
     /// The efficiency factors.
     pub factors: FactorsFile,
+    /// Speculative decoding's acceptance rate (accepted / drafted tokens, vLLM's "Avg Draft
+    /// acceptance rate"): when set, `vllm_flags`' speculation is priced (see
+    /// [`CostModel::speculate`]).
+    pub acceptance_rate: Option<f64>,
     /// A measured (partial) run of the same model on the same GPU and engine: the family's
     /// factors are calibrated on its cells before the rest is predicted.
     pub calibrate_from: Option<MeasuredRun>,
@@ -116,7 +120,8 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
         speedmatrix_capacity::capacity_grid(Some(&capacity), None, ServerLimits::default(), &spec)
             .map_err(|e| bad(e.to_string()))?;
     let family = match inputs.engine {
-        Engine::LlamaCpp => "llamacpp",
+        // Ollama serves through llama.cpp's ggml kernels.
+        Engine::LlamaCpp | Engine::Ollama => "llamacpp",
         Engine::Sglang => "sglang",
         _ => "vllm",
     };
@@ -137,6 +142,11 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
     }
     if inputs.engine == Engine::LlamaCpp {
         cost.chunk = 512;
+    }
+    if let Some(rate) = inputs.acceptance_rate {
+        cost = cost
+            .speculate(&inputs.model, &inputs.vllm_flags, rate)
+            .map_err(|e| bad(e.to_string()))?;
     }
     let mut set = set.clone();
     let calibration = match &inputs.calibrate_from {

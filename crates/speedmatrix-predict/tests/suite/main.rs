@@ -3,3 +3,4 @@
 
 mod properties;
 mod seed;
+mod speculation;

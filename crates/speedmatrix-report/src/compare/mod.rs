@@ -23,6 +23,7 @@ use crate::model::{CellStatus, LoadKind, Report};
 use crate::page;
 
 mod build;
+mod html;
 mod text;
 
 pub use build::{compare, compare_metrics};
@@ -94,6 +95,19 @@ pub enum Section {
     Rate,
     /// A cell of multi-turn conversations (TTFT over every turn).
     Conversation,
+}
+
+impl Section {
+    /// The phase as rows show it: `Prefill`, `Sustained decode`, `Burst`, ….
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Prefill => "Prefill",
+            Section::Decode => "Sustained decode",
+            Section::Burst => "Burst",
+            Section::Rate => "Open-loop rate",
+            Section::Conversation => "Conversations",
+        }
+    }
 }
 
 /// Which figures a comparison judges (`--metric`).

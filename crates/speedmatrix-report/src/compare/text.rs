@@ -132,13 +132,7 @@ fn row_cells(cell: &CellComparison) -> Vec<String> {
         None => verdict,
     };
     vec![
-        match cell.section {
-            Section::Prefill => "Prefill".to_owned(),
-            Section::Decode => "Sustained decode".to_owned(),
-            Section::Burst => "Burst".to_owned(),
-            Section::Rate => "Open-loop rate".to_owned(),
-            Section::Conversation => "Conversations".to_owned(),
-        },
+        cell.section.name().to_owned(),
         cell.context.to_string(),
         match cell.rate_per_s {
             Some(r) => format!("{r}/s"),

@@ -725,3 +725,35 @@ fn an_interference_probe_renders_as_prefill_under_load() {
     assert!(html.contains("first token after 2,480.0 ms"));
     report.validate().unwrap();
 }
+
+#[test]
+fn a_comparison_sits_on_run_bs_page_well_formed() {
+    let a = common::seed();
+    let mut b = common::seed();
+    let cell = b
+        .decode
+        .iter_mut()
+        .find(|c| c.measurements.is_some())
+        .unwrap();
+    let m = cell.measurements.as_mut().unwrap();
+    m.total_tokens_per_s *= 0.8;
+    m.output_tokens =
+        speedmatrix_units::Tokens::new((m.total_tokens_per_s * m.measured_s).round() as u64);
+    let comparison = speedmatrix_report::compare(&a, &b, speedmatrix_report::Threshold::DEFAULT);
+    let html = comparison.to_html(&b);
+    let (elements, text) = parse_strict(&html);
+    assert!(text.contains("Against run A"), "the comparison's section");
+    assert!(
+        text.contains("1 regressed"),
+        "its summary counts the slower cell"
+    );
+    assert!(
+        elements
+            .iter()
+            .any(|e| e.name == "td" && e.attr("class") == Some("outside")),
+        "the regressed cell is marked"
+    );
+    // The rest of B's page is still there, after the comparison.
+    let at = |needle: &str| html.find(needle).unwrap();
+    assert!(at("Against run A") < at("Sustained decode matrix"));
+}

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule};
+use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule, SpeculativeMethod};
 use speedmatrix_predict::{
-    CostModel, DecodeEstimate, EngineFactors, PrefillEstimate, RigCalibration,
+    CostModel, DecodeEstimate, Drafter, EngineFactors, PrefillEstimate, RigCalibration,
 };
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
@@ -225,6 +225,51 @@ fn decode_band(s: &Sources<'_>, e: &DecodeEstimate) -> Option<PredictionBand> {
 /// The probability a predicted band holds the measurement.
 const BAND_LEVEL: f64 = 0.8;
 
+/// How speculative decoding was priced, or that it was not.
+fn speculation_line(s: &Sources<'_>) -> Option<String> {
+    let drafted = s.inputs.vllm_flags.num_speculative_tokens;
+    let Some(x) = s.cost.speculation else {
+        return (drafted > 0).then(|| {
+            format!(
+                "Speculative decoding ({drafted} tokens drafted a step) is not priced: each \
+                 decode step is one token a stream. Give --acceptance-rate (vLLM's \
+                 \"Avg Draft acceptance rate\") to price it."
+            )
+        });
+    };
+    let drafter = match x.drafter {
+        Drafter::None => "no drafter on the GPU (n-gram lookup)".to_owned(),
+        Drafter::TargetLayers { layers }
+            if s.inputs.vllm_flags.draft_model.is_none()
+                && !matches!(
+                    s.inputs.vllm_flags.speculative_method,
+                    Some(SpeculativeMethod::Mtp) | None
+                ) =>
+        {
+            format!(
+                "the drafter's config was not given (--draft-config): each pass priced as \
+                 {layers} layer shaped like the model's and its LM head"
+            )
+        }
+        Drafter::TargetLayers { layers } => {
+            format!("the model's own {layers} MTP layer(s) and its LM head a pass")
+        }
+        Drafter::Model { bytes, layers, .. } => format!(
+            "the drafter's own {layers} layer(s), {:.2} GB a pass per rank",
+            bytes / 1e9
+        ),
+    };
+    Some(format!(
+        "Speculative decoding: {} tokens drafted a step by {drafter}; the model verifies them \
+         in one pass of {} tokens a stream; {:.0} % accepted gives {:.2} tokens a step a stream \
+         (vLLM's mean acceptance length). The drafter's own KV reads are not priced.",
+        x.tokens,
+        x.tokens + 1,
+        x.acceptance_rate * 100.0,
+        x.tokens_per_step()
+    ))
+}
+
 fn assumptions(s: &Sources<'_>) -> Vec<String> {
     let (cost, gpu, engine) = (s.cost, &s.inputs.gpu, s.inputs.engine);
     let m = &cost.machine;
@@ -256,10 +301,17 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
             "The grid: speedmatrix capacity's prediction for {engine} ({} tokens of KV cache).",
             s.grid.pool_tokens
         ),
-        "Not modelled: speculative decoding, CPU offload, pipeline parallelism, enforce-eager, \
-         queueing past max_num_seqs."
-            .to_owned(),
+        format!(
+            "Not modelled: {}CPU offload, pipeline parallelism, enforce-eager, queueing past \
+             max_num_seqs.",
+            if cost.speculation.is_some() {
+                ""
+            } else {
+                "speculative decoding, "
+            }
+        ),
     ];
+    assumptions.extend(speculation_line(s));
     let bands = &s.factors.bands;
     let calibrated = s.calibration.map(|(c, _)| c.bands).unwrap_or_default();
     if let Some((cal, run)) = s.calibration {

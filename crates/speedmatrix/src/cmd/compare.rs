@@ -34,6 +34,12 @@ pub(crate) struct Args {
     /// the judgement) instead of Markdown.
     #[arg(long)]
     json: bool,
+    /// Write run B's HTML page (as `speedmatrix report --format html` draws it) with the
+    /// comparison as a section beside its tables: when A is a prediction, the predicted
+    /// figure, its 80 % band, the error and where the measurement fell for every measured
+    /// cell; otherwise A's figure, B/A with its interval and the verdict.
+    #[arg(long, conflicts_with = "json")]
+    html: bool,
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -48,8 +54,10 @@ pub(crate) struct Args {
 
 /// Runs `speedmatrix compare`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (comparison, code) = execute(&args)?;
-    let text = if args.json {
+    let (comparison, code, b) = execute(&args)?;
+    let text = if args.html {
+        comparison.to_html(&b)
+    } else if args.json {
         let mut json = serde_json::to_string_pretty(&comparison)
             .map_err(|e| anyhow::anyhow!("could not write the comparison as JSON: {e}"))?;
         json.push('\n');
@@ -73,7 +81,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-fn execute(args: &Args) -> anyhow::Result<(Comparison, ExitCode)> {
+fn execute(args: &Args) -> anyhow::Result<(Comparison, ExitCode, speedmatrix_report::Report)> {
     let a = load(&args.a)?;
     let b = load(&args.b)?;
     if let Some(diff) = speedmatrix_report::workload_difference(&a, &b)
@@ -93,7 +101,7 @@ fn execute(args: &Args) -> anyhow::Result<(Comparison, ExitCode)> {
     } else {
         ExitCode::SUCCESS
     };
-    Ok((comparison, code))
+    Ok((comparison, code, b))
 }
 
 #[cfg(test)]
@@ -129,6 +137,7 @@ mod tests {
             fail_on_regression: fail.map(|f| f.parse().unwrap()),
             metric: MetricChoice::All,
             json: false,
+            html: false,
             output: None,
             force: false,
             allow_different_workloads: false,
@@ -138,12 +147,12 @@ mod tests {
     #[test]
     fn exit_code_follows_fail_on_regression() {
         let b = slower_seed();
-        let (c, code) = execute(&args(b.clone(), "5%", None)).unwrap();
+        let (c, code, _) = execute(&args(b.clone(), "5%", None)).unwrap();
         assert_eq!(c.regressions().count(), 1);
         assert_eq!(code, ExitCode::SUCCESS, "flagging alone does not fail");
-        let (_, code) = execute(&args(b.clone(), "5%", Some("5%"))).unwrap();
+        let (_, code, _) = execute(&args(b.clone(), "5%", Some("5%"))).unwrap();
         assert_eq!(code, ExitCode::FAILURE);
-        let (c, code) = execute(&args(b.clone(), "5%", Some("15%"))).unwrap();
+        let (c, code, _) = execute(&args(b.clone(), "5%", Some("15%"))).unwrap();
         assert_eq!((c.regressions().count(), code), (0, ExitCode::SUCCESS));
         std::fs::remove_file(b).unwrap();
     }

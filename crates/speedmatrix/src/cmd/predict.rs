@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use speedmatrix_capacity::{EngineFlags, ModelConfig, VllmFlags};
-use speedmatrix_predict::{CostModel, FactorsFile};
+use speedmatrix_predict::{CostModel, FactorsFile, Speculation};
 use speedmatrix_report::Report;
 use speedmatrix_runner::limits;
 use speedmatrix_runner::options::{ContextOrNone, EngineOptions, HostFacts, RunOptions};
@@ -29,8 +29,9 @@ pub(crate) struct Args {
     /// The model's name in the report (default: the config's folder name).
     #[arg(long, value_name = "NAME")]
     model: Option<String>,
-    /// Inference engine: its KV rules decide the grid, its fitted factors the speed
-    /// (llama.cpp has its own; SGLang uses vLLM's).
+    /// Inference engine: its KV rules decide the grid, its family's fitted factors the speed
+    /// (vLLM's for vLLM and TGI, SGLang's own, llama.cpp's for llama.cpp and Ollama, which
+    /// runs llama.cpp's kernels).
     #[arg(long, value_enum, default_value = "vllm")]
     engine: Engine,
     /// Decode contexts (rows).
@@ -63,6 +64,17 @@ pub(crate) struct Args {
     /// them, each figure with a band from leaving each measured figure out in turn.
     #[arg(long, value_name = "RUN")]
     calibrate_from: Option<PathBuf>,
+    /// Price speculative decoding (--speculative-config) at this acceptance rate: the share
+    /// of drafted tokens the model accepts, as vLLM's "Avg Draft acceptance rate" prints it
+    /// (0.62 or 62%). Each decode step then runs the drafter's passes and one verifying pass
+    /// of k + 1 tokens a stream and emits 1 + rate × k tokens a stream. Without it (or
+    /// --acceptance-length) a speculating server's decode is priced a token a step.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    acceptance_rate: Option<f64>,
+    /// The same as vLLM's "Mean acceptance length": tokens a step emits a stream, from 1
+    /// (nothing accepted) to k + 1 (every drafted token accepted).
+    #[arg(long, value_name = "TOKENS", conflicts_with = "acceptance_rate")]
+    acceptance_length: Option<f64>,
     /// Where to write run.json, report.md, report.html and measurements.csv.
     #[arg(short, long, value_name = "DIR", default_value = "predicted")]
     out: PathBuf,
@@ -143,6 +155,28 @@ fn inputs(args: &Args) -> anyhow::Result<PredictInputs> {
         }
         None => FactorsFile::builtin()?,
     };
+    let drafted = vllm_flags.num_speculative_tokens;
+    let acceptance_rate = match (args.acceptance_rate, args.acceptance_length) {
+        (None, None) => None,
+        _ if drafted == 0 => {
+            return Err(UsageError(
+                "--acceptance-rate and --acceptance-length price speculative decoding: give \
+                 --speculative-config (or --num-speculative-tokens) too"
+                    .into(),
+            )
+            .into());
+        }
+        (Some(rate), _) => Some(rate),
+        (None, Some(length)) => Some(Speculation::rate_from_length(length, drafted).ok_or_else(
+            || {
+                UsageError(format!(
+                    "--acceptance-length {length}: with {drafted} drafted tokens a step it \
+                     lies between 1 and {}",
+                    drafted + 1
+                ))
+            },
+        )?),
+    };
     let model_name = args.model.clone().unwrap_or_else(|| {
         args.config
             .parent()
@@ -166,6 +200,7 @@ fn inputs(args: &Args) -> anyhow::Result<PredictInputs> {
         window: args.duration,
         gguf_type: args.gguf_type.clone(),
         factors,
+        acceptance_rate,
         calibrate_from: match &args.calibrate_from {
             Some(path) => {
                 let file = if path.is_dir() {
@@ -181,6 +216,24 @@ fn inputs(args: &Args) -> anyhow::Result<PredictInputs> {
             None => None,
         },
     })
+}
+
+/// An acceptance rate: a share (`0.62`) or a percentage (`62%`), within 0–1.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, scale) = match t.strip_suffix('%') {
+        Some(n) => (n.trim(), 100.0),
+        None => (t, 1.0),
+    };
+    let v = number
+        .parse::<f64>()
+        .map_err(|_| format!("`{text}` is not a share (0.62) or a percentage (62%)"))?
+        / scale;
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("`{text}` is not within 0–1 (0 %–100 %)"))
+    }
 }
 
 /// The same matrix, measured by the real runner on the prediction's profile.
