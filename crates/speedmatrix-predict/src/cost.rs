@@ -370,14 +370,22 @@ impl CostModel {
     }
 
     /// Time of a step's matrix products for `tokens` tokens: the non-expert and LM-head
-    /// FLOPs at the dense efficiency, the routed experts' at the grouped-GEMM efficiency of
-    /// `tokens · k / E` rows per expert, attention at its own.
-    fn compute_time(&self, tokens: u64, dense_flops: f64, attention_flops: f64) -> f64 {
+    /// FLOPs at the dense efficiency, the routed experts' (in a prefill chunk, `grouped`) at
+    /// the grouped-GEMM efficiency of `tokens · k / E` rows per expert, attention at its own.
+    /// A decode step's few rows per expert run as matrix-vector products bound by the
+    /// experts' reads, which the memory time already prices.
+    fn compute_time(
+        &self,
+        tokens: u64,
+        dense_flops: f64,
+        attention_flops: f64,
+        grouped: bool,
+    ) -> f64 {
         let p = &self.shape.params;
         let n = tokens.max(1) as f64;
         let expert_flops = n * 2.0 * p.experts_per_token as f64 * p.expert_params;
         let dense_flops = (dense_flops - expert_flops).max(0.0);
-        let grouped = if p.num_experts == 0 || self.factors.moe_half_tokens <= 0.0 {
+        let grouped = if !grouped || p.num_experts == 0 || self.factors.moe_half_tokens <= 0.0 {
             1.0
         } else {
             let per_expert = n * p.experts_per_token as f64 / p.num_experts as f64;
@@ -458,6 +466,7 @@ impl CostModel {
             rows,
             q * 2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token),
             q * s.attention_flops(context),
+            false,
         );
         let overhead = self.fixed_step_s()
             + b * self.factors.sequence_overhead_us * 1e-6
@@ -529,6 +538,7 @@ impl CostModel {
             tokens,
             n * 2.0 * p.decoder_macs_per_token + head,
             n * s.attention_flops(mid),
+            true,
         );
         let overhead = self.fixed_step_s() + self.communication(tokens);
         self.step(weights, cache, compute, overhead)

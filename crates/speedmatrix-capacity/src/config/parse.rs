@@ -314,10 +314,15 @@ pub(super) fn layer_kinds(
         value: n.to_string(),
         why: "too large",
     })?;
-    if let Some(types) = f
-        .value(&["layer_types", "layers_block_type", "block_types"])
-        .and_then(Value::as_array)
-    {
+    if let Some(types) = f.value(&["layer_types", "layers_block_type", "block_types"]) {
+        // A description in place of the list would otherwise be read as no list at all,
+        // and every layer priced by the fallbacks below.
+        let types = types.as_array().ok_or_else(|| CapacityError::BadField {
+            field: "layer_types",
+            value: types.to_string().chars().take(80).collect(),
+            why: "expected a list with one kind per layer (\"full_attention\", \
+                  \"sliding_attention\", \"linear_attention\", …)",
+        })?;
         let kinds = types
             .iter()
             .map(|t| layer_kind_from_name(t.as_str().unwrap_or_default(), window))
@@ -325,6 +330,17 @@ pub(super) fn layer_kinds(
         return fit_len(kinds, n_usize, "layer_types");
     }
     if let Some(pattern) = f.str(&["hybrid_override_pattern"]) {
+        // vLLM's nemotron_h.py: M Mamba2, * attention, - MLP, E MoE; nothing else.
+        if let Some(c) = pattern
+            .chars()
+            .find(|c| !matches!(c, 'M' | '*' | '-' | 'E'))
+        {
+            return Err(CapacityError::BadField {
+                field: "hybrid_override_pattern",
+                value: format!("{c:?} in {}", pattern.chars().take(80).collect::<String>()),
+                why: "one character per layer: M (Mamba2), * (attention), - (MLP) or E (MoE)",
+            });
+        }
         let kinds = pattern
             .chars()
             .map(|c| match c {

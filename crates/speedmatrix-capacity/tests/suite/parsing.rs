@@ -145,6 +145,21 @@ fn bad_input_is_a_typed_error_not_a_panic() {
         ),
         Err(CapacityError::BadField { .. })
     ));
+    // A description where the list belongs, or a note inside a hybrid pattern, is refused
+    // rather than read as "no list" (every layer would then be priced as sliding).
+    for bad in [
+        r#""sliding_window": 128, "layer_types": "alternating sliding / full""#,
+        r#""hybrid_override_pattern": "M*M*-E (M=Mamba2)""#,
+    ] {
+        let text = format!(
+            r#"{{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 1, {bad}}}"#
+        );
+        let err = ModelConfig::from_json(&text).unwrap_err();
+        assert!(
+            matches!(err, CapacityError::BadField { .. }),
+            "{bad}: {err}"
+        );
+    }
     assert!(matches!(
         Gpu::lookup("tpu-v9"),
         Err(CapacityError::UnknownGpu(_))
