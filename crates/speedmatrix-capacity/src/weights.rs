@@ -285,16 +285,26 @@ impl ModelConfig {
         let has_mlp = !self.separate_mlp_layers || matches!(kind, LayerKind::NoCache);
         if has_mlp {
             let h = self.hidden_size;
+            let matrices = if self.gated_mlp { 3 } else { 2 };
             match self.moe {
-                Some(moe) if index >= moe.first_dense_layers => {
+                Some(moe)
+                    if index >= moe.first_dense_layers
+                        && (index + 1).is_multiple_of(moe.interleave_step.max(1)) =>
+                {
+                    // Latent experts work in `latent` wide, behind a projection each way.
+                    let width = moe.latent_size.unwrap_or(h);
                     parts.push((
                         Part::Experts,
-                        moe.num_experts * 3 * h * moe.expert_intermediate,
+                        moe.num_experts * matrices * width * moe.expert_intermediate,
                     ));
-                    parts.push((Part::SharedExperts, 3 * h * moe.shared_intermediate));
+                    let projections = moe.latent_size.map_or(0, |l| 2 * h * l);
+                    parts.push((
+                        Part::SharedExperts,
+                        matrices * h * moe.shared_intermediate + projections,
+                    ));
                     parts.push((Part::Router, h * moe.num_experts));
                 }
-                _ => parts.push((Part::Mlp, 3 * h * self.intermediate_size)),
+                _ => parts.push((Part::Mlp, matrices * h * self.intermediate_size)),
             }
         }
         parts

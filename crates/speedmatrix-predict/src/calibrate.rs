@@ -211,7 +211,7 @@ struct Posterior<'a> {
     protocol: DecodeProtocol,
 }
 
-impl CostFunction for Posterior<'_> {
+impl CostFunction for &Posterior<'_> {
     type Param = Vec<f64>;
     type Output = f64;
 
@@ -244,33 +244,49 @@ fn fit(
 ) -> Result<Factors, PredictError> {
     let prior = cost.factors;
     let x0 = to_params(&prior);
-    let simplex: Vec<Vec<f64>> = std::iter::once(x0.clone())
-        .chain((0..x0.len()).map(|i| {
-            let mut v = x0.clone();
-            v[i] += 0.3;
-            v
-        }))
-        .collect();
-    let solver = NelderMead::new(simplex)
-        .with_sd_tolerance(1e-6)
-        .map_err(|e| PredictError::Calibration(e.to_string()))?;
     let problem = Posterior {
         cost: std::cell::RefCell::new(cost.clone()),
         prior,
-        prior_params: x0,
+        prior_params: x0.clone(),
         observed,
         protocol: *protocol,
     };
-    let result = Executor::new(problem, solver)
-        .configure(|s| s.max_iters(1_500))
-        .run()
-        .map_err(|e| PredictError::Calibration(e.to_string()))?;
-    let best = result
-        .state
-        .best_param
-        .ok_or_else(|| PredictError::Calibration("the fit found no parameters".into()))?;
+    let bad = |e: argmin::core::Error| PredictError::Calibration(e.to_string());
+    // Nelder–Mead stalls in eight dimensions: restart it from its best point with a fresh
+    // simplex until a round no longer lowers the posterior (a few rounds at most).
+    let (mut best, mut loss) = (x0.clone(), (&problem).cost(&x0).map_err(bad)?);
+    for _ in 0..ROUNDS {
+        let simplex: Vec<Vec<f64>> = std::iter::once(best.clone())
+            .chain((0..best.len()).map(|i| {
+                let mut v = best.clone();
+                v[i] += 0.3;
+                v
+            }))
+            .collect();
+        let solver = NelderMead::new(simplex)
+            .with_sd_tolerance(1e-6)
+            .map_err(bad)?;
+        let result = Executor::new(&problem, solver)
+            .configure(|s| s.max_iters(1_500))
+            .run()
+            .map_err(bad)?;
+        let round = result
+            .state
+            .best_param
+            .ok_or_else(|| PredictError::Calibration("the fit found no parameters".into()))?;
+        let improved = result.state.best_cost < loss - 1e-6;
+        if result.state.best_cost < loss {
+            (best, loss) = (round, result.state.best_cost);
+        }
+        if !improved {
+            break;
+        }
+    }
     Ok(from_params(&prior, &best))
 }
+
+/// Most Nelder–Mead rounds a calibration runs.
+const ROUNDS: usize = 4;
 
 /// Calibrates `cost`'s factors (the family's, as the prior) on the measured `observed`
 /// figures of one rig run under `protocol`.

@@ -137,6 +137,12 @@ pub struct MoeShape {
     pub first_dense_layers: u64,
     /// Experts each token is routed to (`num_experts_per_tok`).
     pub experts_per_token: u64,
+    /// Every how many layers one is MoE (`interleave_moe_layer_step`, Llama 4 Maverick: 2;
+    /// the others use a dense MLP of `ModelConfig::intermediate_size`); 1: every layer.
+    pub interleave_step: u64,
+    /// The experts' width when they work in a latent space (`moe_latent_size`, Nemotron 3
+    /// Super): a projection from the hidden size into it and one back, per MoE layer.
+    pub latent_size: Option<u64>,
 }
 
 /// How the checkpoint's linear weights are stored.
@@ -266,6 +272,9 @@ pub struct ModelConfig {
     /// Each layer has one mixer only and MLPs are their own `NoCache` layers
     /// (`hybrid_override_pattern` models); otherwise every layer has an MLP.
     pub separate_mlp_layers: bool,
+    /// MLPs and experts are gated (gate, up and down matrices, SwiGLU and kin); Nemotron-H's
+    /// squared-ReLU MLPs and experts have up and down only (vLLM `nemotron_h.py`).
+    pub gated_mlp: bool,
 }
 
 impl ModelConfig {

@@ -181,10 +181,17 @@ pub(super) fn parse(
         mamba,
         ssm_dtype,
         vocab_size: f.u64(&["vocab_size", "padded_vocab_size"]).unwrap_or(0),
+        // Llama 4: `intermediate_size` is an expert's, `intermediate_size_mlp` the dense
+        // layers'.
         intermediate_size: f
-            .u64(&["intermediate_size", "ffn_hidden_size", "n_inner"])
+            .u64(&[
+                "intermediate_size_mlp",
+                "intermediate_size",
+                "ffn_hidden_size",
+                "n_inner",
+            ])
             .unwrap_or(4 * hidden_size),
-        moe: moe_shape(f),
+        moe: moe_shape(f, model_type),
         tie_word_embeddings: f.bool(&["tie_word_embeddings"]).unwrap_or(false),
         attn_output_gate: f.bool(&["attn_output_gate"]).unwrap_or(false),
         max_position_embeddings: f.u64(&[
@@ -201,6 +208,7 @@ pub(super) fn parse(
             .unwrap_or(0),
         vision: vision_shape(outer),
         separate_mlp_layers: f.str(&["hybrid_override_pattern"]).is_some(),
+        gated_mlp: model_type != "nemotron_h",
     };
     check_envelope(&model)?;
     Ok(model)
@@ -256,6 +264,8 @@ pub(super) fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
             ("shared_expert_intermediate_size", x.shared_intermediate, 16),
             ("first_k_dense_replace", x.first_dense_layers, 11),
             ("num_experts_per_tok", x.experts_per_token, 10),
+            ("interleave_moe_layer_step", x.interleave_step, 11),
+            ("moe_latent_size", x.latent_size.unwrap_or(0), 17),
         ]);
     }
     if let Some(x) = &m.vision {
@@ -505,7 +515,7 @@ pub(super) fn mamba_shape(f: &Fields<'_>, hidden: u64) -> Option<Mamba2Shape> {
     })
 }
 
-pub(super) fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
+pub(super) fn moe_shape(f: &Fields<'_>, model_type: &str) -> Option<MoeShape> {
     let num_experts = f
         .u64(&[
             "num_experts",
@@ -519,11 +529,17 @@ pub(super) fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
         "expert_intermediate_size",
         "intermediate_size",
     ])?;
+    // Llama 4 has one shared expert of an expert's width in every MoE layer, with no
+    // field saying so (HF `Llama4TextMoe.shared_expert`).
+    let implied_shared = u64::from(model_type.starts_with("llama4"));
     let shared = f
-        .u64(&["shared_expert_intermediate_size"])
+        .u64(&[
+            "shared_expert_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+        ])
         .unwrap_or_else(|| {
             f.u64(&["n_shared_experts", "num_shared_experts"])
-                .unwrap_or(0)
+                .unwrap_or(implied_shared)
                 * expert_intermediate
         });
     Some(MoeShape {
@@ -534,6 +550,11 @@ pub(super) fn moe_shape(f: &Fields<'_>) -> Option<MoeShape> {
         experts_per_token: f
             .u64(&["num_experts_per_tok", "moe_topk", "top_k"])
             .unwrap_or(8),
+        interleave_step: f
+            .u64(&["interleave_moe_layer_step"])
+            .filter(|k| *k > 0)
+            .unwrap_or(1),
+        latent_size: f.u64(&["moe_latent_size"]).filter(|l| *l > 0),
     })
 }
 

@@ -174,3 +174,48 @@ fn bad_input_is_a_typed_error_not_a_panic() {
     );
     assert!(weights_from_safetensors_index("{}").is_err());
 }
+
+/// MoE variants whose weights are counted from their own rules: Llama 4's interleaved MoE
+/// layers with a shared expert, Nemotron-H's ungated (squared-ReLU) MLPs and experts, and
+/// Nemotron 3 Super's latent experts. Each lands near its published total.
+#[test]
+fn moe_variants_count_to_their_published_totals() {
+    let billions = |json: &str| {
+        let m = ModelConfig::from_json(json).unwrap();
+        let w = m.estimate_weights(true, 1);
+        (w.linear_params + w.embedding_params) as f64 / 1e9
+    };
+    // meta-llama/Llama-4-Maverick-17B-128E-Instruct (text_config): 400 B.
+    let maverick = billions(
+        r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048,
+        "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+        "torch_dtype": "bfloat16"}"#,
+    );
+    assert!((395.0..405.0).contains(&maverick), "{maverick}");
+    // nvidia/NVIDIA-Nemotron-3-Super-120B-A12B: 120 B.
+    let pattern =
+        "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME";
+    let super_ = billions(&format!(
+        r#"{{"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 88,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+        "vocab_size": 131072, "n_routed_experts": 512, "num_experts_per_tok": 22,
+        "moe_intermediate_size": 2688, "moe_shared_expert_intermediate_size": 5376,
+        "moe_latent_size": 1024, "hybrid_override_pattern": "{pattern}",
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+        "torch_dtype": "bfloat16"}}"#
+    ));
+    assert!((115.0..125.0).contains(&super_), "{super_}");
+    // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B: 31.6 B.
+    let nano = billions(
+        r#"{"model_type": "nemotron_h", "hidden_size": 2688, "num_hidden_layers": 52,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+        "vocab_size": 131072, "n_routed_experts": 128, "num_experts_per_tok": 6,
+        "moe_intermediate_size": 1856, "moe_shared_expert_intermediate_size": 3712,
+        "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+        "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+        "torch_dtype": "bfloat16"}"#,
+    );
+    assert!((30.0..33.0).contains(&nano), "{nano}");
+}
