@@ -666,3 +666,47 @@ fn speculative_decoding_is_priced_from_an_acceptance_rate() {
         assert!(text.contains(says), "{args:?}: {text}");
     }
 }
+
+#[test]
+fn llama_cpp_prefills_in_chunks_of_its_ubatch_size() {
+    let dir = temp_dir("predict-ubatch");
+    let ttft = |ubatch: &str| {
+        let out = dir.join(format!("ub{ubatch}"));
+        let output = bin()
+            .arg("predict")
+            .arg("--config")
+            .arg(seed_config())
+            .args([
+                "--engine",
+                "llama.cpp",
+                "--gpu",
+                "rtx3090",
+                "--gguf-type",
+                "q4_k_m",
+            ])
+            .args([
+                "--ubatch-size",
+                ubatch,
+                "--contexts",
+                "0",
+                "--concurrency",
+                "1",
+            ])
+            .args(["--prefill-contexts", "8k"])
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        stderr_after(&output, 0);
+        let report = read_report(&out);
+        let says = report.prediction.unwrap().assumptions;
+        assert!(
+            says.iter()
+                .any(|a| a.contains(&format!("prefill in chunks of {ubatch} tokens"))),
+            "{says:?}"
+        );
+        report.prefill[0].ttft_ms.unwrap()
+    };
+    // Four times fewer chunks: three fewer steps' fixed time a 2,048-token stretch.
+    assert!(ttft("2048") < ttft("512"));
+}

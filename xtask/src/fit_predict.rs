@@ -137,8 +137,8 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
         cost = cost.with_weight_bytes(bytes);
     }
     if engine == "llamacpp" {
-        // llama.cpp prefills in micro-batches of n_ubatch (512 by default).
-        cost.chunk = 512;
+        // llama.cpp prefills in micro-batches of n_ubatch: 512 unless the source ran `-ub`.
+        cost.chunk = r["ubatch"].as_u64().unwrap_or(512).max(1);
     }
     let mut figures = Vec::new();
     for m in r["measurements"].as_array().context("measurements")? {

@@ -140,8 +140,11 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
         })?;
         cost = cost.with_weight_bytes(bytes);
     }
-    if inputs.engine == Engine::LlamaCpp {
-        cost.chunk = 512;
+    // llama.cpp prefills in micro-batches of --ubatch-size (Ollama's runner in 512s).
+    match (&inputs.flags, inputs.engine) {
+        (EngineFlags::LlamaCpp(f), _) => cost.chunk = f.n_ubatch.max(1),
+        (_, Engine::LlamaCpp | Engine::Ollama) => cost.chunk = 512,
+        _ => {}
     }
     if let Some(rate) = inputs.acceptance_rate {
         cost = cost

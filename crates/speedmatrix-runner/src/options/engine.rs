@@ -224,7 +224,8 @@ pub struct EngineOptions {
     /// llama.cpp --swa-full: sliding-window layers keep every cell.
     #[cfg_attr(feature = "clap", arg(long))]
     pub swa_full: bool,
-    /// llama.cpp --ubatch-size (sliding-window caches hold one ubatch beyond the window).
+    /// llama.cpp --ubatch-size (sliding-window caches hold one ubatch beyond the window;
+    /// `predict` prefills in chunks of it).
     #[cfg_attr(feature = "clap", arg(long, value_parser = limits::ubatch_size::parse, default_value_t = 512))]
     #[serde(deserialize_with = "limits::ubatch_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
