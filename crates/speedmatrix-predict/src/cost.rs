@@ -81,61 +81,63 @@ fn one() -> f64 {
 impl Factors {
     /// Every factor must be finite, efficiencies in (0, 1.5], times ≥ 0.
     pub fn check(&self) -> Result<(), PredictError> {
-        let bad = |what: &str, v: f64| PredictError::Factors(format!("{what} = {v}"));
-        for (what, v) in [
-            ("bandwidth_efficiency", self.bandwidth_efficiency),
-            ("compute_efficiency", self.compute_efficiency),
-        ] {
-            if !(v.is_finite() && v > 0.0 && v <= 1.5) {
-                return Err(bad(what, v));
-            }
-        }
-        if !(self.consumer_compute_ratio.is_finite()
-            && (0.25..=4.0).contains(&self.consumer_compute_ratio))
+        // Efficiencies above 0 (a zero one would divide by zero), times not negative, the
+        // rest within what a kernel or an engine can plausibly show.
+        let efficiency = f64::MIN_POSITIVE..=1.5;
+        let time = 0.0..=f64::MAX;
+        let ratio = 0.01..=4.0;
+        let checks = [
+            (
+                "bandwidth_efficiency",
+                self.bandwidth_efficiency,
+                efficiency.clone(),
+            ),
+            ("compute_efficiency", self.compute_efficiency, efficiency),
+            ("step_overhead_ms", self.step_overhead_ms, time.clone()),
+            (
+                "sequence_overhead_us",
+                self.sequence_overhead_us,
+                time.clone(),
+            ),
+            (
+                "allreduce_latency_us",
+                self.allreduce_latency_us,
+                time.clone(),
+            ),
+            ("request_overhead_ms", self.request_overhead_ms, time),
+            (
+                "consumer_compute_ratio",
+                self.consumer_compute_ratio,
+                0.25..=4.0,
+            ),
+            ("kv_bandwidth_ratio", self.kv_bandwidth_ratio, 0.25..=4.0),
+            (
+                "kv_saturation_streams",
+                self.kv_saturation_streams,
+                0.0..=64.0,
+            ),
+            ("moe_half_tokens", self.moe_half_tokens, 0.0..=4096.0),
+            (
+                "attention_compute_ratio",
+                self.attention_compute_ratio,
+                ratio.clone(),
+            ),
+            (
+                "amd_bandwidth_ratio",
+                self.amd_bandwidth_ratio,
+                ratio.clone(),
+            ),
+            ("amd_compute_ratio", self.amd_compute_ratio, ratio),
+            ("layer_overhead_us", self.layer_overhead_us, 0.0..=10_000.0),
+            ("amd_overhead_ratio", self.amd_overhead_ratio, 0.1..=20.0),
+        ];
+        match checks
+            .iter()
+            .find(|(_, v, range)| !(v.is_finite() && range.contains(v)))
         {
-            return Err(bad("consumer_compute_ratio", self.consumer_compute_ratio));
+            Some((what, v, _)) => Err(PredictError::Factors(format!("{what} = {v}"))),
+            None => Ok(()),
         }
-        if !(self.kv_bandwidth_ratio.is_finite() && (0.25..=4.0).contains(&self.kv_bandwidth_ratio))
-        {
-            return Err(bad("kv_bandwidth_ratio", self.kv_bandwidth_ratio));
-        }
-        if !(self.kv_saturation_streams.is_finite()
-            && (0.0..=64.0).contains(&self.kv_saturation_streams))
-        {
-            return Err(bad("kv_saturation_streams", self.kv_saturation_streams));
-        }
-        if !(self.amd_overhead_ratio.is_finite() && (0.1..=20.0).contains(&self.amd_overhead_ratio))
-        {
-            return Err(bad("amd_overhead_ratio", self.amd_overhead_ratio));
-        }
-        if !(self.layer_overhead_us.is_finite()
-            && (0.0..=10_000.0).contains(&self.layer_overhead_us))
-        {
-            return Err(bad("layer_overhead_us", self.layer_overhead_us));
-        }
-        if !(self.moe_half_tokens.is_finite() && (0.0..=4096.0).contains(&self.moe_half_tokens)) {
-            return Err(bad("moe_half_tokens", self.moe_half_tokens));
-        }
-        for (what, v) in [
-            ("attention_compute_ratio", self.attention_compute_ratio),
-            ("amd_bandwidth_ratio", self.amd_bandwidth_ratio),
-            ("amd_compute_ratio", self.amd_compute_ratio),
-        ] {
-            if !(v.is_finite() && (0.01..=4.0).contains(&v)) {
-                return Err(bad(what, v));
-            }
-        }
-        for (what, v) in [
-            ("step_overhead_ms", self.step_overhead_ms),
-            ("sequence_overhead_us", self.sequence_overhead_us),
-            ("allreduce_latency_us", self.allreduce_latency_us),
-            ("request_overhead_ms", self.request_overhead_ms),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(bad(what, v));
-            }
-        }
-        Ok(())
     }
 
     /// The factors as a vector, in declaration order (for fitting).

@@ -140,3 +140,40 @@ fn tensor_parallel_splits_the_reads_and_adds_all_reduces() {
     };
     assert!(cell(&four).per_request_tokens_per_s > cell(&one).per_request_tokens_per_s);
 }
+
+/// Every factor out of its range (or not a number) is refused, by name; the fitted sets pass.
+#[test]
+fn factors_out_of_range_are_refused_by_name() {
+    let good = Factors::builtin("vllm").unwrap();
+    good.check().unwrap();
+    let names = [
+        "bandwidth_efficiency",
+        "compute_efficiency",
+        "step_overhead_ms",
+        "sequence_overhead_us",
+        "allreduce_latency_us",
+        "request_overhead_ms",
+        "consumer_compute_ratio",
+        "kv_bandwidth_ratio",
+        "kv_saturation_streams",
+        "moe_half_tokens",
+        "attention_compute_ratio",
+        "amd_bandwidth_ratio",
+        "amd_compute_ratio",
+        "layer_overhead_us",
+        "amd_overhead_ratio",
+    ];
+    assert_eq!(names.len(), Factors::COUNT);
+    for (i, name) in names.iter().enumerate() {
+        for bad in [f64::NAN, -1.0, 1e9] {
+            let mut v = good.to_vec();
+            v[i] = bad;
+            let Err(e) = Factors::from_vec(v).check() else {
+                // The four times may be large: only a negative or NaN one is refused.
+                assert!(bad == 1e9 && (2..6).contains(&i), "{name} = {bad} accepted");
+                continue;
+            };
+            assert!(e.to_string().contains(name), "{name} = {bad}: {e}");
+        }
+    }
+}
