@@ -109,6 +109,7 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
         engine_name
     };
     let mut model = ModelConfig::from_json(&r["config"].to_string())?;
+    check_size(&model, r["params_b"].as_f64())?;
     let w = &r["weights"];
     // An unknown type is refused, never priced as the config's dtype.
     let gguf = match w["gguf"].as_str() {
@@ -178,6 +179,28 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
 }
 
 /// The predicted value of `f` under the rig's current factors.
+/// A config that counts to far from the model's published size is a transcription error
+/// (a description where a list belongs, a missing field): every figure of the rig would be
+/// priced on the wrong model. `params_b` is required.
+fn check_size(model: &ModelConfig, published_b: Option<f64>) -> anyhow::Result<()> {
+    let published = published_b.context("no params_b (the model's published size, billions)")?;
+    let w = model.estimate_weights(true, 1);
+    let counted = (w.linear_params + w.embedding_params) as f64 / 1e9;
+    let off = counted / published - 1.0;
+    if off.abs() > SIZE_TOLERANCE {
+        bail!(
+            "its config counts to {counted:.2} B parameters, {:+.0} % off the published \
+             {published} B: check the config's fields",
+            off * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// How far a config's count may stray from the published size (rounded names, vision
+/// towers left out of the count).
+const SIZE_TOLERANCE: f64 = 0.10;
+
 fn predict(cost: &CostModel, f: &Figure) -> f64 {
     match *f {
         Figure::Decode { context, n, .. } => {
