@@ -140,7 +140,11 @@ fn band_of(cell: &[HeldOut]) -> Option<Band> {
     })
 }
 
-/// The 10th and 90th percentiles of the errors, each rig's figures together weighing one.
+/// The band's tails, each rig's figures together weighing one: the errors at the levels that
+/// give a new rig an 80 % chance of falling inside when rigs are exchangeable (split-conformal
+/// ranks: with `n` rigs the `k`-th from each end, `k = ⌊0.1 (n + 1)⌋`). With many rigs these
+/// are the 10th and 90th percentiles; with few the band widens (seven rigs: their extremes),
+/// since plain percentiles of a handful of rigs cover fewer than 80 % of the next one.
 fn weighted_band(cell: &[HeldOut]) -> Option<(f64, f64)> {
     let mut per_rig: BTreeMap<usize, usize> = BTreeMap::new();
     for h in cell {
@@ -166,7 +170,9 @@ fn weighted_band(cell: &[HeldOut]) -> Option<(f64, f64)> {
         }
         weighted[weighted.len() - 1].0
     };
-    Some((at(0.10), at(0.90)))
+    let n = per_rig.len() as f64;
+    let tail = (0.1 * (n + 1.0)).floor() / n;
+    Some((at(tail), at(1.0 - tail)))
 }
 
 /// The held-out errors per family and phase, per GPU vendor and per engine, and over all:
