@@ -51,6 +51,18 @@ fn the_seed_pages_grid_is_predicted_exactly_and_its_numbers_within_a_quarter() {
         .output()
         .unwrap();
     stderr_after(&output, 0);
+    // The terminal's grid: a row per context, `over` where the cache cannot hold the cell.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("(total output tok/s; over = over capacity)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("248K |") && l.contains("over")),
+        "{stdout}"
+    );
     let predicted = read_report(&out);
     let info = predicted.prediction.as_ref().expect("marked predicted");
     assert!(info.factors.contains_key("bandwidth_efficiency"));
@@ -379,6 +391,12 @@ fn four_measured_cells_calibrate_the_rest_of_the_seed_page() {
     stderr_after(&output, 0);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("left out"), "{stdout}");
+    // One line per measured figure: the four decode cells and the prefill rows.
+    let figures = stdout
+        .lines()
+        .filter(|l| l.contains("tok/s measured"))
+        .count();
+    assert_eq!(figures, 4 + 5, "{stdout}");
     let predicted = read_report(&out);
     let info = predicted.prediction.as_ref().unwrap();
     assert!(

@@ -17,6 +17,10 @@ use speedmatrix_units::{Concurrency, Engine, Tokens};
 
 use crate::RunnerError;
 
+mod summary;
+
+pub use summary::calibration_summary;
+
 /// What a prediction is made from.
 #[derive(Debug, Clone)]
 pub struct PredictInputs {
