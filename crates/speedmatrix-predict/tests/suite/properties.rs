@@ -7,13 +7,20 @@ use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags};
 use speedmatrix_predict::{CostModel, Factors};
 use speedmatrix_units::{Concurrency, Tokens};
 
-fn dense() -> ModelConfig {
-    ModelConfig::from_json(
-        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
-        "intermediate_size": 14336, "max_position_embeddings": 131072}"#,
-    )
+/// A Llama-shaped dense model in bf16 with 8 KV heads.
+fn llama_shaped(hidden: u64, layers: u64, heads: u64, intermediate: u64) -> ModelConfig {
+    ModelConfig::from_json(&format!(
+        r#"{{"hidden_size": {hidden}, "num_hidden_layers": {layers},
+        "num_attention_heads": {heads}, "num_key_value_heads": 8, "torch_dtype": "bfloat16",
+        "vocab_size": 128256, "intermediate_size": {intermediate},
+        "max_position_embeddings": 131072}}"#
+    ))
     .unwrap()
+}
+
+/// An 8B-class dense model.
+fn dense() -> ModelConfig {
+    llama_shaped(4096, 32, 32, 14336)
 }
 
 fn moe() -> ModelConfig {
@@ -99,12 +106,7 @@ fn a_dense_models_experts_cost_nothing_and_a_moe_reads_less_than_all_at_batch_on
 
 /// A 70B-class dense model: its weight reads dominate a step at one stream.
 fn dense_70b() -> ModelConfig {
-    ModelConfig::from_json(
-        r#"{"hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
-        "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
-        "intermediate_size": 28672, "max_position_embeddings": 131072}"#,
-    )
-    .unwrap()
+    llama_shaped(8192, 80, 64, 28672)
 }
 
 /// Tensor parallelism splits the reads and adds all-reduces; for a model whose reads

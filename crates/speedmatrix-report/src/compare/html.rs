@@ -101,12 +101,13 @@ impl Comparison {
         ))
     }
 
+    /// The rows of one section.
+    fn of(&self, section: Section) -> Vec<&CellComparison> {
+        self.cells.iter().filter(|c| c.section == section).collect()
+    }
+
     fn decode_grid(&self, out: &mut String) {
-        let decode: Vec<&CellComparison> = self
-            .cells
-            .iter()
-            .filter(|c| c.section == Section::Decode)
-            .collect();
+        let decode = self.of(Section::Decode);
         if decode.is_empty() {
             return;
         }
@@ -187,11 +188,7 @@ impl Comparison {
     }
 
     fn prefill_table(&self, out: &mut String) {
-        let rows: Vec<&CellComparison> = self
-            .cells
-            .iter()
-            .filter(|c| c.section == Section::Prefill)
-            .collect();
+        let rows = self.of(Section::Prefill);
         if rows.is_empty() {
             return;
         }
