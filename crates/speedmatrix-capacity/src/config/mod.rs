@@ -251,7 +251,9 @@ pub struct ModelConfig {
     pub intermediate_size: u64,
     /// MoE shape when the MLP is routed.
     pub moe: Option<MoeShape>,
-    /// `tie_word_embeddings`.
+    /// `tie_word_embeddings`; absent means tied: Hugging Face saves a config without the
+    /// keys that equal `PretrainedConfig`'s defaults (`to_diff_dict`), and that default is
+    /// `True` (Gemma's configs omit it and tie; Llama's and Qwen's write `false`).
     pub tie_word_embeddings: bool,
     /// `attn_output_gate` (doubles the q projection).
     pub attn_output_gate: bool,

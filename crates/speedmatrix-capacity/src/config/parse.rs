@@ -192,7 +192,7 @@ pub(super) fn parse(
             ])
             .unwrap_or(4 * hidden_size),
         moe: moe_shape(f, model_type),
-        tie_word_embeddings: f.bool(&["tie_word_embeddings"]).unwrap_or(false),
+        tie_word_embeddings: f.bool(&["tie_word_embeddings"]).unwrap_or(true),
         attn_output_gate: f.bool(&["attn_output_gate"]).unwrap_or(false),
         max_position_embeddings: f.u64(&[
             "max_position_embeddings",

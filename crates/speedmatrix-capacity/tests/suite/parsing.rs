@@ -219,3 +219,20 @@ fn moe_variants_count_to_their_published_totals() {
     );
     assert!((30.0..33.0).contains(&nano), "{nano}");
 }
+
+/// An absent `tie_word_embeddings` is read as Hugging Face saved it: tied (the key is left out
+/// when it equals `PretrainedConfig`'s default, `True`), so the embedding is counted once.
+#[test]
+fn absent_tie_word_embeddings_means_tied() {
+    let base = r#""hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 32000,
+        "torch_dtype": "bfloat16""#;
+    let embedding = |extra: &str| {
+        let m = ModelConfig::from_json(&format!("{{{base}{extra}}}")).unwrap();
+        m.estimate_weights(true, 1).embedding_params
+    };
+    let once = 32_000 * 1024;
+    assert_eq!(embedding(""), once);
+    assert_eq!(embedding(r#", "tie_word_embeddings": true"#), once);
+    assert_eq!(embedding(r#", "tie_word_embeddings": false"#), 2 * once);
+}
