@@ -7,11 +7,10 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use argmin::core::{CostFunction, Executor};
-use argmin::solver::neldermead::NelderMead;
+use argmin::core::CostFunction;
 use serde_json::Value;
 use speedmatrix_capacity::{Gpu, ModelConfig, Quantization, VllmFlags};
-use speedmatrix_predict::{CostModel, Factors, WeightBytes};
+use speedmatrix_predict::{CostModel, Factors, Restarts, WeightBytes, minimize};
 
 use crate::util::project_root;
 
@@ -384,35 +383,16 @@ pub(crate) fn fit(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> 
         fixed,
         start: x0.clone(),
     };
-    // Nelder–Mead stalls in ten dimensions: restart it from its best point with a fresh
-    // simplex until a round no longer improves the loss.
-    let (mut best, mut loss) = (x0.clone(), (&problem).cost(&x0)?);
-    for _ in 0..8 {
-        let simplex: Vec<Vec<f64>> = std::iter::once(best.clone())
-            .chain((0..best.len()).map(|i| {
-                let mut v = best.clone();
-                v[i] += 0.5;
-                v
-            }))
-            .collect();
-        let solver = NelderMead::new(simplex).with_sd_tolerance(1e-9)?;
-        let result = Executor::new(&problem, solver)
-            .configure(|s| s.max_iters(6_000))
-            .run()?;
-        let round = result.state.best_param.context("no best parameters")?;
-        let round_loss = result.state.best_cost;
-        eprintln!(
-            "fit round: loss {loss:.5} -> {round_loss:.5} after {} iterations",
-            result.state.iter
-        );
-        let improved = round_loss < loss - 1e-7;
-        if round_loss < loss {
-            (best, loss) = (round, round_loss);
-        }
-        if !improved {
-            break;
-        }
-    }
+    let how = Restarts {
+        step: 0.5,
+        sd_tolerance: 1e-9,
+        max_iters: 6_000,
+        rounds: 8,
+        min_gain: 1e-7,
+    };
+    let (best, _) = minimize(&problem, x0, how, |from, to, iters| {
+        eprintln!("fit round: loss {from:.5} -> {to:.5} after {iters} iterations");
+    })?;
     Ok(factors_of(&best, &fixed))
 }
 

@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use argmin::core::{CostFunction, Executor};
-use argmin::solver::neldermead::NelderMead;
+use argmin::core::CostFunction;
 use speedmatrix_units::{Concurrency, Tokens};
 
 use crate::cost::{CostModel, Factors};
+use crate::minimize::{Restarts, minimize};
 use crate::{Band, Bands, PredictError};
 
 /// A measured figure of the rig being calibrated.
@@ -251,42 +251,17 @@ fn fit(
         observed,
         protocol: *protocol,
     };
-    let bad = |e: argmin::core::Error| PredictError::Calibration(e.to_string());
-    // Nelder–Mead stalls in eight dimensions: restart it from its best point with a fresh
-    // simplex until a round no longer lowers the posterior (a few rounds at most).
-    let (mut best, mut loss) = (x0.clone(), (&problem).cost(&x0).map_err(bad)?);
-    for _ in 0..ROUNDS {
-        let simplex: Vec<Vec<f64>> = std::iter::once(best.clone())
-            .chain((0..best.len()).map(|i| {
-                let mut v = best.clone();
-                v[i] += 0.3;
-                v
-            }))
-            .collect();
-        let solver = NelderMead::new(simplex)
-            .with_sd_tolerance(1e-6)
-            .map_err(bad)?;
-        let result = Executor::new(&problem, solver)
-            .configure(|s| s.max_iters(1_500))
-            .run()
-            .map_err(bad)?;
-        let round = result
-            .state
-            .best_param
-            .ok_or_else(|| PredictError::Calibration("the fit found no parameters".into()))?;
-        let improved = result.state.best_cost < loss - 1e-6;
-        if result.state.best_cost < loss {
-            (best, loss) = (round, result.state.best_cost);
-        }
-        if !improved {
-            break;
-        }
-    }
+    let how = Restarts {
+        step: 0.3,
+        sd_tolerance: 1e-6,
+        max_iters: 1_500,
+        rounds: 4,
+        min_gain: 1e-6,
+    };
+    let (best, _) = minimize(&problem, x0, how, |_, _, _| {})
+        .map_err(|e| PredictError::Calibration(e.to_string()))?;
     Ok(from_params(&prior, &best))
 }
-
-/// Most Nelder–Mead rounds a calibration runs.
-const ROUNDS: usize = 4;
 
 /// Calibrates `cost`'s factors (the family's, as the prior) on the measured `observed`
 /// figures of one rig run under `protocol`.

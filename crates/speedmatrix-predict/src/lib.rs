@@ -40,6 +40,7 @@ mod calibrate;
 mod cost;
 mod error;
 mod matrix;
+mod minimize;
 mod shape;
 
 use serde::Deserialize;
@@ -51,6 +52,7 @@ pub use crate::calibrate::{
 pub use crate::cost::{Bound, CostModel, Drafter, Factors, Machine, Speculation, StepTime};
 pub use crate::error::PredictError;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
+pub use crate::minimize::{Restarts, minimize};
 pub use crate::shape::{AttentionGroup, ModelShape};
 
 const BUILTIN_FACTORS: &str = include_str!("../data/factors.json");
