@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use argmin::core::CostFunction;
 use serde_json::Value;
 use speedmatrix_capacity::{Gpu, ModelConfig, Quantization, VllmFlags};
-use speedmatrix_predict::{CostModel, Factors, Restarts, WeightBytes, minimize};
+use speedmatrix_predict::{AttentionKernel, CostModel, Factors, Restarts, WeightBytes, minimize};
 
 use crate::util::project_root;
 
@@ -139,6 +139,11 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
     if engine == "llamacpp" {
         // llama.cpp prefills in micro-batches of n_ubatch: 512 unless the source ran `-ub`.
         cost.chunk = r["ubatch"].as_u64().unwrap_or(512).max(1);
+        // llama-bench without `-fa 1` (mid-2024 and older builds: no "fa" column in its
+        // table) writes the attention scores to memory.
+        if r["flash_attn"].as_bool() == Some(false) {
+            cost.attention = AttentionKernel::Materialized;
+        }
     }
     let mut figures = Vec::new();
     for m in r["measurements"].as_array().context("measurements")? {
@@ -262,11 +267,40 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
         *x = x.clamp(0.1, 1.0);
     }
     v[14] = v[14].clamp(0.25, 10.0);
+    v[15] = v[15].clamp(0.05, 1.0);
     // The cache terms are per rig (`predict --calibrate-from`): across rigs the data has
     // too few long-context cells at batch to tell them from the weights' efficiency.
     (v[7], v[8]) = (1.0, 0.0);
     Factors::from_vec(v)
 }
+
+/// Where every family's fit starts and what its weak prior pulls toward: round figures from
+/// what the kernels are known to do, never a previous fit's output, so that a fit (and each
+/// cross-validation fold) depends on the data alone and reruns give the same factors.
+pub(crate) const START: Factors = Factors {
+    // Bandwidth-bound kernels reach ~80 % of the peak, GEMMs ~half of the dense peak.
+    bandwidth_efficiency: 0.8,
+    compute_efficiency: 0.5,
+    // A scheduler step, a running sequence and an NVLink-class small all-reduce.
+    step_overhead_ms: 0.3,
+    sequence_overhead_us: 10.0,
+    allreduce_latency_us: 10.0,
+    request_overhead_ms: 5.0,
+    consumer_compute_ratio: CONSUMER_RATIO,
+    kv_bandwidth_ratio: 1.0,
+    kv_saturation_streams: 0.0,
+    moe_half_tokens: 16.0,
+    // FlashAttention-2 reaches 50–73 % of an A100's peak (Dao, 2023), GEMMs ~70–85 %.
+    attention_compute_ratio: 0.8,
+    amd_bandwidth_ratio: 1.0,
+    amd_compute_ratio: 1.0,
+    // A decoder layer's ten-odd small kernels and their waits: single-stream decode on
+    // 8×B200 under SGLang spends 65–150 µs a layer beyond its reads (gpt-oss-120b 36 layers
+    // in 2.3 ms, Qwen3-235B 94 layers in 10 ms), llama.cpp's un-graphed CUDA ~15 launches.
+    layer_overhead_us: 80.0,
+    amd_overhead_ratio: 1.0,
+    amd_attention_ratio: 1.0,
+};
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the
 /// FP32-accumulate rate the catalog lists (GA102 and AD102 whitepapers):
@@ -322,7 +356,7 @@ impl Fixed {
             free.push((9, 1.0));
         }
         if self.amd {
-            free.extend([(11, 0.0), (12, 0.0), (14, 0.0)]);
+            free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
         }
         free
     }
@@ -353,22 +387,28 @@ impl CostFunction for &Loss<'_> {
     /// Each rig weighs the same, whatever its number of figures.
     fn cost(&self, p: &Self::Param) -> Result<f64, argmin::core::Error> {
         let factors = factors_of(p, &self.fixed);
-        let mut rigs = self.rigs.borrow_mut();
-        let n = rigs.len().max(1) as f64;
-        let total: f64 = rigs
-            .iter_mut()
-            .map(|r| {
-                let e = log_errors(r, factors);
-                e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64
-            })
-            .sum();
+        let data = data_loss(&mut self.rigs.borrow_mut(), factors);
         let prior: f64 = p
             .iter()
             .zip(&self.start)
             .map(|(x, x0)| ((x - x0) / 4f64.ln()).powi(2))
             .sum();
-        Ok(total / n + PRIOR_WEIGHT * prior)
+        Ok(data + PRIOR_WEIGHT * prior)
     }
+}
+
+/// The data's part of the loss: each rig's mean robust log error, averaged over rigs (each
+/// rig weighs the same, whatever its number of figures).
+pub(crate) fn data_loss(rigs: &mut [&mut Rig], factors: Factors) -> f64 {
+    let n = rigs.len().max(1) as f64;
+    let total: f64 = rigs
+        .iter_mut()
+        .map(|r| {
+            let e = log_errors(r, factors);
+            e.iter().map(|x| robust(*x)).sum::<f64>() / e.len().max(1) as f64
+        })
+        .sum();
+    total / n
 }
 
 pub(crate) fn fit(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> {
@@ -404,11 +444,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     for (id, why) in &skipped {
         println!("skipped {id}: {why}");
     }
-    let start = Factors::builtin("vllm")?;
     let mut fitted: Vec<(&str, Factors, usize, usize)> = Vec::new();
     for engine in FAMILIES {
         let fixed = Fixed::for_rigs(
-            Factors::builtin(engine)?,
+            START,
             rigs.iter().filter(|r| r.engine == engine && !r.holdout),
         );
         let train: Vec<&mut Rig> = rigs
@@ -418,7 +457,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         let count = train.len();
         let figures: usize = train.iter().map(|r| r.figures.len()).sum();
         let factors = fit(train, fixed)?;
-        println!("\n{engine}: fitted on {count} rigs, {figures} figures: {factors:?}");
+        let mut train: Vec<&mut Rig> = rigs
+            .iter_mut()
+            .filter(|r| r.engine == engine && !r.holdout)
+            .collect();
+        let loss = data_loss(&mut train, factors);
+        println!(
+            "\n{engine}: fitted on {count} rigs, {figures} figures (data loss {loss:.4}): {factors:?}"
+        );
         fitted.push((engine, factors, count, figures));
     }
     println!("\n| rig | engine | role | figures | median error | worst error |");
@@ -473,7 +519,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         );
     }
     let bands = if args.cross_validate {
-        Some(crate::fit_predict_cv::cross_validate(&mut rigs, start)?)
+        Some(crate::fit_predict_cv::cross_validate(&mut rigs, START)?)
     } else {
         None
     };

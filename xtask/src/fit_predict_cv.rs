@@ -73,6 +73,7 @@ pub(crate) fn cross_validate(
         held.extend(phases.into_iter().zip(errors).map(|(p, e)| (i, p, e)));
     }
     print_table(rigs, &held);
+    write_held_out(rigs, &held)?;
     let mut bands: BTreeMap<String, BTreeMap<String, Band>> = BTreeMap::new();
     for engine in FAMILIES {
         for p in ["decode", "prefill"] {
@@ -105,6 +106,29 @@ pub(crate) fn cross_validate(
         }
     }
     Ok(bands)
+}
+
+/// Every held-out figure with its error, one line each, for finding the rigs the model misses
+/// (`target/fit-predict-held-out.tsv`; sort by the last column).
+fn write_held_out(rigs: &[Rig], held: &[HeldOut]) -> anyhow::Result<()> {
+    let mut out = String::from("rig\tfamily\tvendor\tfigure\terror_percent\n");
+    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+    for (r, _, e) in held {
+        let k = seen.entry(*r).or_default();
+        let figure = &rigs[*r].figures[*k];
+        *k += 1;
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{figure:?}\t{:+.1}\n",
+            rigs[*r].id,
+            rigs[*r].engine,
+            rigs[*r].vendor,
+            (e.exp() - 1.0) * 100.0
+        ));
+    }
+    let path = crate::util::project_root().join("target/fit-predict-held-out.tsv");
+    std::fs::write(&path, out)?;
+    println!("held-out figures: {}", path.display());
+    Ok(())
 }
 
 /// The band of a family's and phase's held-out errors, and its coverage of each rig by the

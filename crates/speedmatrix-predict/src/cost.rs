@@ -72,6 +72,11 @@ pub struct Factors {
     /// replay, ROCm kernel launches and RCCL's small all-reduces cost more than CUDA's).
     #[serde(default = "one")]
     pub amd_overhead_ratio: f64,
+    /// Achieved attention throughput on AMD GPUs relative to NVIDIA's
+    /// (`attention_compute_ratio` × `amd_compute_ratio`): llama.cpp's ROCm flash attention
+    /// without rocWMMA runs its vector kernels, far from the matrix cores.
+    #[serde(default = "one")]
+    pub amd_attention_ratio: f64,
 }
 
 fn one() -> f64 {
@@ -130,6 +135,7 @@ impl Factors {
             ("amd_compute_ratio", self.amd_compute_ratio, ratio),
             ("layer_overhead_us", self.layer_overhead_us, 0.0..=10_000.0),
             ("amd_overhead_ratio", self.amd_overhead_ratio, 0.1..=20.0),
+            ("amd_attention_ratio", self.amd_attention_ratio, 0.01..=4.0),
         ];
         match checks
             .iter()
@@ -158,11 +164,12 @@ impl Factors {
             self.amd_compute_ratio,
             self.layer_overhead_us,
             self.amd_overhead_ratio,
+            self.amd_attention_ratio,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -182,6 +189,7 @@ impl Factors {
             amd_compute_ratio: v[12],
             layer_overhead_us: v[13],
             amd_overhead_ratio: v[14],
+            amd_attention_ratio: v[15],
         }
     }
 }
@@ -278,6 +286,20 @@ pub struct StepTime {
     pub bound: Bound,
 }
 
+impl StepTime {
+    /// This step followed by `seconds` of memory-bound kernels that nothing overlaps.
+    fn then_memory(mut self, seconds: f64) -> StepTime {
+        if seconds > 0.0 {
+            self.total += secs(seconds);
+            self.memory += secs(seconds);
+            if self.memory >= self.compute {
+                self.bound = Bound::Memory;
+            }
+        }
+        self
+    }
+}
+
 /// Speculative decoding as a decode step prices it: the drafter proposes `tokens` tokens a
 /// sequence, one pass each, and the target verifies them and its own next token in one
 /// forward pass of `tokens + 1` query tokens a sequence; a step then emits the accepted
@@ -345,7 +367,31 @@ pub struct CostModel {
     pub chunk: u64,
     /// Speculative decoding, when it is priced (an acceptance rate is known).
     pub speculation: Option<Speculation>,
+    /// How attention runs: fused (flash) kernels, or a score matrix in memory.
+    pub attention: AttentionKernel,
 }
+
+/// How an engine computes attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// Flash-attention style kernels: scores stay on chip, causal blocks are skipped (vLLM,
+    /// SGLang, TensorRT-LLM always; llama.cpp with `--flash-attn on|auto`).
+    #[default]
+    Fused,
+    /// llama.cpp with `--flash-attn off` (and llama-bench's default before `-fa` existed or
+    /// when not given, as in mid-2024 results): `build_attn_mha` multiplies K by Q into an f32
+    /// score tensor over the whole padded KV span (the causal mask is applied after, so no
+    /// block is skipped), runs `soft_max_ext` over it, and multiplies V by it: every score is
+    /// written and read through memory ([`SCORE_BYTES`] each).
+    Materialized,
+}
+
+/// Bytes each attention score moves when the score matrix goes through memory: the f32
+/// product written (4) and read by the softmax (4), its f32 result written (4) and read
+/// to convert it to f16 for the second product (4), the f16 copy written (2) and read by
+/// the product (2).
+pub const SCORE_BYTES: f64 = 20.0;
 
 impl CostModel {
     fn bandwidth(&self) -> f64 {
@@ -396,7 +442,17 @@ impl CostModel {
         let flops = self.flops();
         dense_flops / flops
             + expert_flops / (flops * grouped)
-            + attention_flops / (flops * self.factors.attention_compute_ratio)
+            + attention_flops / (flops * self.attention_ratio())
+    }
+
+    /// Attention's throughput relative to the dense products' on this GPU.
+    fn attention_ratio(&self) -> f64 {
+        let vendor = if self.machine.amd {
+            self.factors.amd_attention_ratio
+        } else {
+            1.0
+        };
+        self.factors.attention_compute_ratio * vendor
     }
 
     /// The vendor's latency terms relative to NVIDIA's.
@@ -431,6 +487,20 @@ impl CostModel {
         // A ring all-reduce moves 2(tp − 1)/tp of the payload per rank.
         let per = latency + payload * 2.0 * (tp - 1.0) / tp / link;
         2.0 * self.shape.layers as f64 * per
+    }
+
+    /// Time the score matrix of `queries` query tokens over `context` tokens takes through
+    /// memory when attention materializes it (0 for fused kernels). The softmax and the
+    /// conversion are kernels of their own between the two products: their time adds to
+    /// the step's rather than hiding under its compute.
+    fn score_time(&self, queries: u64, context: u64) -> f64 {
+        match self.attention {
+            AttentionKernel::Fused => 0.0,
+            AttentionKernel::Materialized => {
+                self.shape.scores(queries, context) * SCORE_BYTES
+                    / (self.bandwidth() * self.factors.kv_bandwidth_ratio)
+            }
+        }
     }
 
     /// A step reading `weights` and `cache` (KV and recurrent state) bytes and computing
@@ -473,7 +543,9 @@ impl CostModel {
         let overhead = self.fixed_step_s()
             + b * self.factors.sequence_overhead_us * 1e-6
             + self.communication(rows);
-        let target = self.step(weights, cache, compute, overhead);
+        let target = self
+            .step(weights, cache, compute, overhead)
+            .then_memory(self.score_time(rows, context));
         match self.speculation {
             Some(x) if x.tokens > 0 => self.with_drafter(target, &x, b),
             _ => target,
@@ -527,8 +599,12 @@ impl CostModel {
         let s = &self.shape;
         let p = &s.params;
         let n = tokens as f64;
-        // Attention over the cached tokens and the causal half of the chunk.
-        let mid = cached + tokens / 2;
+        // Attention over the cached tokens and the causal half of the chunk; a materialized
+        // score matrix spans the whole chunk (the mask comes after the product).
+        let mid = match self.attention {
+            AttentionKernel::Fused => cached + tokens / 2,
+            AttentionKernel::Materialized => cached + tokens,
+        };
         let weights = p.dense_bytes + s.experts_touched(tokens) * p.expert_bytes;
         let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
         let head = if last {
@@ -544,6 +620,7 @@ impl CostModel {
         );
         let overhead = self.fixed_step_s() + self.communication(tokens);
         self.step(weights, cache, compute, overhead)
+            .then_memory(self.score_time(tokens, cached + tokens))
     }
 
     /// Time to first token of one `prompt`-token request on an idle server

@@ -49,7 +49,10 @@ use speedmatrix_capacity::{Gpu, ModelConfig, SpeculativeMethod, VllmFlags, batch
 pub use crate::calibrate::{
     DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
-pub use crate::cost::{Bound, CostModel, Drafter, Factors, Machine, Speculation, StepTime};
+pub use crate::cost::{
+    AttentionKernel, Bound, CostModel, Drafter, Factors, Machine, SCORE_BYTES, Speculation,
+    StepTime,
+};
 pub use crate::error::PredictError;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
 pub use crate::minimize::{Restarts, minimize};
@@ -244,6 +247,7 @@ impl CostModel {
             factors,
             chunk,
             speculation: None,
+            attention: AttentionKernel::Fused,
         })
     }
 

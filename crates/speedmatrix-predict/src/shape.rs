@@ -18,6 +18,8 @@ pub struct AttentionGroup {
     /// FLOPs per (query token × context token) per layer on one rank:
     /// scores and the weighted sum, `4 × heads × head_dim`.
     pub flops_per_token_pair: f64,
+    /// Query heads per layer on one rank: scores per (query token × context token).
+    pub heads: f64,
 }
 
 /// The byte and FLOP counts of a model per rank (see `docs/predict.md`).
@@ -81,6 +83,7 @@ impl ModelShape {
                 window,
                 kv_bytes_per_token: bytes as f64,
                 flops_per_token_pair: pair_flops(cost.kind),
+                heads,
             });
         }
         Ok(ModelShape {
@@ -105,6 +108,16 @@ impl ModelShape {
         self.attention
             .iter()
             .map(|g| g.layers as f64 * g.flops_per_token_pair * seen(context, g.window) as f64)
+            .sum()
+    }
+
+    /// Attention scores (query token × context token × head, all layers) of `queries` query
+    /// tokens that each see `context` tokens: what an attention path that writes its score
+    /// matrix to memory moves (see [`crate::AttentionKernel::Materialized`]).
+    pub fn scores(&self, queries: u64, context: u64) -> f64 {
+        self.attention
+            .iter()
+            .map(|g| g.layers as f64 * g.heads * queries as f64 * seen(context, g.window) as f64)
             .sum()
     }
 

@@ -9,8 +9,8 @@ use speedmatrix_capacity::{
     VllmFlags,
 };
 use speedmatrix_predict::{
-    CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile, Observation,
-    PrefillEstimate, RigCalibration, WeightBytes,
+    AttentionKernel, CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile,
+    Observation, PrefillEstimate, RigCalibration, WeightBytes,
 };
 use speedmatrix_report::Report;
 use speedmatrix_units::{Concurrency, Engine, Tokens};
@@ -49,6 +49,8 @@ pub struct PredictInputs {
     pub window: Duration,
     /// The GGUF file type, when the weights are a GGUF (`q4_k_m`, …).
     pub gguf_type: Option<String>,
+    /// How attention runs (llama.cpp's `--flash-attn off` materializes the scores).
+    pub attention: AttentionKernel,
     /// The efficiency factors.
     pub factors: FactorsFile,
     /// Speculative decoding's acceptance rate (accepted / drafted tokens, vLLM's "Avg Draft
@@ -150,6 +152,7 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
         (_, Engine::LlamaCpp | Engine::Ollama) => cost.chunk = 512,
         _ => {}
     }
+    cost.attention = inputs.attention;
     if let Some(rate) = inputs.acceptance_rate {
         cost = cost
             .speculate(&inputs.model, &inputs.vllm_flags, rate)
@@ -301,5 +304,6 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
         ("amd_compute_ratio".to_owned(), f.amd_compute_ratio),
         ("layer_overhead_us".to_owned(), f.layer_overhead_us),
         ("amd_overhead_ratio".to_owned(), f.amd_overhead_ratio),
+        ("amd_attention_ratio".to_owned(), f.amd_attention_ratio),
     ])
 }

@@ -164,6 +164,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "amd_compute_ratio",
         "layer_overhead_us",
         "amd_overhead_ratio",
+        "amd_attention_ratio",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -178,4 +179,44 @@ fn factors_out_of_range_are_refused_by_name() {
             assert!(e.to_string().contains(name), "{name} = {bad}: {e}");
         }
     }
+}
+
+/// llama.cpp without flash attention writes every score of a chunk to memory: the chunk's
+/// memory time and its total grow by those bytes' time, and prefill at long context falls further
+/// behind the fused kernels' than at short context.
+#[test]
+fn materialized_scores_cost_their_bytes() {
+    use speedmatrix_predict::{AttentionKernel, SCORE_BYTES};
+    let gpu = Gpu::lookup("rtx4090").unwrap();
+    let fused = cost(&dense(), &gpu);
+    let mut materialized = fused.clone();
+    materialized.attention = AttentionKernel::Materialized;
+    let (tokens, cached) = (512, 7_680);
+    let (m, f) = (
+        materialized.prefill_chunk(tokens, cached, false),
+        fused.prefill_chunk(tokens, cached, false),
+    );
+    let extra = m.memory - f.memory;
+    // The softmax runs between the products: its time adds to the step's.
+    assert!(m.total - f.total >= extra, "{m:?} vs {f:?}");
+    // 32 layers × 32 heads × 512 queries × 8,192 keys, each score SCORE_BYTES.
+    let scores = 32.0 * 32.0 * 512.0 * 8_192.0;
+    let f = &fused.factors;
+    let bandwidth =
+        gpu.bandwidth_gb_s.unwrap() * 1e9 * f.bandwidth_efficiency * f.kv_bandwidth_ratio;
+    let want = scores * SCORE_BYTES / bandwidth;
+    assert!(
+        (extra.as_secs_f64() / want - 1.0).abs() < 1e-6,
+        "extra memory time {extra:?}, want {want} s"
+    );
+    let ratio = |prompt: u64| {
+        materialized.cold_ttft(prompt).as_secs_f64() / fused.cold_ttft(prompt).as_secs_f64()
+    };
+    assert!(ratio(512) >= 1.0);
+    assert!(
+        ratio(8_192) > ratio(512) * 1.2,
+        "{} vs {}",
+        ratio(8_192),
+        ratio(512)
+    );
 }

@@ -42,6 +42,36 @@ pub enum Switch {
     Off,
 }
 
+/// llama.cpp's `--flash-attn` (`-fa`): `auto` (llama-server's default since 2025) turns the
+/// fused kernels on wherever the backend has them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub enum FlashAttn {
+    /// On where the backend supports it.
+    #[default]
+    Auto,
+    /// On.
+    On,
+    /// Off: attention writes its score matrix to memory (priced by `predict`).
+    Off,
+}
+
+impl FlashAttn {
+    /// How `engine` computes attention under this flag: only llama.cpp (and Ollama's
+    /// llama.cpp runner) can be told to write the scores to memory; the others' kernels are
+    /// always fused.
+    pub fn attention(self, engine: Engine) -> speedmatrix_predict::AttentionKernel {
+        match (self, engine) {
+            (FlashAttn::Off, Engine::LlamaCpp | Engine::Ollama) => {
+                speedmatrix_predict::AttentionKernel::Materialized
+            }
+            _ => speedmatrix_predict::AttentionKernel::Fused,
+        }
+    }
+}
+
 /// The server's engine flags, for the capacity prediction. Field by field the flags of
 /// `speedmatrix capacity`; in a study's `[run]` table the same names without dashes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -230,6 +260,10 @@ pub struct EngineOptions {
     #[serde(deserialize_with = "limits::ubatch_size::one")]
     #[cfg_attr(feature = "schemars", schemars(with = "text::ScalarText"))]
     pub ubatch_size: u64,
+    /// llama.cpp --flash-attn: off makes `predict` price attention's score matrix going
+    /// through memory (slower prefill and long-context decode).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "auto"))]
+    pub flash_attn: FlashAttn,
     /// llama.cpp --fit off: with --ctx-size 0 the training context is shared by the slots
     /// instead of given to each.
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value = "on"))]
@@ -280,6 +314,7 @@ impl Default for EngineOptions {
             kv_unified: false,
             swa_full: false,
             ubatch_size: 512,
+            flash_attn: FlashAttn::Auto,
             fit: Switch::On,
             cache_type: "f16".into(),
         }

@@ -21,7 +21,7 @@ use speedmatrix_units::{
     Api, Concurrency, Engine, LoadKind, PrefillMode, PromptSharing, ReasoningParser, Tokens,
 };
 
-pub use self::engine::{EngineOptions, MambaMode, Switch};
+pub use self::engine::{EngineOptions, FlashAttn, MambaMode, Switch};
 pub use self::labels::{HostFacts, client_host, detect_hardware};
 pub use self::load::ArrivalKind;
 pub(crate) use self::resolve::bad;

@@ -312,6 +312,14 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
         ),
     ];
     assumptions.extend(speculation_line(s));
+    if cost.attention == speedmatrix_predict::AttentionKernel::Materialized {
+        assumptions.push(format!(
+            "Attention without flash kernels (--flash-attn off): every score of a chunk over \
+             its whole KV span goes through memory, {} bytes each (product, softmax, f16 \
+             copy), after the products.",
+            speedmatrix_predict::SCORE_BYTES
+        ));
+    }
     let bands = &s.factors.bands;
     let calibrated = s.calibration.map(|(c, _)| c.bands).unwrap_or_default();
     if let Some((cal, run)) = s.calibration {

@@ -200,6 +200,7 @@ fn inputs(args: &Args) -> anyhow::Result<PredictInputs> {
         max_output: args.max_tokens,
         window: args.duration,
         gguf_type: args.gguf_type.clone(),
+        attention: args.engine_args.flash_attn.attention(args.engine),
         factors,
         acceptance_rate,
         calibrate_from: match &args.calibrate_from {
