@@ -268,6 +268,11 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     }
     v[14] = v[14].clamp(0.25, 10.0);
     v[15] = v[15].clamp(0.05, 1.0);
+    v[16] = if fixed.multiprocessors {
+        v[16].clamp(5.0, 500.0)
+    } else {
+        0.0
+    };
     // The cache terms are per rig (`predict --calibrate-from`): across rigs the data has
     // too few long-context cells at batch to tell them from the weights' efficiency.
     (v[7], v[8]) = (1.0, 0.0);
@@ -300,6 +305,9 @@ pub(crate) const START: Factors = Factors {
     layer_overhead_us: 80.0,
     amd_overhead_ratio: 1.0,
     amd_attention_ratio: 1.0,
+    // Little's law: a multiprocessor's 32-odd resident warps each keeping one 16-byte load
+    // per thread in flight hold ~16 KB against ~700 ns of HBM latency: ~20 GB/s.
+    multiprocessor_bandwidth_gb_s: 20.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the
@@ -316,6 +324,12 @@ pub(crate) struct Fixed {
     pub(crate) allreduce_us: Option<f64>,
     pub(crate) moe: bool,
     pub(crate) amd: bool,
+    /// The multiprocessor bandwidth cap is fitted: llama.cpp rigs (its mat-vec kernels are
+    /// where the cap was seen), some with a known multiprocessor count. The server engines'
+    /// GEMV kernels do not show it: freed for them, it lands where it no longer binds (vLLM)
+    /// or trades against the bandwidth efficiency on noisy rigs (SGLang), and their
+    /// held-out error grows.
+    pub(crate) multiprocessors: bool,
     /// llama-bench times the model's evaluation alone: no request reaches a server.
     pub(crate) no_requests: bool,
 }
@@ -332,6 +346,10 @@ impl Fixed {
             allreduce_us: (!tp).then_some(start.allreduce_latency_us),
             moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
             amd: rigs.clone().any(|r| r.cost.machine.amd),
+            multiprocessors: rigs.clone().all(|r| r.engine == "llamacpp")
+                && rigs
+                    .clone()
+                    .any(|r| r.cost.machine.multiprocessors.is_some()),
             no_requests: rigs.clone().all(|r| r.engine == "llamacpp"),
         }
     }
@@ -357,6 +375,9 @@ impl Fixed {
         }
         if self.amd {
             free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
+        }
+        if self.multiprocessors {
+            free.push((16, 0.0));
         }
         free
     }

@@ -36,6 +36,9 @@ pub struct Gpu {
     pub bandwidth_gb_s: Option<f64>,
     /// Peak dense tensor throughput per dtype.
     pub dense_tflops: DenseTflops,
+    /// Streaming multiprocessors (NVIDIA), when known: how many independent units issue
+    /// memory reads, which bounds what a kernel with little work per unit can keep in flight.
+    pub multiprocessors: Option<u32>,
     /// Where the bandwidth and throughput figures come from.
     pub spec_source: String,
     /// Whether vLLM's batch defaults treat it as an A100 (`"a100"` in the
@@ -83,6 +86,8 @@ struct Entry {
     bandwidth_gb_s: Option<f64>,
     #[serde(default)]
     dense_tflops: DenseTflops,
+    #[serde(default)]
+    multiprocessors: Option<u32>,
     #[serde(default)]
     spec_source: String,
 }
@@ -140,6 +145,12 @@ impl GpuCatalog {
                         e.key
                     )));
                 }
+            }
+            if e.multiprocessors == Some(0) {
+                return Err(CapacityError::BadCatalog(format!(
+                    "entry `{}` has 0 multiprocessors: give the GPU's count or leave it out",
+                    e.key
+                )));
             }
             if file.gpus[..i].iter().any(|o| o.key == e.key) {
                 return Err(CapacityError::BadCatalog(format!(
@@ -242,6 +253,7 @@ impl Gpu {
             fast_interconnect: false,
             bandwidth_gb_s: None,
             dense_tflops: DenseTflops::default(),
+            multiprocessors: None,
             spec_source: String::new(),
             is_a100: false,
         }
@@ -272,6 +284,7 @@ impl Gpu {
             fast_interconnect: e.fast_interconnect,
             bandwidth_gb_s: e.bandwidth_gb_s,
             dense_tflops: e.dense_tflops,
+            multiprocessors: e.multiprocessors,
             spec_source: e.spec_source.clone(),
         }
     }
@@ -427,6 +440,10 @@ mod tests {
             (
                 r#"{"gpus": [{"key": "x", "memory": {"gib": 1}}, {"key": "x", "memory": {"gib": 2}}]}"#,
                 "twice",
+            ),
+            (
+                r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "multiprocessors": 0}]}"#,
+                "0 multiprocessors",
             ),
         ] {
             let err = GpuCatalog::from_json(text).unwrap_err();

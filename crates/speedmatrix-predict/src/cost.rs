@@ -77,6 +77,13 @@ pub struct Factors {
     /// without rocWMMA runs its vector kernels, far from the matrix cores.
     #[serde(default = "one")]
     pub amd_attention_ratio: f64,
+    /// Bandwidth one NVIDIA streaming multiprocessor sustains, GB/s (0: no such cap). A
+    /// kernel whose blocks each stream one slice of a matrix keeps only so many reads in
+    /// flight per multiprocessor; by Little's law that caps its bandwidth at the bytes in
+    /// flight over the memory latency, per multiprocessor, below an HBM part's peak when
+    /// the part has few multiprocessors for its bandwidth (A100, H100 PCIe).
+    #[serde(default)]
+    pub multiprocessor_bandwidth_gb_s: f64,
 }
 
 fn one() -> f64 {
@@ -136,6 +143,11 @@ impl Factors {
             ("layer_overhead_us", self.layer_overhead_us, 0.0..=10_000.0),
             ("amd_overhead_ratio", self.amd_overhead_ratio, 0.1..=20.0),
             ("amd_attention_ratio", self.amd_attention_ratio, 0.01..=4.0),
+            (
+                "multiprocessor_bandwidth_gb_s",
+                self.multiprocessor_bandwidth_gb_s,
+                0.0..=1000.0,
+            ),
         ];
         match checks
             .iter()
@@ -165,11 +177,12 @@ impl Factors {
             self.layer_overhead_us,
             self.amd_overhead_ratio,
             self.amd_attention_ratio,
+            self.multiprocessor_bandwidth_gb_s,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -190,6 +203,7 @@ impl Factors {
             layer_overhead_us: v[13],
             amd_overhead_ratio: v[14],
             amd_attention_ratio: v[15],
+            multiprocessor_bandwidth_gb_s: v[16],
         }
     }
 }
@@ -218,6 +232,9 @@ pub struct Machine {
     pub consumer: bool,
     /// An AMD part (see [`Factors::amd_bandwidth_ratio`]).
     pub amd: bool,
+    /// Streaming multiprocessors per GPU, when the catalog knows them (NVIDIA; see
+    /// [`Factors::multiprocessor_bandwidth_gb_s`]).
+    pub multiprocessors: Option<u32>,
 }
 
 impl Machine {
@@ -257,6 +274,7 @@ impl Machine {
             fast_link: gpu.fast_interconnect,
             consumer: gpu.vendor == "nvidia" && gpu.name.contains("GeForce"),
             amd: gpu.vendor == "amd",
+            multiprocessors: gpu.multiprocessors.filter(|_| gpu.vendor == "nvidia"),
         })
     }
 }
@@ -400,7 +418,17 @@ impl CostModel {
         } else {
             1.0
         };
-        self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency * vendor
+        let achieved = self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency * vendor;
+        let per_unit = self.factors.multiprocessor_bandwidth_gb_s * 1e9;
+        match self.machine.multiprocessors {
+            // A soft minimum of the two limits: near either one alone when the other is
+            // far above it, below both where they meet (latency and queueing add up).
+            Some(units) if per_unit > 0.0 => {
+                let cap = f64::from(units) * per_unit;
+                (achieved.powi(-4) + cap.powi(-4)).powf(-0.25)
+            }
+            _ => achieved,
+        }
     }
 
     fn flops(&self) -> f64 {

@@ -305,5 +305,9 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
         ("layer_overhead_us".to_owned(), f.layer_overhead_us),
         ("amd_overhead_ratio".to_owned(), f.amd_overhead_ratio),
         ("amd_attention_ratio".to_owned(), f.amd_attention_ratio),
+        (
+            "multiprocessor_bandwidth_gb_s".to_owned(),
+            f.multiprocessor_bandwidth_gb_s,
+        ),
     ])
 }

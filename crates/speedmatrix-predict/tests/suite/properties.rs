@@ -62,6 +62,26 @@ proptest! {
         prop_assert!(b.memory < a.memory);
     }
 
+    /// Under llama.cpp's factors (a fitted per-multiprocessor bandwidth), more
+    /// multiprocessors never make a step slower, and a memory-bound step with few of them
+    /// is slower than with none known (no cap).
+    #[test]
+    fn steps_are_monotone_in_multiprocessors(units in 1u32..200, more in 1u32..200,
+                                             batch in 1u64..8, ctx in 0u64..8_192) {
+        let llama = |sms: Option<u32>| {
+            let mut g = Gpu::lookup("h100-pcie").unwrap();
+            g.multiprocessors = sms;
+            CostModel::new(&dense(), &g, &VllmFlags::default(),
+                           Factors::builtin("llamacpp").unwrap()).unwrap()
+        };
+        let (few, many, uncapped) = (llama(Some(units)), llama(Some(units + more)), llama(None));
+        let (a, b, c) = (few.decode_step(batch, ctx), many.decode_step(batch, ctx),
+                         uncapped.decode_step(batch, ctx));
+        prop_assert!(b.total <= a.total);
+        prop_assert!(b.memory < a.memory);
+        prop_assert!(c.memory < b.memory);
+    }
+
     /// A longer context never makes a step or a prefill faster.
     #[test]
     fn steps_are_monotone_in_context(batch in 1u64..128, ctx in 0u64..200_000, extra in 1u64..50_000) {
@@ -165,6 +185,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "layer_overhead_us",
         "amd_overhead_ratio",
         "amd_attention_ratio",
+        "multiprocessor_bandwidth_gb_s",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
