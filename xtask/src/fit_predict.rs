@@ -268,6 +268,11 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     }
     v[14] = v[14].clamp(0.25, 10.0);
     v[15] = v[15].clamp(0.05, 1.0);
+    v[17] = if fixed.quantized {
+        v[17].clamp(0.25, 2.0)
+    } else {
+        1.0
+    };
     v[16] = if fixed.multiprocessors {
         v[16].clamp(5.0, 500.0)
     } else {
@@ -308,6 +313,8 @@ pub(crate) const START: Factors = Factors {
     // Little's law: a multiprocessor's 32-odd resident warps each keeping one 16-byte load
     // per thread in flight hold ~16 KB against ~700 ns of HBM latency: ~20 GB/s.
     multiprocessor_bandwidth_gb_s: 20.0,
+    // llama.cpp's quantized products against cuBLAS on F16 weights: no prior either way.
+    quantized_compute_ratio: 1.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the
@@ -330,6 +337,9 @@ pub(crate) struct Fixed {
     /// or trades against the bandwidth efficiency on noisy rigs (SGLang), and their
     /// held-out error grows.
     pub(crate) multiprocessors: bool,
+    /// Some rigs run GGUF block types and some F16/BF16 weights, so the ratio of their
+    /// products' throughputs can be told from the compute efficiency.
+    pub(crate) quantized: bool,
     /// llama-bench times the model's evaluation alone: no request reaches a server.
     pub(crate) no_requests: bool,
 }
@@ -350,6 +360,8 @@ impl Fixed {
                 && rigs
                     .clone()
                     .any(|r| r.cost.machine.multiprocessors.is_some()),
+            quantized: rigs.clone().any(|r| r.cost.quantized_products)
+                && rigs.clone().any(|r| !r.cost.quantized_products),
             no_requests: rigs.clone().all(|r| r.engine == "llamacpp"),
         }
     }
@@ -378,6 +390,9 @@ impl Fixed {
         }
         if self.multiprocessors {
             free.push((16, 0.0));
+        }
+        if self.quantized {
+            free.push((17, 0.0));
         }
         free
     }

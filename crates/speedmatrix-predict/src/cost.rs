@@ -84,6 +84,12 @@ pub struct Factors {
     /// the part has few multiprocessors for its bandwidth (A100, H100 PCIe).
     #[serde(default)]
     pub multiprocessor_bandwidth_gb_s: f64,
+    /// Throughput of the weights' products when they stay in a GGUF block type (llama.cpp's
+    /// `mul_mat_q`: activations quantized to 8 bits, int8 tensor-core products over
+    /// dequantized tiles) relative to F16/BF16 weights' cuBLAS GEMMs. Attention is not such
+    /// a product and keeps its own ratio.
+    #[serde(default = "one")]
+    pub quantized_compute_ratio: f64,
 }
 
 fn one() -> f64 {
@@ -148,6 +154,11 @@ impl Factors {
                 self.multiprocessor_bandwidth_gb_s,
                 0.0..=1000.0,
             ),
+            (
+                "quantized_compute_ratio",
+                self.quantized_compute_ratio,
+                0.01..=4.0,
+            ),
         ];
         match checks
             .iter()
@@ -178,11 +189,12 @@ impl Factors {
             self.amd_overhead_ratio,
             self.amd_attention_ratio,
             self.multiprocessor_bandwidth_gb_s,
+            self.quantized_compute_ratio,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -204,6 +216,7 @@ impl Factors {
             amd_overhead_ratio: v[14],
             amd_attention_ratio: v[15],
             multiprocessor_bandwidth_gb_s: v[16],
+            quantized_compute_ratio: v[17],
         }
     }
 }
@@ -387,6 +400,9 @@ pub struct CostModel {
     pub speculation: Option<Speculation>,
     /// How attention runs: fused (flash) kernels, or a score matrix in memory.
     pub attention: AttentionKernel,
+    /// The weights stay in a GGUF block type through the products (see
+    /// [`Factors::quantized_compute_ratio`]); set by [`CostModel::with_weight_bytes`].
+    pub quantized_products: bool,
 }
 
 /// How an engine computes attention.
@@ -468,8 +484,13 @@ impl CostModel {
             per_expert / (per_expert + self.factors.moe_half_tokens)
         };
         let flops = self.flops();
-        dense_flops / flops
-            + expert_flops / (flops * grouped)
+        let weights = if self.quantized_products {
+            flops * self.factors.quantized_compute_ratio
+        } else {
+            flops
+        };
+        dense_flops / weights
+            + expert_flops / (weights * grouped)
             + attention_flops / (flops * self.attention_ratio())
     }
 

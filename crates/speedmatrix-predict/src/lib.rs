@@ -222,8 +222,10 @@ impl WeightBytes {
 }
 
 impl CostModel {
-    /// The same model with its weights stored at `bytes` per parameter.
+    /// The same model with its weights stored at `bytes` per parameter. Under two bytes a
+    /// weight the file is a GGUF block type, whose products run quantized.
     pub fn with_weight_bytes(mut self, bytes: WeightBytes) -> CostModel {
+        self.quantized_products = bytes.linear < 2.0;
         let p = &mut self.shape.params;
         p.lm_head_bytes = p.lm_head_macs_per_token * bytes.lm_head;
         p.dense_bytes = p.dense_params * bytes.linear + p.lm_head_bytes;
@@ -248,6 +250,7 @@ impl CostModel {
             chunk,
             speculation: None,
             attention: AttentionKernel::Fused,
+            quantized_products: false,
         })
     }
 

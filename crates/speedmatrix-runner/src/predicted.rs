@@ -309,5 +309,9 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
             "multiprocessor_bandwidth_gb_s".to_owned(),
             f.multiprocessor_bandwidth_gb_s,
         ),
+        (
+            "quantized_compute_ratio".to_owned(),
+            f.quantized_compute_ratio,
+        ),
     ])
 }

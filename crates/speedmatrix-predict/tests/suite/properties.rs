@@ -186,6 +186,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "amd_overhead_ratio",
         "amd_attention_ratio",
         "multiprocessor_bandwidth_gb_s",
+        "quantized_compute_ratio",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -240,4 +241,30 @@ fn materialized_scores_cost_their_bytes() {
         ratio(8_192),
         ratio(512)
     );
+}
+
+/// A GGUF block type's products run at `quantized_compute_ratio` of F16 weights': the
+/// weights' compute time is theirs over the ratio, attention's is untouched, and F16 GGUF
+/// weights are not quantized products.
+#[test]
+fn quantized_products_cost_their_ratio() {
+    use speedmatrix_predict::WeightBytes;
+    let gpu = Gpu::lookup("rtx4090").unwrap();
+    let q4 = cost(&dense(), &gpu).with_weight_bytes(WeightBytes::gguf("q4_k_m").unwrap());
+    assert!(q4.quantized_products);
+    let f16 = cost(&dense(), &gpu).with_weight_bytes(WeightBytes::gguf("f16").unwrap());
+    assert!(!f16.quantized_products);
+    let mut plain = q4.clone();
+    plain.quantized_products = false;
+    let compute = |c: &CostModel, ratio: f64, cached: u64| {
+        let mut c = c.clone();
+        c.factors.quantized_compute_ratio = ratio;
+        c.prefill_chunk(512, cached, false).compute.as_secs_f64()
+    };
+    let (slow, fast) = (compute(&q4, 0.5, 0), compute(&plain, 0.5, 0));
+    assert!(slow > fast * 1.5, "{slow} vs {fast}");
+    assert_eq!(compute(&q4, 1.0, 0), compute(&plain, 1.0, 0));
+    // Attention's share (long cached context) is the same under either ratio.
+    let attention = |ratio: f64| compute(&q4, ratio, 16_384) - compute(&q4, ratio, 0);
+    assert!((attention(0.5) / attention(1.0) - 1.0).abs() < 1e-9);
 }
