@@ -273,6 +273,11 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     } else {
         1.0
     };
+    v[18] = if fixed.hopper {
+        v[18].clamp(0.2, 1.0)
+    } else {
+        1.0
+    };
     v[16] = if fixed.multiprocessors {
         v[16].clamp(5.0, 500.0)
     } else {
@@ -315,6 +320,9 @@ pub(crate) const START: Factors = Factors {
     multiprocessor_bandwidth_gb_s: 20.0,
     // llama.cpp's quantized products against cuBLAS on F16 weights: no prior either way.
     quantized_compute_ratio: 1.0,
+    // FlashAttention-2's mma.sync kernels reach 35 % of an H100's peak where FlashAttention-3's
+    // wgmma reaches 75 % (Shah et al., 2024), and 50–73 % of an A100's (Dao, 2023).
+    hopper_mma_ratio: 0.6,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the
@@ -340,6 +348,9 @@ pub(crate) struct Fixed {
     /// Some rigs run GGUF block types and some F16/BF16 weights, so the ratio of their
     /// products' throughputs can be told from the compute efficiency.
     pub(crate) quantized: bool,
+    /// The mma.sync ratio on Hopper is fitted: llama.cpp rigs (the server engines' Hopper
+    /// kernels use wgmma), some on Hopper parts.
+    pub(crate) hopper: bool,
     /// llama-bench times the model's evaluation alone: no request reaches a server.
     pub(crate) no_requests: bool,
 }
@@ -360,6 +371,8 @@ impl Fixed {
                 && rigs
                     .clone()
                     .any(|r| r.cost.machine.multiprocessors.is_some()),
+            hopper: rigs.clone().all(|r| r.engine == "llamacpp")
+                && rigs.clone().any(|r| r.cost.machine.hopper),
             quantized: rigs.clone().any(|r| r.cost.quantized_products)
                 && rigs.clone().any(|r| !r.cost.quantized_products),
             no_requests: rigs.clone().all(|r| r.engine == "llamacpp"),
@@ -393,6 +406,9 @@ impl Fixed {
         }
         if self.quantized {
             free.push((17, 0.0));
+        }
+        if self.hopper {
+            free.push((18, 0.0));
         }
         free
     }

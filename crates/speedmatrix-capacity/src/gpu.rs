@@ -39,11 +39,34 @@ pub struct Gpu {
     /// Streaming multiprocessors (NVIDIA), when known: how many independent units issue
     /// memory reads, which bounds what a kernel with little work per unit can keep in flight.
     pub multiprocessors: Option<u32>,
+    /// The NVIDIA generation, when known: which tensor-core instructions kernels can use.
+    pub architecture: Option<Architecture>,
     /// Where the bandwidth and throughput figures come from.
     pub spec_source: String,
     /// Whether vLLM's batch defaults treat it as an A100 (`"a100"` in the
     /// device name: never the "big GPU" defaults).
     pub is_a100: bool,
+}
+
+/// An NVIDIA GPU generation. Kernels written for one generation's tensor-core instructions
+/// reach less of a later one's peak: Ampere-style `mma.sync` kernels on Hopper, whose peak
+/// needs the asynchronous `wgmma` (FlashAttention-2 reaches 35 % of an H100's, FlashAttention-3
+/// 75 %: Shah et al., 2024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// V100.
+    Volta,
+    /// T4, RTX 20.
+    Turing,
+    /// A100, A10, A40, RTX A, RTX 30.
+    Ampere,
+    /// L4, L40, RTX Ada, RTX 40.
+    Ada,
+    /// H100, H200, H20, H800, GH200.
+    Hopper,
+    /// B200, B300, GB10, RTX PRO, RTX 50.
+    Blackwell,
 }
 
 /// Peak dense (not sparse) tensor throughput, TFLOPS (TOPS for int8); `None`
@@ -88,6 +111,8 @@ struct Entry {
     dense_tflops: DenseTflops,
     #[serde(default)]
     multiprocessors: Option<u32>,
+    #[serde(default)]
+    architecture: Option<Architecture>,
     #[serde(default)]
     spec_source: String,
 }
@@ -254,6 +279,7 @@ impl Gpu {
             bandwidth_gb_s: None,
             dense_tflops: DenseTflops::default(),
             multiprocessors: None,
+            architecture: None,
             spec_source: String::new(),
             is_a100: false,
         }
@@ -285,6 +311,7 @@ impl Gpu {
             bandwidth_gb_s: e.bandwidth_gb_s,
             dense_tflops: e.dense_tflops,
             multiprocessors: e.multiprocessors,
+            architecture: e.architecture,
             spec_source: e.spec_source.clone(),
         }
     }
@@ -444,6 +471,10 @@ mod tests {
             (
                 r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "multiprocessors": 0}]}"#,
                 "0 multiprocessors",
+            ),
+            (
+                r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "architecture": "kepler"}]}"#,
+                "unknown variant",
             ),
         ] {
             let err = GpuCatalog::from_json(text).unwrap_err();

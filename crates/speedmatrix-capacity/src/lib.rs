@@ -76,7 +76,7 @@ pub use config::{
 };
 pub use dtype::{Dtype, KvCacheDtype};
 pub use error::CapacityError;
-pub use gpu::{DenseTflops, Gpu, GpuCatalog};
+pub use gpu::{Architecture, DenseTflops, Gpu, GpuCatalog};
 pub use llamacpp::{GgmlKvType, LlamaCppFlags, LlamaCppPrediction, predict_llamacpp};
 pub use pool::{BlockPool, CellVerdict, FitRule, GridSpec, KvPool, SlotPool, TokenPool};
 pub use report::{

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use speedmatrix_capacity::{Dtype, Gpu, ModelConfig, Quantization};
+use speedmatrix_capacity::{Architecture, Dtype, Gpu, ModelConfig, Quantization};
 
 use crate::PredictError;
 use crate::shape::ModelShape;
@@ -90,6 +90,12 @@ pub struct Factors {
     /// a product and keeps its own ratio.
     #[serde(default = "one")]
     pub quantized_compute_ratio: f64,
+    /// Throughput of Ampere-style `mma.sync` kernels on Hopper GPUs relative to what the
+    /// family reaches elsewhere: Hopper's peak needs `wgmma`. llama.cpp's quantized products
+    /// and its flash attention are such kernels (its F16 products go through cuBLAS, which
+    /// uses `wgmma`); the server engines' Hopper kernels use `wgmma` (1).
+    #[serde(default = "one")]
+    pub hopper_mma_ratio: f64,
 }
 
 fn one() -> f64 {
@@ -159,6 +165,7 @@ impl Factors {
                 self.quantized_compute_ratio,
                 0.01..=4.0,
             ),
+            ("hopper_mma_ratio", self.hopper_mma_ratio, 0.01..=4.0),
         ];
         match checks
             .iter()
@@ -190,11 +197,12 @@ impl Factors {
             self.amd_attention_ratio,
             self.multiprocessor_bandwidth_gb_s,
             self.quantized_compute_ratio,
+            self.hopper_mma_ratio,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -217,6 +225,7 @@ impl Factors {
             amd_attention_ratio: v[15],
             multiprocessor_bandwidth_gb_s: v[16],
             quantized_compute_ratio: v[17],
+            hopper_mma_ratio: v[18],
         }
     }
 }
@@ -248,6 +257,8 @@ pub struct Machine {
     /// Streaming multiprocessors per GPU, when the catalog knows them (NVIDIA; see
     /// [`Factors::multiprocessor_bandwidth_gb_s`]).
     pub multiprocessors: Option<u32>,
+    /// A Hopper part (see [`Factors::hopper_mma_ratio`]).
+    pub hopper: bool,
 }
 
 impl Machine {
@@ -288,6 +299,7 @@ impl Machine {
             consumer: gpu.vendor == "nvidia" && gpu.name.contains("GeForce"),
             amd: gpu.vendor == "amd",
             multiprocessors: gpu.multiprocessors.filter(|_| gpu.vendor == "nvidia"),
+            hopper: gpu.architecture == Some(Architecture::Hopper),
         })
     }
 }
@@ -485,7 +497,7 @@ impl CostModel {
         };
         let flops = self.flops();
         let weights = if self.quantized_products {
-            flops * self.factors.quantized_compute_ratio
+            flops * self.factors.quantized_compute_ratio * self.hopper_mma()
         } else {
             flops
         };
@@ -501,7 +513,16 @@ impl CostModel {
         } else {
             1.0
         };
-        self.factors.attention_compute_ratio * vendor
+        self.factors.attention_compute_ratio * vendor * self.hopper_mma()
+    }
+
+    /// What `mma.sync` kernels keep of this GPU's throughput (below 1 on Hopper only).
+    fn hopper_mma(&self) -> f64 {
+        if self.machine.hopper {
+            self.factors.hopper_mma_ratio
+        } else {
+            1.0
+        }
     }
 
     /// The vendor's latency terms relative to NVIDIA's.

@@ -313,5 +313,6 @@ pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<Stri
             "quantized_compute_ratio".to_owned(),
             f.quantized_compute_ratio,
         ),
+        ("hopper_mma_ratio".to_owned(), f.hopper_mma_ratio),
     ])
 }

@@ -187,6 +187,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "amd_attention_ratio",
         "multiprocessor_bandwidth_gb_s",
         "quantized_compute_ratio",
+        "hopper_mma_ratio",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -267,4 +268,42 @@ fn quantized_products_cost_their_ratio() {
     // Attention's share (long cached context) is the same under either ratio.
     let attention = |ratio: f64| compute(&q4, ratio, 16_384) - compute(&q4, ratio, 0);
     assert!((attention(0.5) / attention(1.0) - 1.0).abs() < 1e-9);
+}
+
+/// On a Hopper part, llama.cpp's `mma.sync` kernels (quantized products, attention) run at
+/// `hopper_mma_ratio` of the throughput; F16 weights' cuBLAS products and other generations
+/// keep theirs.
+#[test]
+fn hopper_slows_only_mma_sync_kernels() {
+    use speedmatrix_capacity::Architecture;
+    use speedmatrix_predict::WeightBytes;
+    let prefill = |arch: Option<Architecture>, gguf: &str, ratio: f64| {
+        let mut gpu = Gpu::lookup("h100-pcie").unwrap();
+        gpu.architecture = arch;
+        let mut c = cost(&dense(), &gpu).with_weight_bytes(WeightBytes::gguf(gguf).unwrap());
+        c.factors.hopper_mma_ratio = ratio;
+        c.prefill_chunk(512, 0, false).compute.as_secs_f64()
+    };
+    let hopper = Some(Architecture::Hopper);
+    assert_eq!(
+        Gpu::lookup("h100-pcie").unwrap().architecture,
+        hopper,
+        "the catalog names the H100's generation"
+    );
+    let (slow, fast) = (
+        prefill(hopper, "q4_k_m", 0.5),
+        prefill(hopper, "q4_k_m", 1.0),
+    );
+    assert!(slow > fast * 1.8, "{slow} vs {fast}");
+    let ampere = Some(Architecture::Ampere);
+    assert_eq!(
+        prefill(ampere, "q4_k_m", 0.5),
+        prefill(ampere, "q4_k_m", 1.0)
+    );
+    // F16 weights: only attention's share slows, far less than the products'.
+    let (f16_slow, f16_fast) = (prefill(hopper, "f16", 0.5), prefill(hopper, "f16", 1.0));
+    assert!(
+        f16_slow > f16_fast && f16_slow < f16_fast * 1.2,
+        "{f16_slow} vs {f16_fast}"
+    );
 }
