@@ -13,7 +13,8 @@ use std::time::Duration;
 use argmin::core::CostFunction;
 use speedmatrix_units::{Concurrency, Tokens};
 
-use crate::cost::{CostModel, Factors};
+use crate::cost::CostModel;
+use crate::factors::Factors;
 use crate::minimize::{Restarts, minimize};
 use crate::{Band, Bands, PredictError};
 

@@ -1,0 +1,227 @@
+//! The factors: the few fitted numbers that turn a GPU's peak figures into what an engine
+//! family achieves (docs/predict.md), and the ranges a factors file must keep.
+
+use serde::{Deserialize, Serialize};
+
+use crate::PredictError;
+
+/// The few numbers that turn peak figures into achieved ones, fitted on
+/// public measured results (`cargo xtask fit-predict`, data/validation.json).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Factors {
+    /// Share of the GPU's peak memory bandwidth a decode step achieves.
+    pub bandwidth_efficiency: f64,
+    /// Share of the GPU's peak dense tensor throughput matrix products achieve.
+    pub compute_efficiency: f64,
+    /// Fixed time of every engine step (scheduling, launches, sampling), ms.
+    pub step_overhead_ms: f64,
+    /// Time per running sequence per step beyond its bytes and FLOPs, µs.
+    pub sequence_overhead_us: f64,
+    /// Latency of one all-reduce between tensor-parallel ranks (two per layer), µs.
+    pub allreduce_latency_us: f64,
+    /// Time from request to the start of its prefill (HTTP, tokenizing, scheduling), ms.
+    pub request_overhead_ms: f64,
+    /// Achieved tensor throughput of GeForce parts relative to what
+    /// `compute_efficiency` gives on the catalog's figure (which is their
+    /// FP32-accumulate rate; FP16-accumulate kernels and boost clocks above
+    /// the rated one go past it). Fitted on llama.cpp's GeForce rigs.
+    #[serde(default = "one")]
+    pub consumer_compute_ratio: f64,
+    /// Achieved bandwidth of KV-cache and recurrent-state reads relative to
+    /// the weights' (`bandwidth_efficiency`): attention kernels over many
+    /// sequences' blocks run at their own efficiency. 1 in the families'
+    /// fitted sets; `predict --calibrate-from` fits it per rig.
+    #[serde(default = "one")]
+    pub kv_bandwidth_ratio: f64,
+    /// Streams at which decode attention reaches half its full-batch bandwidth: one long
+    /// sequence's attention runs on too few thread blocks to fill the GPU (the reason for
+    /// split-KV "Flash-Decoding" kernels), so a step's cache reads cost as if
+    /// `streams + kv_saturation_streams` sequences were read. 0 in the families' fitted
+    /// sets; `predict --calibrate-from` fits it per rig.
+    #[serde(default)]
+    pub kv_saturation_streams: f64,
+    /// Routed tokens per expert at which an expert's matrix products reach half the dense
+    /// efficiency: a step's grouped GEMMs over E experts give each only `tokens · k / E` rows,
+    /// too few to fill the tensor cores (vLLM's fused-MoE and llama.cpp's `mul_mat_id`
+    /// alike), so expert compute runs at `t / (t + this)` of `compute_efficiency`. 0: as dense.
+    #[serde(default)]
+    pub moe_half_tokens: f64,
+    /// Achieved throughput of attention (scores and weighted sums over the context)
+    /// relative to the dense matrix products': flash-attention kernels reach less of the
+    /// peak, and much less on some backends (llama.cpp's ROCm and Vulkan at long context).
+    #[serde(default = "one")]
+    pub attention_compute_ratio: f64,
+    /// Achieved bandwidth on AMD GPUs relative to `bandwidth_efficiency` (ROCm and Vulkan
+    /// kernels reach a lower share of the peak than CUDA's).
+    #[serde(default = "one")]
+    pub amd_bandwidth_ratio: f64,
+    /// Achieved tensor throughput on AMD GPUs relative to `compute_efficiency`.
+    #[serde(default = "one")]
+    pub amd_compute_ratio: f64,
+    /// Time per decoder layer per step beyond its bytes and FLOPs, µs: the kernels a layer
+    /// launches and waits on (norms, rotary, routing, quantizing activations), which CUDA
+    /// graphs replay but cannot remove. 0: all in `step_overhead_ms`.
+    #[serde(default)]
+    pub layer_overhead_us: f64,
+    /// The fixed step, layer and all-reduce times on AMD GPUs relative to NVIDIA's (HIP graph
+    /// replay, ROCm kernel launches and RCCL's small all-reduces cost more than CUDA's).
+    #[serde(default = "one")]
+    pub amd_overhead_ratio: f64,
+    /// Achieved attention throughput on AMD GPUs relative to NVIDIA's
+    /// (`attention_compute_ratio` × `amd_compute_ratio`): llama.cpp's ROCm flash attention
+    /// without rocWMMA runs its vector kernels, far from the matrix cores.
+    #[serde(default = "one")]
+    pub amd_attention_ratio: f64,
+    /// Bandwidth one NVIDIA streaming multiprocessor sustains, GB/s (0: no such cap). A
+    /// kernel whose blocks each stream one slice of a matrix keeps only so many reads in
+    /// flight per multiprocessor; by Little's law that caps its bandwidth at the bytes in
+    /// flight over the memory latency, per multiprocessor, below an HBM part's peak when
+    /// the part has few multiprocessors for its bandwidth (A100, H100 PCIe).
+    #[serde(default)]
+    pub multiprocessor_bandwidth_gb_s: f64,
+    /// Throughput of the weights' products when they stay in a GGUF block type (llama.cpp's
+    /// `mul_mat_q`: activations quantized to 8 bits, int8 tensor-core products over
+    /// dequantized tiles) relative to F16/BF16 weights' cuBLAS GEMMs. Attention is not such
+    /// a product and keeps its own ratio.
+    #[serde(default = "one")]
+    pub quantized_compute_ratio: f64,
+    /// Throughput of Ampere-style `mma.sync` kernels on Hopper GPUs relative to what the
+    /// family reaches elsewhere: Hopper's peak needs `wgmma`. llama.cpp's quantized products
+    /// and its flash attention are such kernels (its F16 products go through cuBLAS, which
+    /// uses `wgmma`); the server engines' Hopper kernels use `wgmma` (1).
+    #[serde(default = "one")]
+    pub hopper_mma_ratio: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Factors {
+    /// Every factor must be finite, efficiencies in (0, 1.5], times ≥ 0.
+    pub fn check(&self) -> Result<(), PredictError> {
+        // Efficiencies above 0 (a zero one would divide by zero), times not negative, the
+        // rest within what a kernel or an engine can plausibly show.
+        let efficiency = f64::MIN_POSITIVE..=1.5;
+        let time = 0.0..=f64::MAX;
+        let ratio = 0.01..=4.0;
+        let checks = [
+            (
+                "bandwidth_efficiency",
+                self.bandwidth_efficiency,
+                efficiency.clone(),
+            ),
+            ("compute_efficiency", self.compute_efficiency, efficiency),
+            ("step_overhead_ms", self.step_overhead_ms, time.clone()),
+            (
+                "sequence_overhead_us",
+                self.sequence_overhead_us,
+                time.clone(),
+            ),
+            (
+                "allreduce_latency_us",
+                self.allreduce_latency_us,
+                time.clone(),
+            ),
+            ("request_overhead_ms", self.request_overhead_ms, time),
+            (
+                "consumer_compute_ratio",
+                self.consumer_compute_ratio,
+                0.25..=4.0,
+            ),
+            ("kv_bandwidth_ratio", self.kv_bandwidth_ratio, 0.25..=4.0),
+            (
+                "kv_saturation_streams",
+                self.kv_saturation_streams,
+                0.0..=64.0,
+            ),
+            ("moe_half_tokens", self.moe_half_tokens, 0.0..=4096.0),
+            (
+                "attention_compute_ratio",
+                self.attention_compute_ratio,
+                ratio.clone(),
+            ),
+            (
+                "amd_bandwidth_ratio",
+                self.amd_bandwidth_ratio,
+                ratio.clone(),
+            ),
+            ("amd_compute_ratio", self.amd_compute_ratio, ratio),
+            ("layer_overhead_us", self.layer_overhead_us, 0.0..=10_000.0),
+            ("amd_overhead_ratio", self.amd_overhead_ratio, 0.1..=20.0),
+            ("amd_attention_ratio", self.amd_attention_ratio, 0.01..=4.0),
+            (
+                "multiprocessor_bandwidth_gb_s",
+                self.multiprocessor_bandwidth_gb_s,
+                0.0..=1000.0,
+            ),
+            (
+                "quantized_compute_ratio",
+                self.quantized_compute_ratio,
+                0.01..=4.0,
+            ),
+            ("hopper_mma_ratio", self.hopper_mma_ratio, 0.01..=4.0),
+        ];
+        match checks
+            .iter()
+            .find(|(_, v, range)| !(v.is_finite() && range.contains(v)))
+        {
+            Some((what, v, _)) => Err(PredictError::Factors(format!("{what} = {v}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The factors as a vector, in declaration order (for fitting).
+    pub fn to_vec(self) -> [f64; Factors::COUNT] {
+        [
+            self.bandwidth_efficiency,
+            self.compute_efficiency,
+            self.step_overhead_ms,
+            self.sequence_overhead_us,
+            self.allreduce_latency_us,
+            self.request_overhead_ms,
+            self.consumer_compute_ratio,
+            self.kv_bandwidth_ratio,
+            self.kv_saturation_streams,
+            self.moe_half_tokens,
+            self.attention_compute_ratio,
+            self.amd_bandwidth_ratio,
+            self.amd_compute_ratio,
+            self.layer_overhead_us,
+            self.amd_overhead_ratio,
+            self.amd_attention_ratio,
+            self.multiprocessor_bandwidth_gb_s,
+            self.quantized_compute_ratio,
+            self.hopper_mma_ratio,
+        ]
+    }
+
+    /// How many factors there are.
+    pub const COUNT: usize = 19;
+
+    /// Factors from a vector in declaration order.
+    pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
+        Factors {
+            bandwidth_efficiency: v[0],
+            compute_efficiency: v[1],
+            step_overhead_ms: v[2],
+            sequence_overhead_us: v[3],
+            allreduce_latency_us: v[4],
+            request_overhead_ms: v[5],
+            consumer_compute_ratio: v[6],
+            kv_bandwidth_ratio: v[7],
+            kv_saturation_streams: v[8],
+            moe_half_tokens: v[9],
+            attention_compute_ratio: v[10],
+            amd_bandwidth_ratio: v[11],
+            amd_compute_ratio: v[12],
+            layer_overhead_us: v[13],
+            amd_overhead_ratio: v[14],
+            amd_attention_ratio: v[15],
+            multiprocessor_bandwidth_gb_s: v[16],
+            quantized_compute_ratio: v[17],
+            hopper_mma_ratio: v[18],
+        }
+    }
+}
