@@ -19,12 +19,21 @@ fn list_gpus_prints_every_entry_with_its_memory_and_whether_it_was_seen() {
     let h100 = rows.iter().find(|l| l.starts_with("h100-sxm ")).unwrap();
     assert!(h100.contains("79.19 GiB (seen)"), "{h100}");
     assert!(h100.contains("NVIDIA H100 80GB HBM3"), "{h100}");
+    assert!(h100.contains(" 132  hopper "), "{h100}");
     let json = bin()
         .args(["capacity", "--list-gpus", "--json"])
         .output()
         .unwrap();
     let gpus: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(gpus.as_array().unwrap().len(), rows.len());
+    let h100 = gpus
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["key"] == "h100-sxm")
+        .unwrap();
+    assert_eq!(h100["multiprocessors"], 132);
+    assert_eq!(h100["architecture"], "hopper");
 }
 
 #[test]
