@@ -755,3 +755,37 @@ fn llama_cpp_without_flash_attention_prefills_long_prompts_slower() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
+
+/// The kernel terms fitted on llama.cpp say so on the page where they bind: the bandwidth
+/// cap per multiprocessor and the Hopper ratio on an H100 PCIe, neither under vLLM.
+#[test]
+fn llama_cpp_kernel_terms_are_named_where_they_bind() {
+    let dir = temp_dir("predict-kernels");
+    let says = |engine: &str, gpu: &str, gguf: &[&str]| {
+        let out = dir.join(format!("{engine}-{gpu}"));
+        let output = bin()
+            .arg("predict")
+            .arg("--config")
+            .arg(seed_config())
+            .args(["--engine", engine, "--gpu", gpu])
+            .args(gguf)
+            .args("--contexts 0 --concurrency 1 --prefill-contexts 1k -o".split(' '))
+            .arg(&out)
+            .output()
+            .unwrap();
+        stderr_after(&output, 0);
+        read_report(&out).prediction.unwrap().assumptions
+    };
+    let q4 = ["--gguf-type", "q4_k_m"];
+    let h100 = says("llama.cpp", "h100-pcie", &q4);
+    let has = |says: &[String], what: &str| says.iter().any(|a| a.starts_with(what));
+    assert!(has(&h100, "Bandwidth: "), "{h100:?}");
+    assert!(has(&h100, "Hopper: "), "{h100:?}");
+    assert!(has(&h100, "Quantized products "), "{h100:?}");
+    let ada = says("llama.cpp", "rtx-6000-ada", &q4);
+    assert!(!has(&ada, "Hopper: "), "{ada:?}");
+    let vllm = says("vllm", "h100-pcie", &[]);
+    for what in ["Bandwidth: ", "Hopper: ", "Quantized products "] {
+        assert!(!has(&vllm, what), "{vllm:?}");
+    }
+}

@@ -221,22 +221,30 @@ pub const SCORE_BYTES: f64 = 20.0;
 
 impl CostModel {
     fn bandwidth(&self) -> f64 {
+        self.multiprocessor_cap()
+            .map_or_else(|| self.uncapped_bandwidth(), |(capped, _)| capped)
+    }
+
+    /// Peak × η_bw (× AMD's ratio): the bandwidth before any multiprocessor cap.
+    fn uncapped_bandwidth(&self) -> f64 {
         let vendor = if self.machine.amd {
             self.factors.amd_bandwidth_ratio
         } else {
             1.0
         };
-        let achieved = self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency * vendor;
+        self.machine.bandwidth_bytes_s * self.factors.bandwidth_efficiency * vendor
+    }
+
+    /// Achieved bandwidth with and without the per-multiprocessor cap, bytes/s, when the
+    /// cap applies (a fitted `multiprocessor_bandwidth_gb_s` and a known count).
+    pub fn multiprocessor_cap(&self) -> Option<(f64, f64)> {
         let per_unit = self.factors.multiprocessor_bandwidth_gb_s * 1e9;
-        match self.machine.multiprocessors {
-            // A soft minimum of the two limits: near either one alone when the other is
-            // far above it, below both where they meet (latency and queueing add up).
-            Some(units) if per_unit > 0.0 => {
-                let cap = f64::from(units) * per_unit;
-                (achieved.powi(-4) + cap.powi(-4)).powf(-0.25)
-            }
-            _ => achieved,
-        }
+        let units = self.machine.multiprocessors.filter(|_| per_unit > 0.0)?;
+        let achieved = self.uncapped_bandwidth();
+        let cap = f64::from(units) * per_unit;
+        // A soft minimum of the two limits: near either one alone when the other is far
+        // above it, below both where they meet (latency and queueing add up).
+        Some(((achieved.powi(-4) + cap.powi(-4)).powf(-0.25), achieved))
     }
 
     fn flops(&self) -> f64 {

@@ -320,6 +320,7 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
             speedmatrix_predict::SCORE_BYTES
         ));
     }
+    assumptions.extend(kernel_lines(cost));
     let bands = &s.factors.bands;
     let calibrated = s.calibration.map(|(c, _)| c.bands).unwrap_or_default();
     if let Some((cal, run)) = s.calibration {
@@ -364,6 +365,39 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
         ));
     }
     assumptions
+}
+
+/// The terms fitted on one engine's kernels that bind on this GPU, with how far the data
+/// behind them reaches.
+fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
+    let f = &cost.factors;
+    let mut lines = Vec::new();
+    if let Some((capped, uncapped)) = cost.multiprocessor_cap()
+        && capped < 0.95 * uncapped
+    {
+        lines.push(format!(
+            "Bandwidth: {:.0} GB/s achieved, not {:.0}: mat-vec kernels keep at most {:.1} GB/s \
+             in flight per multiprocessor (fitted on 2024-era llama.cpp builds on A100 and H100 \
+             PCIe; newer builds reach more, and no H100 SXM, H200 or B200 rig checks it).",
+            capped / 1e9,
+            uncapped / 1e9,
+            f.multiprocessor_bandwidth_gb_s
+        ));
+    }
+    if cost.machine.hopper && f.hopper_mma_ratio < 1.0 {
+        lines.push(format!(
+            "Hopper: mma.sync kernels (quantized products, flash attention) at {:.2} of the \
+             throughput they reach elsewhere (wgmma is needed for Hopper's peak).",
+            f.hopper_mma_ratio
+        ));
+    }
+    if cost.quantized_products && f.quantized_compute_ratio != 1.0 {
+        lines.push(format!(
+            "Quantized products (GGUF block types) at {:.2} of F16 weights' GEMM throughput.",
+            f.quantized_compute_ratio
+        ));
+    }
+    lines
 }
 
 /// What the calibration did: the factors moved and how well the run's own figures came out.
