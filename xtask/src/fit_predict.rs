@@ -12,6 +12,7 @@ use serde_json::Value;
 use speedmatrix_capacity::{Gpu, ModelConfig, Quantization, VllmFlags};
 use speedmatrix_predict::{AttentionKernel, CostModel, Factors, Restarts, WeightBytes, minimize};
 
+use crate::fit_predict_free::Fixed;
 use crate::util::project_root;
 
 #[derive(Debug, clap::Args)]
@@ -268,21 +269,13 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     }
     v[14] = v[14].clamp(0.25, 10.0);
     v[15] = v[15].clamp(0.05, 1.0);
-    v[17] = if fixed.quantized {
-        v[17].clamp(0.25, 2.0)
-    } else {
-        1.0
-    };
-    v[18] = if fixed.hopper {
-        v[18].clamp(0.2, 1.0)
-    } else {
-        1.0
-    };
-    v[16] = if fixed.multiprocessors {
-        v[16].clamp(5.0, 500.0)
-    } else {
-        0.0
-    };
+    for (index, free, held, (low, high)) in fixed.kernel_terms() {
+        v[index] = if free {
+            v[index].clamp(low, high)
+        } else {
+            held
+        };
+    }
     // The cache terms are per rig (`predict --calibrate-from`): across rigs the data has
     // too few long-context cells at batch to tell them from the weights' efficiency.
     (v[7], v[8]) = (1.0, 0.0);
@@ -329,90 +322,6 @@ pub(crate) const START: Factors = Factors {
 /// FP32-accumulate rate the catalog lists (GA102 and AD102 whitepapers):
 /// a property of the parts, fixed rather than fitted.
 const CONSUMER_RATIO: f64 = 2.0;
-
-/// What a family's fit frees: the factors its rigs can show. The all-reduce latency is
-/// held where no fitted rig has tensor parallelism, the MoE term where none is MoE, the AMD
-/// ratios where none is AMD.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Fixed {
-    pub(crate) start: Factors,
-    pub(crate) allreduce_us: Option<f64>,
-    pub(crate) moe: bool,
-    pub(crate) amd: bool,
-    /// The multiprocessor bandwidth cap is fitted: llama.cpp rigs (its mat-vec kernels are
-    /// where the cap was seen), some with a known multiprocessor count. The server engines'
-    /// GEMV kernels do not show it: freed for them, it lands where it no longer binds (vLLM)
-    /// or trades against the bandwidth efficiency on noisy rigs (SGLang), and their
-    /// held-out error grows.
-    pub(crate) multiprocessors: bool,
-    /// Some rigs run GGUF block types and some F16/BF16 weights, so the ratio of their
-    /// products' throughputs can be told from the compute efficiency.
-    pub(crate) quantized: bool,
-    /// The mma.sync ratio on Hopper is fitted: llama.cpp rigs (the server engines' Hopper
-    /// kernels use wgmma), some on Hopper parts.
-    pub(crate) hopper: bool,
-    /// llama-bench times the model's evaluation alone: no request reaches a server.
-    pub(crate) no_requests: bool,
-}
-
-impl Fixed {
-    /// What `rigs` can show, from `start`.
-    pub(crate) fn for_rigs<'a>(
-        start: Factors,
-        rigs: impl Iterator<Item = &'a Rig> + Clone,
-    ) -> Fixed {
-        let tp = rigs.clone().any(|r| r.cost.machine.tensor_parallel > 1);
-        Fixed {
-            start,
-            allreduce_us: (!tp).then_some(start.allreduce_latency_us),
-            moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
-            amd: rigs.clone().any(|r| r.cost.machine.amd),
-            multiprocessors: rigs.clone().all(|r| r.engine == "llamacpp")
-                && rigs
-                    .clone()
-                    .any(|r| r.cost.machine.multiprocessors.is_some()),
-            hopper: rigs.clone().all(|r| r.engine == "llamacpp")
-                && rigs.clone().any(|r| r.cost.machine.hopper),
-            quantized: rigs.clone().any(|r| r.cost.quantized_products)
-                && rigs.clone().any(|r| !r.cost.quantized_products),
-            no_requests: rigs.clone().all(|r| r.engine == "llamacpp"),
-        }
-    }
-
-    /// The free factors: their index in [`Factors::to_vec`] and log offset.
-    fn free(&self) -> Vec<(usize, f64)> {
-        let mut free = vec![
-            (0, 0.0),
-            (1, 0.0),
-            (2, 0.05),
-            (3, 1.0),
-            (10, 0.0),
-            (13, 1.0),
-        ];
-        if !self.no_requests {
-            free.push((5, 0.5));
-        }
-        if self.allreduce_us.is_none() {
-            free.push((4, 1.0));
-        }
-        if self.moe {
-            free.push((9, 1.0));
-        }
-        if self.amd {
-            free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
-        }
-        if self.multiprocessors {
-            free.push((16, 0.0));
-        }
-        if self.quantized {
-            free.push((17, 0.0));
-        }
-        if self.hopper {
-            free.push((18, 0.0));
-        }
-        free
-    }
-}
 
 /// Soft-L1 on log errors: quadratic for small errors, linear past ~25 %,
 /// so one odd rig cannot drag every factor.

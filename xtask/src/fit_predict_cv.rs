@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use speedmatrix_predict::Factors;
 
-use crate::fit_predict::{FAMILIES, Figure, Fixed, Rig, fit, log_errors};
+use crate::fit_predict::{FAMILIES, Figure, Rig, fit, log_errors};
+use crate::fit_predict_free::Fixed;
 
 /// One family's and phase's band, as data/factors.json stores it.
 #[derive(Debug, Clone, Copy)]

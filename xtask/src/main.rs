@@ -9,6 +9,7 @@ mod ci;
 mod dist;
 mod fit_predict;
 mod fit_predict_cv;
+mod fit_predict_free;
 mod fuzz;
 mod gen_tokenizer;
 mod gpu_check;

@@ -99,75 +99,68 @@ fn one() -> f64 {
 }
 
 impl Factors {
+    /// Each factor's name, in declaration order (as in [`Factors::to_vec`] and the JSON).
+    pub const NAMES: [&'static str; Factors::COUNT] = [
+        "bandwidth_efficiency",
+        "compute_efficiency",
+        "step_overhead_ms",
+        "sequence_overhead_us",
+        "allreduce_latency_us",
+        "request_overhead_ms",
+        "consumer_compute_ratio",
+        "kv_bandwidth_ratio",
+        "kv_saturation_streams",
+        "moe_half_tokens",
+        "attention_compute_ratio",
+        "amd_bandwidth_ratio",
+        "amd_compute_ratio",
+        "layer_overhead_us",
+        "amd_overhead_ratio",
+        "amd_attention_ratio",
+        "multiprocessor_bandwidth_gb_s",
+        "quantized_compute_ratio",
+        "hopper_mma_ratio",
+    ];
+
+    /// Each factor with its name, in declaration order.
+    pub fn named(self) -> impl Iterator<Item = (&'static str, f64)> {
+        Factors::NAMES.into_iter().zip(self.to_vec())
+    }
+
     /// Every factor must be finite, efficiencies in (0, 1.5], times ≥ 0.
     pub fn check(&self) -> Result<(), PredictError> {
         // Efficiencies above 0 (a zero one would divide by zero), times not negative, the
-        // rest within what a kernel or an engine can plausibly show.
-        let efficiency = f64::MIN_POSITIVE..=1.5;
-        let time = 0.0..=f64::MAX;
-        let ratio = 0.01..=4.0;
-        let checks = [
-            (
-                "bandwidth_efficiency",
-                self.bandwidth_efficiency,
-                efficiency.clone(),
-            ),
-            ("compute_efficiency", self.compute_efficiency, efficiency),
-            ("step_overhead_ms", self.step_overhead_ms, time.clone()),
-            (
-                "sequence_overhead_us",
-                self.sequence_overhead_us,
-                time.clone(),
-            ),
-            (
-                "allreduce_latency_us",
-                self.allreduce_latency_us,
-                time.clone(),
-            ),
-            ("request_overhead_ms", self.request_overhead_ms, time),
-            (
-                "consumer_compute_ratio",
-                self.consumer_compute_ratio,
-                0.25..=4.0,
-            ),
-            ("kv_bandwidth_ratio", self.kv_bandwidth_ratio, 0.25..=4.0),
-            (
-                "kv_saturation_streams",
-                self.kv_saturation_streams,
-                0.0..=64.0,
-            ),
-            ("moe_half_tokens", self.moe_half_tokens, 0.0..=4096.0),
-            (
-                "attention_compute_ratio",
-                self.attention_compute_ratio,
-                ratio.clone(),
-            ),
-            (
-                "amd_bandwidth_ratio",
-                self.amd_bandwidth_ratio,
-                ratio.clone(),
-            ),
-            ("amd_compute_ratio", self.amd_compute_ratio, ratio),
-            ("layer_overhead_us", self.layer_overhead_us, 0.0..=10_000.0),
-            ("amd_overhead_ratio", self.amd_overhead_ratio, 0.1..=20.0),
-            ("amd_attention_ratio", self.amd_attention_ratio, 0.01..=4.0),
-            (
-                "multiprocessor_bandwidth_gb_s",
-                self.multiprocessor_bandwidth_gb_s,
-                0.0..=1000.0,
-            ),
-            (
-                "quantized_compute_ratio",
-                self.quantized_compute_ratio,
-                0.01..=4.0,
-            ),
-            ("hopper_mma_ratio", self.hopper_mma_ratio, 0.01..=4.0),
+        // rest within what a kernel or an engine can plausibly show; in declaration order.
+        let efficiency = (f64::MIN_POSITIVE, 1.5);
+        let time = (0.0, f64::MAX);
+        let ratio = (0.01, 4.0);
+        let ranges: [(f64, f64); Factors::COUNT] = [
+            efficiency,
+            efficiency,
+            time,
+            time,
+            time,
+            time,
+            (0.25, 4.0),
+            (0.25, 4.0),
+            (0.0, 64.0),
+            (0.0, 4096.0),
+            ratio,
+            ratio,
+            ratio,
+            (0.0, 10_000.0),
+            (0.1, 20.0),
+            ratio,
+            (0.0, 1000.0),
+            ratio,
+            ratio,
         ];
-        match checks
-            .iter()
-            .find(|(_, v, range)| !(v.is_finite() && range.contains(v)))
+        match self
+            .named()
+            .zip(ranges)
+            .find(|((_, v), (lo, hi))| !(v.is_finite() && (*lo..=*hi).contains(v)))
         {
-            Some((what, v, _)) => Err(PredictError::Factors(format!("{what} = {v}"))),
+            Some(((what, v), _)) => Err(PredictError::Factors(format!("{what} = {v}"))),
             None => Ok(()),
         }
     }

@@ -281,38 +281,8 @@ fn block_size(p: &Prediction) -> u64 {
 
 /// The factor set the prediction used, for the report.
 pub(crate) fn factor_map(set: &EngineFactors) -> std::collections::BTreeMap<String, f64> {
-    let f = set.factors;
-    std::collections::BTreeMap::from([
-        ("bandwidth_efficiency".to_owned(), f.bandwidth_efficiency),
-        ("compute_efficiency".to_owned(), f.compute_efficiency),
-        ("step_overhead_ms".to_owned(), f.step_overhead_ms),
-        ("sequence_overhead_us".to_owned(), f.sequence_overhead_us),
-        ("allreduce_latency_us".to_owned(), f.allreduce_latency_us),
-        ("request_overhead_ms".to_owned(), f.request_overhead_ms),
-        (
-            "consumer_compute_ratio".to_owned(),
-            f.consumer_compute_ratio,
-        ),
-        ("kv_bandwidth_ratio".to_owned(), f.kv_bandwidth_ratio),
-        ("kv_saturation_streams".to_owned(), f.kv_saturation_streams),
-        ("moe_half_tokens".to_owned(), f.moe_half_tokens),
-        (
-            "attention_compute_ratio".to_owned(),
-            f.attention_compute_ratio,
-        ),
-        ("amd_bandwidth_ratio".to_owned(), f.amd_bandwidth_ratio),
-        ("amd_compute_ratio".to_owned(), f.amd_compute_ratio),
-        ("layer_overhead_us".to_owned(), f.layer_overhead_us),
-        ("amd_overhead_ratio".to_owned(), f.amd_overhead_ratio),
-        ("amd_attention_ratio".to_owned(), f.amd_attention_ratio),
-        (
-            "multiprocessor_bandwidth_gb_s".to_owned(),
-            f.multiprocessor_bandwidth_gb_s,
-        ),
-        (
-            "quantized_compute_ratio".to_owned(),
-            f.quantized_compute_ratio,
-        ),
-        ("hopper_mma_ratio".to_owned(), f.hopper_mma_ratio),
-    ])
+    set.factors
+        .named()
+        .map(|(name, v)| (name.to_owned(), v))
+        .collect()
 }

@@ -1,0 +1,97 @@
+//! Which factors a family's fit frees: only those its rigs can show.
+
+use speedmatrix_predict::Factors;
+
+use crate::fit_predict::Rig;
+
+/// What a family's fit frees: the factors its rigs can show. The all-reduce latency is
+/// held where no fitted rig has tensor parallelism, the MoE term where none is MoE, the AMD
+/// ratios where none is AMD.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fixed {
+    pub(crate) start: Factors,
+    pub(crate) allreduce_us: Option<f64>,
+    pub(crate) moe: bool,
+    pub(crate) amd: bool,
+    /// The multiprocessor bandwidth cap is fitted: llama.cpp rigs (its mat-vec kernels are
+    /// where the cap was seen), some with a known multiprocessor count. The server engines'
+    /// GEMV kernels do not show it: freed for them, it lands where it no longer binds (vLLM)
+    /// or trades against the bandwidth efficiency on noisy rigs (SGLang), and their
+    /// held-out error grows.
+    pub(crate) multiprocessors: bool,
+    /// Some rigs run GGUF block types and some F16/BF16 weights, so the ratio of their
+    /// products' throughputs can be told from the compute efficiency.
+    pub(crate) quantized: bool,
+    /// The mma.sync ratio on Hopper is fitted: llama.cpp rigs (the server engines' Hopper
+    /// kernels use wgmma), some on Hopper parts.
+    pub(crate) hopper: bool,
+    /// llama-bench times the model's evaluation alone: no request reaches a server.
+    pub(crate) no_requests: bool,
+}
+
+impl Fixed {
+    /// What `rigs` can show, from `start`.
+    pub(crate) fn for_rigs<'a>(
+        start: Factors,
+        rigs: impl Iterator<Item = &'a Rig> + Clone,
+    ) -> Fixed {
+        let tp = rigs.clone().any(|r| r.cost.machine.tensor_parallel > 1);
+        let llamacpp = rigs.clone().all(|r| r.engine == "llamacpp");
+        Fixed {
+            start,
+            allreduce_us: (!tp).then_some(start.allreduce_latency_us),
+            moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
+            amd: rigs.clone().any(|r| r.cost.machine.amd),
+            multiprocessors: llamacpp
+                && rigs
+                    .clone()
+                    .any(|r| r.cost.machine.multiprocessors.is_some()),
+            hopper: llamacpp && rigs.clone().any(|r| r.cost.machine.hopper),
+            quantized: rigs.clone().any(|r| r.cost.quantized_products)
+                && rigs.clone().any(|r| !r.cost.quantized_products),
+            no_requests: llamacpp,
+        }
+    }
+
+    /// The kernel terms a family frees only where its rigs show them: each one's index in
+    /// [`Factors::to_vec`], whether it is free, the value it holds otherwise (no effect),
+    /// and the range the fit keeps it in.
+    pub(crate) fn kernel_terms(&self) -> [(usize, bool, f64, (f64, f64)); 3] {
+        [
+            (16, self.multiprocessors, 0.0, (5.0, 500.0)),
+            (17, self.quantized, 1.0, (0.25, 2.0)),
+            (18, self.hopper, 1.0, (0.2, 1.0)),
+        ]
+    }
+
+    /// The free factors: their index in [`Factors::to_vec`] and log offset.
+    pub(crate) fn free(&self) -> Vec<(usize, f64)> {
+        let mut free = vec![
+            (0, 0.0),
+            (1, 0.0),
+            (2, 0.05),
+            (3, 1.0),
+            (10, 0.0),
+            (13, 1.0),
+        ];
+        if !self.no_requests {
+            free.push((5, 0.5));
+        }
+        if self.allreduce_us.is_none() {
+            free.push((4, 1.0));
+        }
+        if self.moe {
+            free.push((9, 1.0));
+        }
+        if self.amd {
+            free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
+        }
+        free.extend(
+            self.kernel_terms()
+                .into_iter()
+                .filter(|&(_, free, _, _)| free)
+                .map(|(index, ..)| (index, 0.0)),
+        );
+        free
+    }
+}
