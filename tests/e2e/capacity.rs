@@ -19,7 +19,7 @@ fn list_gpus_prints_every_entry_with_its_memory_and_whether_it_was_seen() {
     let h100 = rows.iter().find(|l| l.starts_with("h100-sxm ")).unwrap();
     assert!(h100.contains("79.19 GiB (seen)"), "{h100}");
     assert!(h100.contains("NVIDIA H100 80GB HBM3"), "{h100}");
-    assert!(h100.contains(" 132  hopper "), "{h100}");
+    assert!(h100.contains(" 132  hopper          700  "), "{h100}");
     let json = bin()
         .args(["capacity", "--list-gpus", "--json"])
         .output()
@@ -34,6 +34,7 @@ fn list_gpus_prints_every_entry_with_its_memory_and_whether_it_was_seen() {
         .unwrap();
     assert_eq!(h100["multiprocessors"], 132);
     assert_eq!(h100["architecture"], "hopper");
+    assert_eq!(h100["board_power_w"], 700.0);
 }
 
 #[test]

@@ -782,10 +782,13 @@ fn llama_cpp_kernel_terms_are_named_where_they_bind() {
     assert!(has(&h100, "Bandwidth: "), "{h100:?}");
     assert!(has(&h100, "Hopper: "), "{h100:?}");
     assert!(has(&h100, "Quantized products "), "{h100:?}");
+    // An H100 PCIe's 756 dense TFLOPS against its 350 W: the power limit binds.
+    assert!(has(&h100, "Power: "), "{h100:?}");
+    assert!(has(&h100, "Decode: "), "{h100:?}");
     let ada = says("llama.cpp", "rtx-6000-ada", &q4);
     assert!(!has(&ada, "Hopper: "), "{ada:?}");
     let vllm = says("vllm", "h100-pcie", &[]);
-    for what in ["Bandwidth: ", "Hopper: ", "Quantized products "] {
+    for what in ["Bandwidth: ", "Hopper: ", "Quantized products ", "Decode: "] {
         assert!(!has(&vllm, what), "{vllm:?}");
     }
 }

@@ -33,8 +33,17 @@ pub(crate) struct Args {
 /// One measured figure of a rig and how to predict it.
 #[derive(Debug, Clone)]
 pub(crate) enum Figure {
-    /// Per-request decode tok/s of `n` streams at `context`.
-    Decode { context: u64, n: u64, tok_s: f64 },
+    /// Per-request decode tok/s of `n` streams at `context` (mean: prompt plus half the
+    /// output). `output`, where the source is a serving benchmark whose requests arrive as
+    /// others finish (`vllm bench serve`, `sglang.bench_serving` with `--max-concurrency`),
+    /// is the mean output length: each request's time between tokens then also holds the
+    /// prefills of the `n − 1` requests that start while it decodes.
+    Decode {
+        context: u64,
+        n: u64,
+        output: Option<u64>,
+        tok_s: f64,
+    },
     /// Prompt tok/s of `prompt` new tokens after `cached` ones.
     Prefill {
         prompt: u64,
@@ -153,6 +162,7 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
             Some("decode") => figures.push(Figure::Decode {
                 context: m["context"].as_u64().unwrap_or(0),
                 n: m["concurrency"].as_u64().unwrap_or(1),
+                output: m["output"].as_u64().filter(|&o| o > 0),
                 tok_s: num("per_request_tok_s").context("per_request_tok_s")?,
             }),
             Some("prefill") if !r["prefill_suspect"].as_bool().unwrap_or(false) => {
@@ -208,23 +218,40 @@ const SIZE_TOLERANCE: f64 = 0.10;
 
 fn predict(cost: &CostModel, f: &Figure) -> f64 {
     match *f {
-        Figure::Decode { context, n, .. } => {
-            cost.tokens_per_step() / cost.decode_step(n, context).total.as_secs_f64().max(1e-12)
+        Figure::Decode {
+            context, n, output, ..
+        } => {
+            let per_token =
+                cost.decode_step(n, context).total.as_secs_f64() / cost.tokens_per_step();
+            // Arrivals: while one request emits its `output` tokens, each of the other
+            // `n − 1` slots finishes a request and prefills the next one's prompt, and
+            // that prefill holds every running stream's next token back.
+            let stalls = output.filter(|_| n > 1).map_or(0.0, |o| {
+                let prompt = context.saturating_sub(o / 2);
+                (n - 1) as f64 * prefill_time(cost, prompt, 0) / o as f64
+            });
+            1.0 / (per_token + stalls).max(1e-12)
         }
         Figure::Prefill { prompt, cached, .. } => {
-            let mut t = cost.factors.request_overhead_ms * 1e-3;
-            let mut done = 0;
-            while done < prompt {
-                let n = cost.chunk.min(prompt - done);
-                t += cost
-                    .prefill_chunk(n, cached + done, done + n >= prompt)
-                    .total
-                    .as_secs_f64();
-                done += n;
-            }
+            let t = cost.factors.request_overhead_ms * 1e-3 + prefill_time(cost, prompt, cached);
             prompt as f64 / t.max(1e-12)
         }
     }
+}
+
+/// GPU time to prefill `prompt` new tokens after `cached` ones, in the engine's chunks.
+fn prefill_time(cost: &CostModel, prompt: u64, cached: u64) -> f64 {
+    let mut t = 0.0;
+    let mut done = 0;
+    while done < prompt {
+        let n = cost.chunk.min(prompt - done);
+        t += cost
+            .prefill_chunk(n, cached + done, done + n >= prompt)
+            .total
+            .as_secs_f64();
+        done += n;
+    }
+    t
 }
 
 fn measured(f: &Figure) -> f64 {
@@ -316,6 +343,12 @@ pub(crate) const START: Factors = Factors {
     // FlashAttention-2's mma.sync kernels reach 35 % of an H100's peak where FlashAttention-3's
     // wgmma reaches 75 % (Shah et al., 2024), and 50–73 % of an A100's (Dao, 2023).
     hopper_mma_ratio: 0.6,
+    // An H100 SXM's 989 dense TFLOPS at its 700 W and a 4090's 330 at 450 W: under a long
+    // GEMM both run below their boost clocks, the former more; ~1 TFLOPS a watt binds there.
+    power_tflops_per_watt: 1.0,
+    // GEMMs stream their weights while the tensor cores work: no prior for llama.cpp's
+    // small-batch kernels either way, so the overlapped (server) form.
+    decode_overlap: 1.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the

@@ -2,7 +2,7 @@
 
 use speedmatrix_predict::Factors;
 
-use crate::fit_predict::Rig;
+use crate::fit_predict::{Figure, Rig};
 
 /// What a family's fit frees: the factors its rigs can show. The all-reduce latency is
 /// held where no fitted rig has tensor parallelism, the MoE term where none is MoE, the AMD
@@ -27,6 +27,11 @@ pub(crate) struct Fixed {
     pub(crate) hopper: bool,
     /// llama-bench times the model's evaluation alone: no request reaches a server.
     pub(crate) no_requests: bool,
+    /// The board power limit is fitted: some rigs' GPUs have a known board power.
+    pub(crate) power: bool,
+    /// The decode overlap is fitted: llama.cpp rigs with several streams decoding at once
+    /// (llama-batched-bench); the server engines' GEMMs overlap their reads (1).
+    pub(crate) batched_llamacpp: bool,
 }
 
 impl Fixed {
@@ -50,17 +55,26 @@ impl Fixed {
             quantized: rigs.clone().any(|r| r.cost.quantized_products)
                 && rigs.clone().any(|r| !r.cost.quantized_products),
             no_requests: llamacpp,
+            power: rigs.clone().any(|r| r.cost.machine.board_power_w.is_some()),
+            batched_llamacpp: llamacpp
+                && rigs.clone().any(|r| {
+                    r.figures
+                        .iter()
+                        .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1))
+                }),
         }
     }
 
     /// The kernel terms a family frees only where its rigs show them: each one's index in
     /// [`Factors::to_vec`], whether it is free, the value it holds otherwise (no effect),
     /// and the range the fit keeps it in.
-    pub(crate) fn kernel_terms(&self) -> [(usize, bool, f64, (f64, f64)); 3] {
+    pub(crate) fn kernel_terms(&self) -> [(usize, bool, f64, (f64, f64)); 5] {
         [
             (16, self.multiprocessors, 0.0, (5.0, 500.0)),
             (17, self.quantized, 1.0, (0.25, 2.0)),
             (18, self.hopper, 1.0, (0.2, 1.0)),
+            (19, self.power, 0.0, (0.05, 10.0)),
+            (20, self.batched_llamacpp, 1.0, (0.01, 1.0)),
         ]
     }
 

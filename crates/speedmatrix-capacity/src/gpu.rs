@@ -39,6 +39,9 @@ pub struct Gpu {
     /// Streaming multiprocessors (NVIDIA), when known: how many independent units issue
     /// memory reads, which bounds what a kernel with little work per unit can keep in flight.
     pub multiprocessors: Option<u32>,
+    /// The vendor's maximum board (or module, or SoC package) power, watts, when known: a
+    /// long run of matrix products draws it and the clocks drop to stay under it.
+    pub board_power_w: Option<f64>,
     /// The NVIDIA generation, when known: which tensor-core instructions kernels can use.
     pub architecture: Option<Architecture>,
     /// Where the bandwidth and throughput figures come from.
@@ -112,6 +115,8 @@ struct Entry {
     #[serde(default)]
     multiprocessors: Option<u32>,
     #[serde(default)]
+    board_power: Option<BoardPower>,
+    #[serde(default)]
     architecture: Option<Architecture>,
     #[serde(default)]
     spec_source: String,
@@ -124,6 +129,12 @@ struct Memory {
     estimated: bool,
     #[serde(default)]
     source: String,
+}
+
+/// A board power figure (the file also says where it was read: `source`, for readers).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct BoardPower {
+    watts: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +186,15 @@ impl GpuCatalog {
                 return Err(CapacityError::BadCatalog(format!(
                     "entry `{}` has 0 multiprocessors: give the GPU's count or leave it out",
                     e.key
+                )));
+            }
+            if let Some(p) = &e.board_power
+                && !(p.watts > 0.0 && p.watts.is_finite())
+            {
+                return Err(CapacityError::BadCatalog(format!(
+                    "entry `{}` has board_power.watts {}: give the vendor's maximum board \
+                     power in watts or leave board_power out",
+                    e.key, p.watts
                 )));
             }
             if file.gpus[..i].iter().any(|o| o.key == e.key) {
@@ -279,6 +299,7 @@ impl Gpu {
             bandwidth_gb_s: None,
             dense_tflops: DenseTflops::default(),
             multiprocessors: None,
+            board_power_w: None,
             architecture: None,
             spec_source: String::new(),
             is_a100: false,
@@ -311,6 +332,7 @@ impl Gpu {
             bandwidth_gb_s: e.bandwidth_gb_s,
             dense_tflops: e.dense_tflops,
             multiprocessors: e.multiprocessors,
+            board_power_w: e.board_power.as_ref().map(|p| p.watts),
             architecture: e.architecture,
             spec_source: e.spec_source.clone(),
         }
@@ -471,6 +493,10 @@ mod tests {
             (
                 r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "multiprocessors": 0}]}"#,
                 "0 multiprocessors",
+            ),
+            (
+                r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "board_power": {"watts": 0}}]}"#,
+                "board_power.watts 0",
             ),
             (
                 r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "architecture": "kepler"}]}"#,

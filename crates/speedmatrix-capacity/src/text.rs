@@ -64,7 +64,7 @@ pub fn beside_log(b: &BesideLog) -> String {
 /// One line per GPU: what `--gpu` accepts and what the predictors use.
 pub fn catalog(gpus: &[Gpu]) -> String {
     let mut out = String::from(
-        "key                    memory (runtime)      GB/s  bf16/fp8/fp4 dense TFLOPS  SMs  generation  name\n",
+        "key                    memory (runtime)      GB/s  bf16/fp8/fp4 dense TFLOPS  SMs  generation  board W  name\n",
     );
     let tf = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
     for g in gpus {
@@ -73,7 +73,7 @@ pub fn catalog(gpus: &[Gpu]) -> String {
             .map_or_else(|| "-".to_owned(), |a| format!("{a:?}").to_ascii_lowercase());
         let _ = writeln!(
             out,
-            "{:<22} {:>9.2} GiB {:<9} {:>5} {:>26}  {:>3}  {:<10}  {}",
+            "{:<22} {:>9.2} GiB {:<9} {:>5} {:>26}  {:>3}  {:<10}  {:>7}  {}",
             g.key,
             g.memory.as_gib_f64(),
             if g.memory_estimated {
@@ -92,13 +92,16 @@ pub fn catalog(gpus: &[Gpu]) -> String {
             g.multiprocessors
                 .map_or_else(|| "-".to_owned(), |n| n.to_string()),
             generation,
+            g.board_power_w
+                .map_or_else(|| "-".to_owned(), |w| format!("{w:.0}")),
             g.name
         );
     }
     out.push_str(
         "\n(seen): the total a runtime printed on that GPU; (est.): derived, e.g. nvidia-smi's \
          total less 0.5 GiB. SMs: NVIDIA streaming multiprocessors; generation: which tensor-core \
-         instructions kernels can use. Every figure's source: `--json` or speedmatrix-capacity's data/gpus.json.\n",
+         instructions kernels can use; board W: the vendor's maximum board power, which bounds the \
+         tensor throughput long matrix products sustain. Every figure's source: `--json` or speedmatrix-capacity's data/gpus.json.\n",
     );
     out
 }

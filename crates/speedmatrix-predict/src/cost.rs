@@ -39,6 +39,12 @@ pub struct Machine {
     pub multiprocessors: Option<u32>,
     /// A Hopper part (see [`Factors::hopper_mma_ratio`]).
     pub hopper: bool,
+    /// The vendor's maximum board power, watts, when the catalog knows it (see
+    /// [`Factors::power_tflops_per_watt`]).
+    pub board_power_w: Option<f64>,
+    /// Peak dense FP16/BF16 tensor FLOP/s per GPU: what the power limit is weighed against
+    /// (`peak_flops` is in the compute dtype, FP8 and FP4 at twice and four times it).
+    pub half_flops: f64,
 }
 
 impl Machine {
@@ -69,6 +75,13 @@ impl Machine {
             .or(t.fp8.map(|v| (v, "fp8")))
             .or(t.fp4.map(|v| (v, "fp4")))
             .ok_or_else(|| missing("dense bf16/fp16 throughput"))?;
+        // The half-precision rate, or the dtype's over the usual 2× ladder per halving.
+        let ladder = match dtype {
+            "fp8" => 2.0,
+            "fp4" => 4.0,
+            _ => 1.0,
+        };
+        let half = t.bf16.or(t.fp16).unwrap_or(tflops / ladder);
         Ok(Machine {
             gpu: gpu.key.clone(),
             bandwidth_bytes_s: bandwidth * 1e9,
@@ -80,6 +93,8 @@ impl Machine {
             amd: gpu.vendor == "amd",
             multiprocessors: gpu.multiprocessors.filter(|_| gpu.vendor == "nvidia"),
             hopper: gpu.architecture == Some(Architecture::Hopper),
+            board_power_w: gpu.board_power_w,
+            half_flops: half * 1e12,
         })
     }
 }
@@ -111,6 +126,14 @@ pub struct StepTime {
 
 impl StepTime {
     /// This step followed by `seconds` of memory-bound kernels that nothing overlaps.
+    /// This step with `1 − overlap` of the shorter of its memory and compute time no longer
+    /// hidden under the longer (see [`Factors::decode_overlap`]).
+    fn serialized(mut self, overlap: f64) -> StepTime {
+        let hidden = self.memory.min(self.compute).as_secs_f64();
+        self.total += secs((1.0 - overlap.clamp(0.0, 1.0)) * hidden);
+        self
+    }
+
     fn then_memory(mut self, seconds: f64) -> StepTime {
         if seconds > 0.0 {
             self.total += secs(seconds);
@@ -258,7 +281,27 @@ impl CostModel {
         } else {
             1.0
         };
-        self.machine.peak_flops * self.factors.compute_efficiency * ratio * vendor
+        self.machine.peak_flops
+            * self.factors.compute_efficiency
+            * ratio
+            * vendor
+            * self.power_scale().unwrap_or(1.0)
+    }
+
+    /// The share of its peak tensor throughput the GPU sustains under its board power, when
+    /// the limit is modelled (a fitted `power_tflops_per_watt` and a known board power): the
+    /// soft minimum of 1 and `watts × power_tflops_per_watt / peak` (GeForce at its full
+    /// FP16-accumulate rate).
+    pub fn power_scale(&self) -> Option<f64> {
+        let per_watt = self.factors.power_tflops_per_watt * 1e12;
+        let watts = self.machine.board_power_w.filter(|_| per_watt > 0.0)?;
+        let ratio = if self.machine.consumer {
+            self.factors.consumer_compute_ratio
+        } else {
+            1.0
+        };
+        let x = watts * per_watt / (self.machine.half_flops * ratio).max(1.0);
+        Some((1.0 + x.powi(-4)).powf(-0.25))
     }
 
     /// Time of a step's matrix products for `tokens` tokens: the non-expert and LM-head
@@ -403,6 +446,7 @@ impl CostModel {
             + self.communication(rows);
         let target = self
             .step(weights, cache, compute, overhead)
+            .serialized(self.factors.decode_overlap)
             .then_memory(self.score_time(rows, context));
         match self.speculation {
             Some(x) if x.tokens > 0 => self.with_drafter(target, &x, b),

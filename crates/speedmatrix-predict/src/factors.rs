@@ -92,6 +92,23 @@ pub struct Factors {
     /// uses `wgmma`); the server engines' Hopper kernels use `wgmma` (1).
     #[serde(default = "one")]
     pub hopper_mma_ratio: f64,
+    /// Dense FP16/BF16 tensor TFLOPS a GPU's hardware sustains per watt of its board power
+    /// (0: no power limit). A long run of matrix products draws the board's limit and the
+    /// clocks drop to stay under it: a part whose peak (at boost clock) needs more than
+    /// `board watts × this` runs its products at about `board watts × this / peak` of it
+    /// (soft minimum; FP8 and FP4 FLOPs scale with their peaks). Bandwidth-bound steps draw
+    /// less and are not limited.
+    #[serde(default)]
+    pub power_tflops_per_watt: f64,
+    /// How much of a decode step's matrix-product time hides under its reads: 1, the step
+    /// takes the longer of the two (kernels that stream weights while the tensor cores
+    /// work: the server engines' GEMMs); 0, their sum. llama.cpp's small-batch products
+    /// (`mul_mat_vec_q` up to 8 rows: dot products on the CUDA cores inside the pass that
+    /// streams the weights; `mul_mat_q` tiles staged through shared memory beyond) add
+    /// each extra stream's arithmetic to the step: on a GB10 a 7B Q8_0 model's step grows
+    /// 34 → 54 ms from 1 to 32 streams, where max(reads, FLOPs) would keep it near 36.
+    #[serde(default = "one")]
+    pub decode_overlap: f64,
 }
 
 fn one() -> f64 {
@@ -120,6 +137,8 @@ impl Factors {
         "multiprocessor_bandwidth_gb_s",
         "quantized_compute_ratio",
         "hopper_mma_ratio",
+        "power_tflops_per_watt",
+        "decode_overlap",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -154,6 +173,8 @@ impl Factors {
             (0.0, 1000.0),
             ratio,
             ratio,
+            (0.0, 100.0),
+            (0.0, 1.0),
         ];
         match self
             .named()
@@ -187,11 +208,13 @@ impl Factors {
             self.multiprocessor_bandwidth_gb_s,
             self.quantized_compute_ratio,
             self.hopper_mma_ratio,
+            self.power_tflops_per_watt,
+            self.decode_overlap,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 21;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -215,6 +238,8 @@ impl Factors {
             multiprocessor_bandwidth_gb_s: v[16],
             quantized_compute_ratio: v[17],
             hopper_mma_ratio: v[18],
+            power_tflops_per_watt: v[19],
+            decode_overlap: v[20],
         }
     }
 }

@@ -188,6 +188,8 @@ fn factors_out_of_range_are_refused_by_name() {
         "multiprocessor_bandwidth_gb_s",
         "quantized_compute_ratio",
         "hopper_mma_ratio",
+        "power_tflops_per_watt",
+        "decode_overlap",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -306,4 +308,64 @@ fn hopper_slows_only_mma_sync_kernels() {
         f16_slow > f16_fast && f16_slow < f16_fast * 1.2,
         "{f16_slow} vs {f16_fast}"
     );
+}
+
+/// Under a board power limit a GPU's products slow by the share of its peak the watts
+/// sustain: more watts never slow them, a limit far above the peak leaves them (almost) at
+/// it, and a memory-bound step (one stream's decode) does not move; no figure, no limit.
+#[test]
+fn the_board_power_limit_slows_products_not_reads() {
+    let with = |watts: Option<f64>, per_watt: f64| {
+        let mut gpu = Gpu::lookup("h100-sxm").unwrap();
+        gpu.board_power_w = watts;
+        let mut c = cost(&dense(), &gpu);
+        c.factors.power_tflops_per_watt = per_watt;
+        c
+    };
+    assert_eq!(
+        Gpu::lookup("h100-sxm").unwrap().board_power_w,
+        Some(700.0),
+        "the catalog has the H100 SXM's 700 W"
+    );
+    let prefill = |c: &CostModel| c.prefill_chunk(4096, 0, false).compute.as_secs_f64();
+    let free = with(Some(700.0), 0.0);
+    assert_eq!(free.power_scale(), None);
+    assert_eq!(with(None, 1.0).power_scale(), None);
+    let mut last = 0.0;
+    for watts in [100.0, 300.0, 700.0, 2000.0, 1e6] {
+        let scale = with(Some(watts), 1.0).power_scale().unwrap();
+        assert!(scale > last && scale <= 1.0, "{watts} W: {scale}");
+        last = scale;
+    }
+    assert!(last > 0.999, "{last}");
+    // 700 W × 1 TFLOPS/W against 989 TFLOPS: the products take 1 / scale as long.
+    let limited = with(Some(700.0), 1.0);
+    let scale = limited.power_scale().unwrap();
+    assert!((0.6..0.75).contains(&scale), "{scale}");
+    assert!((prefill(&limited) * scale / prefill(&free) - 1.0).abs() < 1e-6);
+    let decode = |c: &CostModel| c.decode_step(1, 1024).total;
+    assert_eq!(decode(&limited), decode(&free));
+}
+
+/// A decode step whose products do not hide under its reads takes their sum: never less
+/// than the overlapped step, more by `1 − overlap` of the shorter part.
+#[test]
+fn decode_overlap_adds_the_shorter_part() {
+    let gpu = Gpu::lookup("gb10").unwrap();
+    let step = |overlap: f64, batch: u64| {
+        let mut c = cost(&dense(), &gpu);
+        c.factors.decode_overlap = overlap;
+        c.decode_step(batch, 512)
+    };
+    for batch in [1, 8, 32, 256] {
+        let (hidden, serial, half) = (step(1.0, batch), step(0.0, batch), step(0.5, batch));
+        let shorter = hidden.memory.min(hidden.compute).as_secs_f64();
+        let grew = serial.total.as_secs_f64() - hidden.total.as_secs_f64();
+        assert!(
+            (grew - shorter).abs() < 1e-9,
+            "batch {batch}: {grew} vs {shorter}"
+        );
+        let half_grew = half.total.as_secs_f64() - hidden.total.as_secs_f64();
+        assert!((half_grew - shorter / 2.0).abs() < 1e-8, "batch {batch}");
+    }
 }

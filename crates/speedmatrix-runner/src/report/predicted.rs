@@ -391,6 +391,25 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
             f.hopper_mma_ratio
         ));
     }
+    if let Some(scale) = cost.power_scale()
+        && scale < 0.95
+        && let Some(watts) = cost.machine.board_power_w
+    {
+        lines.push(format!(
+            "Power: matrix products at {scale:.2} of the peak tensor throughput: at its {watts:.0} W \
+             board limit the GPU sustains about {:.2} dense TFLOPS a watt (fitted per engine \
+             family on public rigs; clocks under a long GEMM, not a measurement of this card).",
+            f.power_tflops_per_watt
+        ));
+    }
+    if f.decode_overlap < 1.0 {
+        lines.push(format!(
+            "Decode: {:.0} % of a step's product time adds to its reads (small-batch kernels \
+             that do not hide their arithmetic under the weight reads): batched cells grow \
+             with each stream.",
+            (1.0 - f.decode_overlap) * 100.0
+        ));
+    }
     if cost.quantized_products && f.quantized_compute_ratio != 1.0 {
         lines.push(format!(
             "Quantized products (GGUF block types) at {:.2} of F16 weights' GEMM throughput.",
