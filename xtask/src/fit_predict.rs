@@ -162,7 +162,12 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
             Some("decode") => figures.push(Figure::Decode {
                 context: m["context"].as_u64().unwrap_or(0),
                 n: m["concurrency"].as_u64().unwrap_or(1),
-                output: m["output"].as_u64().filter(|&o| o > 0),
+                output: match &m["output"] {
+                    Value::Null => None,
+                    v => Some(v.as_u64().filter(|&o| o > 0).with_context(|| {
+                        format!("output {v}: the mean output tokens, a positive integer")
+                    })?),
+                },
                 tok_s: num("per_request_tok_s").context("per_request_tok_s")?,
             }),
             Some("prefill") if !r["prefill_suspect"].as_bool().unwrap_or(false) => {
@@ -244,7 +249,7 @@ fn prefill_time(cost: &CostModel, prompt: u64, cached: u64) -> f64 {
     let mut t = 0.0;
     let mut done = 0;
     while done < prompt {
-        let n = cost.chunk.min(prompt - done);
+        let n = cost.chunk.max(1).min(prompt - done);
         t += cost
             .prefill_chunk(n, cached + done, done + n >= prompt)
             .total

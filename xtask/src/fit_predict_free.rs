@@ -27,7 +27,11 @@ pub(crate) struct Fixed {
     pub(crate) hopper: bool,
     /// llama-bench times the model's evaluation alone: no request reaches a server.
     pub(crate) no_requests: bool,
-    /// The board power limit is fitted: some rigs' GPUs have a known board power.
+    /// The board power limit is fitted: llama.cpp rigs (one build and one model across 25
+    /// GPU kinds is where it was seen), some with a known board power. Freed for the server
+    /// engines, whose rigs are mostly datacenter parts at high concurrency, it trades against
+    /// their compute efficiency (vLLM 2.5 TFLOPS a watt, held-out decode worse; SGLang 0.8,
+    /// a B200 at 0.35 of its peak): 0 there, not modelled.
     pub(crate) power: bool,
     /// The decode overlap is fitted: llama.cpp rigs with several streams decoding at once
     /// (llama-batched-bench); the server engines' GEMMs overlap their reads (1).
@@ -55,7 +59,7 @@ impl Fixed {
             quantized: rigs.clone().any(|r| r.cost.quantized_products)
                 && rigs.clone().any(|r| !r.cost.quantized_products),
             no_requests: llamacpp,
-            power: rigs.clone().any(|r| r.cost.machine.board_power_w.is_some()),
+            power: llamacpp && rigs.clone().any(|r| r.cost.machine.board_power_w.is_some()),
             batched_llamacpp: llamacpp
                 && rigs.clone().any(|r| {
                     r.figures

@@ -42,6 +42,8 @@ pub struct Gpu {
     /// The vendor's maximum board (or module, or SoC package) power, watts, when known: a
     /// long run of matrix products draws it and the clocks drop to stay under it.
     pub board_power_w: Option<f64>,
+    /// Where the board power figure comes from (empty without one).
+    pub board_power_source: String,
     /// The NVIDIA generation, when known: which tensor-core instructions kernels can use.
     pub architecture: Option<Architecture>,
     /// Where the bandwidth and throughput figures come from.
@@ -131,10 +133,11 @@ struct Memory {
     source: String,
 }
 
-/// A board power figure (the file also says where it was read: `source`, for readers).
+/// A board power figure and where it was read.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 struct BoardPower {
     watts: f64,
+    source: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -300,6 +303,7 @@ impl Gpu {
             dense_tflops: DenseTflops::default(),
             multiprocessors: None,
             board_power_w: None,
+            board_power_source: String::new(),
             architecture: None,
             spec_source: String::new(),
             is_a100: false,
@@ -333,6 +337,11 @@ impl Gpu {
             dense_tflops: e.dense_tflops,
             multiprocessors: e.multiprocessors,
             board_power_w: e.board_power.as_ref().map(|p| p.watts),
+            board_power_source: e
+                .board_power
+                .as_ref()
+                .map(|p| p.source.clone())
+                .unwrap_or_default(),
             architecture: e.architecture,
             spec_source: e.spec_source.clone(),
         }
@@ -397,7 +406,14 @@ mod tests {
         for g in &gpus {
             assert!(g.memory.get() > 1 << 30, "{}", g.key);
             assert!(!g.memory_source.is_empty(), "{}", g.key);
+            assert_eq!(
+                g.board_power_w.is_some(),
+                !g.board_power_source.is_empty(),
+                "{}: a board power needs its source",
+                g.key
+            );
         }
+        assert!(gpus.iter().filter(|g| g.board_power_w.is_some()).count() >= 60);
     }
 
     #[test]
@@ -495,7 +511,7 @@ mod tests {
                 "0 multiprocessors",
             ),
             (
-                r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "board_power": {"watts": 0}}]}"#,
+                r#"{"gpus": [{"key": "x", "memory": {"gib": 1}, "board_power": {"watts": 0, "source": "s"}}]}"#,
                 "board_power.watts 0",
             ),
             (

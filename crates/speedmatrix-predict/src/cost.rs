@@ -1,5 +1,6 @@
-//! The cost model: a step costs the larger of its memory and compute time,
-//! plus overheads and tensor-parallel communication (docs/predict.md).
+//! The cost model: a step costs the larger of its memory and compute time (a llama.cpp
+//! decode step also part of the shorter: [`Factors::decode_overlap`]), plus overheads and
+//! tensor-parallel communication (docs/predict.md).
 
 use std::time::Duration;
 
@@ -81,7 +82,7 @@ impl Machine {
             "fp4" => 4.0,
             _ => 1.0,
         };
-        let half = t.bf16.or(t.fp16).unwrap_or(tflops / ladder);
+        let half = half.map_or(tflops / ladder, |(v, _)| v);
         Ok(Machine {
             gpu: gpu.key.clone(),
             bandwidth_bytes_s: bandwidth * 1e9,
@@ -125,15 +126,16 @@ pub struct StepTime {
 }
 
 impl StepTime {
-    /// This step followed by `seconds` of memory-bound kernels that nothing overlaps.
-    /// This step with `1 − overlap` of the shorter of its memory and compute time no longer
-    /// hidden under the longer (see [`Factors::decode_overlap`]).
-    fn serialized(mut self, overlap: f64) -> StepTime {
-        let hidden = self.memory.min(self.compute).as_secs_f64();
+    /// This step with `1 − overlap` of the shorter of its memory time and `products` (its
+    /// compute time at full clocks: a step bound by its reads draws too little power to be
+    /// limited) no longer hidden under the longer (see [`Factors::decode_overlap`]).
+    fn serialized(mut self, overlap: f64, products: f64) -> StepTime {
+        let hidden = self.memory.as_secs_f64().min(products);
         self.total += secs((1.0 - overlap.clamp(0.0, 1.0)) * hidden);
         self
     }
 
+    /// This step followed by `seconds` of memory-bound kernels that nothing overlaps.
     fn then_memory(mut self, seconds: f64) -> StepTime {
         if seconds > 0.0 {
             self.total += secs(seconds);
@@ -446,7 +448,10 @@ impl CostModel {
             + self.communication(rows);
         let target = self
             .step(weights, cache, compute, overhead)
-            .serialized(self.factors.decode_overlap)
+            .serialized(
+                self.factors.decode_overlap,
+                compute * self.power_scale().unwrap_or(1.0),
+            )
             .then_memory(self.score_time(rows, context));
         match self.speculation {
             Some(x) if x.tokens > 0 => self.with_drafter(target, &x, b),

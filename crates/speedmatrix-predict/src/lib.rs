@@ -7,7 +7,9 @@
 //! sequence's KV and recurrent state, over achieved bandwidth) and its
 //! compute time (FLOPs over achieved dense throughput), plus per-step and
 //! per-sequence overheads and, across tensor-parallel ranks, two
-//! all-reduces per layer. Prefill runs in chunks of the engine's token
+//! all-reduces per layer (a llama.cpp decode step adds part of the shorter
+//! of memory and compute: [`Factors::decode_overlap`]; the board power
+//! limits the compute: [`Factors::power_tflops_per_watt`]). Prefill runs in chunks of the engine's token
 //! budget with attention growing with the context. The few efficiency
 //! [`Factors`] are fitted on public measured results (`cargo xtask
 //! fit-predict`); docs/predict.md has the formulas, the data and the errors.

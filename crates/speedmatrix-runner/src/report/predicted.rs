@@ -395,18 +395,21 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
         && scale < 0.95
         && let Some(watts) = cost.machine.board_power_w
     {
+        let peak = cost.machine.half_flops / 1e12;
         lines.push(format!(
-            "Power: matrix products at {scale:.2} of the peak tensor throughput: at its {watts:.0} W \
-             board limit the GPU sustains about {:.2} dense TFLOPS a watt (fitted per engine \
-             family on public rigs; clocks under a long GEMM, not a measurement of this card).",
+            "Power: matrix products at {scale:.2} of the peak tensor throughput, about {:.0} of \
+             its {peak:.0} dense FP16 TFLOPS under its {watts:.0} W board limit ({:.2} TFLOPS a \
+             watt, fitted on llama.cpp's rigs, mostly Ampere and Ada parts: clocks under a long \
+             GEMM; least certain on Hopper and Blackwell, not a measurement of this card).",
+            scale * peak,
             f.power_tflops_per_watt
         ));
     }
     if f.decode_overlap < 1.0 {
         lines.push(format!(
-            "Decode: {:.0} % of a step's product time adds to its reads (small-batch kernels \
-             that do not hide their arithmetic under the weight reads): batched cells grow \
-             with each stream.",
+            "Decode: {:.0} % of the shorter of a step's read and product times adds to the \
+             longer (small-batch kernels that do not hide their arithmetic under the weight \
+             reads): batched cells slow with each stream.",
             (1.0 - f.decode_overlap) * 100.0
         ));
     }
