@@ -272,12 +272,17 @@ impl CostModel {
         Some(((achieved.powi(-4) + cap.powi(-4)).powf(-0.25), achieved))
     }
 
-    fn flops(&self) -> f64 {
-        let ratio = if self.machine.consumer {
+    /// GeForce parts' FP16-accumulate rate over the catalog's figure (1 elsewhere).
+    fn consumer_ratio(&self) -> f64 {
+        if self.machine.consumer {
             self.factors.consumer_compute_ratio
         } else {
             1.0
-        };
+        }
+    }
+
+    fn flops(&self) -> f64 {
+        let ratio = self.consumer_ratio();
         let vendor = if self.machine.amd {
             self.factors.amd_compute_ratio
         } else {
@@ -297,12 +302,7 @@ impl CostModel {
     pub fn power_scale(&self) -> Option<f64> {
         let per_watt = self.factors.power_tflops_per_watt * 1e12;
         let watts = self.machine.board_power_w.filter(|_| per_watt > 0.0)?;
-        let ratio = if self.machine.consumer {
-            self.factors.consumer_compute_ratio
-        } else {
-            1.0
-        };
-        let x = watts * per_watt / (self.machine.half_flops * ratio).max(1.0);
+        let x = watts * per_watt / (self.machine.half_flops * self.consumer_ratio()).max(1.0);
         Some((1.0 + x.powi(-4)).powf(-0.25))
     }
 
