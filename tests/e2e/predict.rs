@@ -756,25 +756,37 @@ fn llama_cpp_without_flash_attention_prefills_long_prompts_slower() {
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
 
+/// The assumption lines of a one-cell prediction of `config` under `engine` on `gpu`.
+fn page_lines(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    engine: &str,
+    gpu: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let stem = config.file_stem().unwrap().display();
+    let out = dir.join(format!("{engine}-{gpu}-{stem}"));
+    let output = bin()
+        .arg("predict")
+        .arg("--config")
+        .arg(config)
+        .args(["--engine", engine, "--gpu", gpu])
+        .args(extra)
+        .args("--contexts 0 --concurrency 1 --prefill-contexts 1k -o".split(' '))
+        .arg(&out)
+        .output()
+        .unwrap();
+    stderr_after(&output, 0);
+    read_report(&out).prediction.unwrap().assumptions
+}
+
 /// The kernel terms fitted on llama.cpp say so on the page where they bind: the bandwidth
 /// cap per multiprocessor and the Hopper ratio on an H100 PCIe, neither under vLLM.
 #[test]
 fn llama_cpp_kernel_terms_are_named_where_they_bind() {
     let dir = temp_dir("predict-kernels");
     let says = |engine: &str, gpu: &str, gguf: &[&str]| {
-        let out = dir.join(format!("{engine}-{gpu}"));
-        let output = bin()
-            .arg("predict")
-            .arg("--config")
-            .arg(seed_config())
-            .args(["--engine", engine, "--gpu", gpu])
-            .args(gguf)
-            .args("--contexts 0 --concurrency 1 --prefill-contexts 1k -o".split(' '))
-            .arg(&out)
-            .output()
-            .unwrap();
-        stderr_after(&output, 0);
-        read_report(&out).prediction.unwrap().assumptions
+        page_lines(&dir, &seed_config(), engine, gpu, gguf)
     };
     let q4 = ["--gguf-type", "q4_k_m"];
     let h100 = says("llama.cpp", "h100-pcie", &q4);
@@ -791,4 +803,53 @@ fn llama_cpp_kernel_terms_are_named_where_they_bind() {
     for what in ["Bandwidth: ", "Hopper: ", "Quantized products ", "Decode: "] {
         assert!(!has(&vllm, what), "{vllm:?}");
     }
+}
+
+/// A MoE model's page names the routing and expert-read terms with its MoE layer count; a
+/// dense model's does not.
+#[test]
+fn expert_terms_are_named_for_moe_models_only() {
+    let dir = temp_dir("predict-experts");
+    let moe = dir.join("moe.config.json");
+    std::fs::write(
+        &moe,
+        r#"{"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "torch_dtype": "bfloat16", "vocab_size": 151936, "intermediate_size": 6144,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "max_position_embeddings": 262144}"#,
+    )
+    .unwrap();
+    let says =
+        |config: &std::path::Path, engine: &str| page_lines(&dir, config, engine, "h100-sxm", &[]);
+    for engine in ["vllm", "sglang"] {
+        let lines = says(&moe, engine);
+        assert!(
+            lines
+                .iter()
+                .any(|a| a.starts_with("Experts: ") && a.contains(" 48 MoE layers")),
+            "{engine}: {lines:?}"
+        );
+        let dense = says(&seed_config(), engine);
+        assert!(
+            !dense.iter().any(|a| a.starts_with("Experts: ")),
+            "{dense:?}"
+        );
+        // The seed's model is FP8: on an H100 no AMD term applies.
+        assert!(
+            !dense.iter().any(|a| a.starts_with("FP8 on AMD: ")),
+            "{dense:?}"
+        );
+    }
+}
+
+/// An FP8 model on an MI300X names the AMD FP8 term where the family's factor is not 1.
+#[test]
+fn amd_fp8_term_is_named_on_amd_parts() {
+    let dir = temp_dir("predict-amd-fp8");
+    let lines = page_lines(&dir, &seed_config(), "sglang", "mi300x", &[]);
+    assert!(
+        lines.iter().any(|a| a.starts_with("FP8 on AMD: ")),
+        "{lines:?}"
+    );
 }

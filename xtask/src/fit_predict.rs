@@ -289,10 +289,12 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     // `consumer_compute_ratio`'s); the ratios within what a backend can plausibly reach.
     v[0] = v[0].min(1.0);
     v[1] = v[1].min(1.0);
-    for i in [2, 3, 4, 5, 13] {
+    for i in [2, 3, 4, 5, 13, 21] {
         v[i] = v[i].max(0.0);
     }
     v[9] = v[9].clamp(0.0, 4096.0);
+    v[22] = v[22].clamp(0.1, 1.5);
+    v[23] = v[23].clamp(0.1, 1.5);
     v[10] = v[10].clamp(0.05, 2.0);
     // AMD parts reach at most NVIDIA's share of their peaks (the finding, and
     // every AMD rig here): the ratios stay at or below 1.
@@ -354,6 +356,15 @@ pub(crate) const START: Factors = Factors {
     // GEMMs stream their weights while the tensor cores work: no prior for llama.cpp's
     // small-batch kernels either way, so the overlapped (server) form.
     decode_overlap: 1.0,
+    // A MoE layer's routing kernels beyond a dense MLP's (router product, top-k, sorting
+    // tokens by expert, the grouped GEMMs' extra launches, the weighted combine): about
+    // four more launch-bound kernels of ~5 µs each.
+    moe_layer_overhead_us: 20.0,
+    // Fused-MoE kernels at decode batch sizes reach a lower share of the peak than a dense
+    // matrix-vector product: no measured prior, so none either way.
+    expert_bandwidth_ratio: 1.0,
+    // No prior either way for FP8 on AMD parts.
+    amd_fp8_ratio: 1.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the

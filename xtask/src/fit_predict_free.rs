@@ -5,14 +5,17 @@ use speedmatrix_predict::Factors;
 use crate::fit_predict::{Figure, Rig};
 
 /// What a family's fit frees: the factors its rigs can show. The all-reduce latency is
-/// held where no fitted rig has tensor parallelism, the MoE term where none is MoE, the AMD
-/// ratios where none is AMD.
+/// held where no fitted rig has tensor parallelism, the MoE terms (grouped-GEMM half rows,
+/// routing time per MoE layer, experts' read bandwidth) where none is MoE, the AMD ratios
+/// where none is AMD.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fixed {
     pub(crate) start: Factors,
     pub(crate) allreduce_us: Option<f64>,
     pub(crate) moe: bool,
     pub(crate) amd: bool,
+    /// FP8 weights on AMD parts: some fitted rig runs them.
+    pub(crate) amd_fp8: bool,
     /// The multiprocessor bandwidth cap is fitted: llama.cpp rigs (its mat-vec kernels are
     /// where the cap was seen), some with a known multiprocessor count. The server engines'
     /// GEMV kernels do not show it: freed for them, it lands where it no longer binds (vLLM)
@@ -51,6 +54,9 @@ impl Fixed {
             allreduce_us: (!tp).then_some(start.allreduce_latency_us),
             moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
             amd: rigs.clone().any(|r| r.cost.machine.amd),
+            amd_fp8: rigs
+                .clone()
+                .any(|r| r.cost.machine.amd && r.cost.machine.compute_dtype == "fp8"),
             multiprocessors: llamacpp
                 && rigs
                     .clone()
@@ -99,10 +105,13 @@ impl Fixed {
             free.push((4, 1.0));
         }
         if self.moe {
-            free.push((9, 1.0));
+            free.extend([(9, 1.0), (21, 1.0), (22, 0.0)]);
         }
         if self.amd {
             free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
+        }
+        if self.amd_fp8 {
+            free.push((23, 0.0));
         }
         free.extend(
             self.kernel_terms()

@@ -89,6 +89,19 @@ pub struct ParameterSplit {
 }
 
 impl ModelConfig {
+    /// Decoder layers whose MLP is a mixture of experts (0 for a dense model).
+    pub fn moe_layers(&self) -> u64 {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter(|&(i, kind)| {
+                self.layer_parts(i as u64, *kind)
+                    .iter()
+                    .any(|(part, _)| *part == Part::Experts)
+            })
+            .count() as u64
+    }
+
     /// Splits the decoder's weights into what every step reads and what only
     /// routed tokens read, on one of `tp` ranks (vision tower and the input
     /// embedding excluded: a step gathers a few embedding rows only).

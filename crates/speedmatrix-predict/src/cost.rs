@@ -332,11 +332,20 @@ impl CostModel {
         let weights = if self.quantized_products {
             flops * self.factors.quantized_compute_ratio * self.hopper_mma()
         } else {
-            flops
+            flops * self.fp8_ratio()
         };
         dense_flops / weights
             + expert_flops / (weights * grouped)
             + attention_flops / (flops * self.attention_ratio())
+    }
+
+    /// What FP8 weights' kernels keep of the family's AMD figures (1 elsewhere).
+    fn fp8_ratio(&self) -> f64 {
+        if self.machine.amd && self.machine.compute_dtype == "fp8" {
+            self.factors.amd_fp8_ratio
+        } else {
+            1.0
+        }
     }
 
     /// Attention's throughput relative to the dense products' on this GPU.
@@ -367,11 +376,19 @@ impl CostModel {
         }
     }
 
-    /// A step's fixed time: the engine's per-step work and each layer's.
+    /// One routed expert's bytes (all MoE layers) as dense bytes at the dense bandwidth:
+    /// expert reads run at [`Factors::expert_bandwidth_ratio`] of it.
+    fn expert_read_bytes(&self) -> f64 {
+        self.shape.params.expert_bytes / self.factors.expert_bandwidth_ratio.max(0.01)
+    }
+
+    /// A step's fixed time: the engine's per-step work, each layer's, and each MoE layer's
+    /// routing beyond it.
     fn fixed_step_s(&self) -> f64 {
         self.vendor_overhead()
             * (self.factors.step_overhead_ms * 1e-3
-                + self.shape.layers as f64 * self.factors.layer_overhead_us * 1e-6)
+                + self.shape.layers as f64 * self.factors.layer_overhead_us * 1e-6
+                + self.shape.moe_layers as f64 * self.factors.moe_layer_overhead_us * 1e-6)
     }
 
     /// Two all-reduces of `tokens × hidden` bf16 values per layer.
@@ -409,7 +426,7 @@ impl CostModel {
     /// A step reading `weights` and `cache` (KV and recurrent state) bytes and computing
     /// `flops`, plus `overhead_s`.
     fn step(&self, weights: f64, cache: f64, compute: f64, overhead_s: f64) -> StepTime {
-        let memory = weights / self.bandwidth()
+        let memory = weights / (self.bandwidth() * self.fp8_ratio())
             + cache / (self.bandwidth() * self.factors.kv_bandwidth_ratio);
         let total = memory.max(compute) + overhead_s;
         StepTime {
@@ -434,7 +451,7 @@ impl CostModel {
         let queries = self.speculation.map_or(1, |x| x.tokens + 1);
         let rows = batch.max(1) * queries;
         let q = rows as f64;
-        let weights = p.dense_bytes + s.experts_touched(rows) * p.expert_bytes;
+        let weights = p.dense_bytes + s.experts_touched(rows) * self.expert_read_bytes();
         let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
             + b * 2.0 * s.state_bytes_per_sequence;
         let compute = self.compute_time(
@@ -512,7 +529,7 @@ impl CostModel {
             AttentionKernel::Fused => cached + tokens / 2,
             AttentionKernel::Materialized => cached + tokens,
         };
-        let weights = p.dense_bytes + s.experts_touched(tokens) * p.expert_bytes;
+        let weights = p.dense_bytes + s.experts_touched(tokens) * self.expert_read_bytes();
         let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
         let head = if last {
             2.0 * p.lm_head_macs_per_token

@@ -109,6 +109,24 @@ pub struct Factors {
     /// 34 → 54 ms from 1 to 32 streams, where max(reads, FLOPs) would keep it near 36.
     #[serde(default = "one")]
     pub decode_overlap: f64,
+    /// Time per mixture-of-experts layer per step beyond a dense layer's, µs: the kernels
+    /// routing adds (the router's product, top-k, sorting tokens by expert, the grouped
+    /// GEMMs' launches and the weighted combine), each a short launch-bound kernel at decode
+    /// batch sizes. 0: as a dense layer.
+    #[serde(default)]
+    pub moe_layer_overhead_us: f64,
+    /// Achieved bandwidth of routed experts' weight reads relative to the dense weights'
+    /// (`bandwidth_efficiency`): a fused-MoE kernel at decode batch sizes streams many small
+    /// expert matrices (a few MB each), a handful of rows per expert, and keeps fewer bytes
+    /// in flight than one long dense matrix-vector product.
+    #[serde(default = "one")]
+    pub expert_bandwidth_ratio: f64,
+    /// Achieved bandwidth and throughput of FP8 weights' products on AMD GPUs relative to
+    /// the family's AMD figures for 16-bit weights: CDNA3 runs the FNUZ FP8 variant, so an
+    /// OCP FP8 checkpoint's block-scaled weights are converted and go through the engine's
+    /// block-FP8 kernels rather than the vendor's tuned 16-bit GEMMs.
+    #[serde(default = "one")]
+    pub amd_fp8_ratio: f64,
 }
 
 fn one() -> f64 {
@@ -139,6 +157,9 @@ impl Factors {
         "hopper_mma_ratio",
         "power_tflops_per_watt",
         "decode_overlap",
+        "moe_layer_overhead_us",
+        "expert_bandwidth_ratio",
+        "amd_fp8_ratio",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -175,6 +196,9 @@ impl Factors {
             ratio,
             (0.0, 100.0),
             (0.0, 1.0),
+            (0.0, 10_000.0),
+            ratio,
+            ratio,
         ];
         match self
             .named()
@@ -210,11 +234,14 @@ impl Factors {
             self.hopper_mma_ratio,
             self.power_tflops_per_watt,
             self.decode_overlap,
+            self.moe_layer_overhead_us,
+            self.expert_bandwidth_ratio,
+            self.amd_fp8_ratio,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 24;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -240,6 +267,9 @@ impl Factors {
             hopper_mma_ratio: v[18],
             power_tflops_per_watt: v[19],
             decode_overlap: v[20],
+            moe_layer_overhead_us: v[21],
+            expert_bandwidth_ratio: v[22],
+            amd_fp8_ratio: v[23],
         }
     }
 }

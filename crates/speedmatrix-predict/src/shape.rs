@@ -34,6 +34,8 @@ pub struct ModelShape {
     pub state_bytes_per_sequence: f64,
     /// Decoder layers (for tensor-parallel all-reduces).
     pub layers: u64,
+    /// Of those, the layers whose MLP is a mixture of experts.
+    pub moe_layers: u64,
     /// Hidden size (all-reduce payload per token).
     pub hidden_size: u64,
 }
@@ -91,6 +93,7 @@ impl ModelShape {
             attention,
             state_bytes_per_sequence: state,
             layers: model.layers.len() as u64,
+            moe_layers: model.moe_layers(),
             hidden_size: model.hidden_size,
         })
     }

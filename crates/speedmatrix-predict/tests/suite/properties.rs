@@ -190,6 +190,9 @@ fn factors_out_of_range_are_refused_by_name() {
         "hopper_mma_ratio",
         "power_tflops_per_watt",
         "decode_overlap",
+        "moe_layer_overhead_us",
+        "expert_bandwidth_ratio",
+        "amd_fp8_ratio",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -379,4 +382,94 @@ fn decode_overlap_adds_the_shorter_part() {
         let half_grew = half.total.as_secs_f64() - hidden.total.as_secs_f64();
         assert!((half_grew - shorter / 2.0).abs() < 1e-8, "batch {batch}");
     }
+}
+
+/// Routing's fixed time lands on MoE layers only: a MoE model's step grows by exactly its MoE
+/// layers times the term (first dense layers excluded), a dense model's not at all.
+#[test]
+fn moe_layer_overhead_costs_each_moe_layer() {
+    let gpu = Gpu::lookup("h100-sxm").unwrap();
+    // DeepSeek-style: the first 3 of 12 layers keep a dense MLP.
+    let mut config = moe();
+    config.layers.truncate(12);
+    config.moe.as_mut().unwrap().first_dense_layers = 3;
+    for (model, moe_layers) in [(config, 9u64), (dense(), 0)] {
+        let step = |t: f64, prefill: bool| {
+            let mut c = cost(&model, &gpu);
+            c.factors.moe_layer_overhead_us = t;
+            assert_eq!(c.shape.moe_layers, moe_layers);
+            let s = if prefill {
+                c.prefill_chunk(512, 0, true)
+            } else {
+                c.decode_step(4, 1024)
+            };
+            s.total.as_secs_f64()
+        };
+        for prefill in [false, true] {
+            let grew = step(100.0, prefill) - step(0.0, prefill);
+            let want = moe_layers as f64 * 100e-6;
+            assert!(
+                (grew - want).abs() < 1e-8,
+                "{moe_layers} MoE layers: {grew} s vs {want} s"
+            );
+        }
+    }
+}
+
+/// Experts read at a lower share of the bandwidth slow a memory-bound MoE decode step by
+/// exactly those bytes' extra time, and leave a dense model's step alone.
+#[test]
+fn expert_reads_cost_their_bandwidth_ratio() {
+    let gpu = Gpu::lookup("h100-sxm").unwrap();
+    let step = |model: &ModelConfig, ratio: f64| {
+        let mut c = cost(model, &gpu);
+        c.factors.expert_bandwidth_ratio = ratio;
+        (c.decode_step(1, 0), c)
+    };
+    let (full, c) = step(&moe(), 1.0);
+    let (half, _) = step(&moe(), 0.5);
+    let experts = c.shape.experts_touched(1) * c.shape.params.expert_bytes;
+    let bandwidth = c.machine.bandwidth_bytes_s * c.factors.bandwidth_efficiency;
+    let grew = half.memory.as_secs_f64() - full.memory.as_secs_f64();
+    assert!(
+        (grew - experts / bandwidth).abs() < 1e-6 * full.memory.as_secs_f64().max(1e-3),
+        "{grew} s vs {} s",
+        experts / bandwidth
+    );
+    assert_eq!(step(&dense(), 1.0).0, step(&dense(), 0.5).0);
+}
+
+/// The AMD FP8 ratio slows FP8 weights on AMD parts only: a memory-bound decode step's weight
+/// reads by exactly their extra time, and neither an FP8 model on an NVIDIA part nor a BF16
+/// model on the AMD part.
+#[test]
+fn amd_fp8_ratio_touches_fp8_weights_on_amd_only() {
+    let fp8 = {
+        let mut m = dense();
+        m.quantization = speedmatrix_capacity::Quantization::Fp8;
+        m
+    };
+    let step = |model: &ModelConfig, gpu: &str, ratio: f64| {
+        let mut c = cost(model, &Gpu::lookup(gpu).unwrap());
+        c.factors.amd_fp8_ratio = ratio;
+        (c.decode_step(1, 0), c)
+    };
+    let (full, c) = step(&fp8, "mi300x", 1.0);
+    assert_eq!(c.machine.compute_dtype, "fp8");
+    let (half, _) = step(&fp8, "mi300x", 0.5);
+    let weights = c.shape.params.dense_bytes;
+    let bandwidth = c.machine.bandwidth_bytes_s
+        * c.factors.bandwidth_efficiency
+        * c.factors.amd_bandwidth_ratio;
+    let grew = half.memory.as_secs_f64() - full.memory.as_secs_f64();
+    assert!(
+        (grew - weights / bandwidth).abs() < 1e-6 * full.memory.as_secs_f64(),
+        "{grew} s vs {} s",
+        weights / bandwidth
+    );
+    assert_eq!(step(&fp8, "h100-sxm", 1.0).0, step(&fp8, "h100-sxm", 0.5).0);
+    assert_eq!(
+        step(&dense(), "mi300x", 1.0).0,
+        step(&dense(), "mi300x", 0.5).0
+    );
 }
