@@ -294,6 +294,10 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     }
     v[9] = v[9].clamp(0.0, 4096.0);
     v[22] = v[22].clamp(0.1, 1.5);
+    // A family without MoE rigs cannot show routing or expert reads: neutral, not the start.
+    if !fixed.moe {
+        (v[21], v[22]) = (0.0, 1.0);
+    }
     v[23] = v[23].clamp(0.1, 1.5);
     v[10] = v[10].clamp(0.05, 2.0);
     // AMD parts reach at most NVIDIA's share of their peaks (the finding, and

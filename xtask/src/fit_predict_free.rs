@@ -14,7 +14,8 @@ pub(crate) struct Fixed {
     pub(crate) allreduce_us: Option<f64>,
     pub(crate) moe: bool,
     pub(crate) amd: bool,
-    /// FP8 weights on AMD parts: some fitted rig runs them.
+    /// FP8 checkpoints on FNUZ parts: at least two fitted rigs run them (one rig's model
+    /// would set the ratio for every AMD prediction of its family).
     pub(crate) amd_fp8: bool,
     /// The multiprocessor bandwidth cap is fitted: llama.cpp rigs (its mat-vec kernels are
     /// where the cap was seen), some with a known multiprocessor count. The server engines'
@@ -54,9 +55,7 @@ impl Fixed {
             allreduce_us: (!tp).then_some(start.allreduce_latency_us),
             moe: rigs.clone().any(|r| r.cost.shape.params.num_experts > 0),
             amd: rigs.clone().any(|r| r.cost.machine.amd),
-            amd_fp8: rigs
-                .clone()
-                .any(|r| r.cost.machine.amd && r.cost.machine.compute_dtype == "fp8"),
+            amd_fp8: rigs.clone().filter(|r| r.cost.fp8_ratio_applies()).count() >= 2,
             multiprocessors: llamacpp
                 && rigs
                     .clone()

@@ -44,7 +44,8 @@ pub struct Gpu {
     pub board_power_w: Option<f64>,
     /// Where the board power figure comes from (empty without one).
     pub board_power_source: String,
-    /// The NVIDIA generation, when known: which tensor-core instructions kernels can use.
+    /// The generation, when known: which tensor-core instructions and number formats kernels
+    /// can use.
     pub architecture: Option<Architecture>,
     /// Where the bandwidth and throughput figures come from.
     pub spec_source: String,
@@ -53,7 +54,7 @@ pub struct Gpu {
     pub is_a100: bool,
 }
 
-/// An NVIDIA GPU generation. Kernels written for one generation's tensor-core instructions
+/// A GPU generation. Kernels written for one generation's tensor-core instructions
 /// reach less of a later one's peak: Ampere-style `mma.sync` kernels on Hopper, whose peak
 /// needs the asynchronous `wgmma` (FlashAttention-2 reaches 35 % of an H100's, FlashAttention-3
 /// 75 %: Shah et al., 2024).
@@ -72,6 +73,16 @@ pub enum Architecture {
     Hopper,
     /// B200, B300, GB10, RTX PRO, RTX 50.
     Blackwell,
+    /// AMD MI210, MI250X.
+    Cdna2,
+    /// AMD MI300X, MI300A, MI325X: their FP8 is the FNUZ variant (e4m3fnuz), not OCP FP8.
+    Cdna3,
+    /// AMD MI350X, MI355X: OCP FP8, FP6 and FP4.
+    Cdna4,
+    /// AMD Radeon RX 7900, Radeon PRO W7000, and RDNA 3.5 integrated parts (Ryzen AI Max).
+    Rdna3,
+    /// AMD Radeon RX 9070, Radeon AI PRO R9700: OCP FP8.
+    Rdna4,
 }
 
 /// Peak dense (not sparse) tensor throughput, TFLOPS (TOPS for int8); `None`

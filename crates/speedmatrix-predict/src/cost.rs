@@ -40,6 +40,9 @@ pub struct Machine {
     pub multiprocessors: Option<u32>,
     /// A Hopper part (see [`Factors::hopper_mma_ratio`]).
     pub hopper: bool,
+    /// An FP8 checkpoint on a part whose FP8 is the FNUZ variant (CDNA3: MI300X, MI300A,
+    /// MI325X; see [`Factors::amd_fp8_ratio`]).
+    pub fnuz_fp8: bool,
     /// The vendor's maximum board power, watts, when the catalog knows it (see
     /// [`Factors::power_tflops_per_watt`]).
     pub board_power_w: Option<f64>,
@@ -94,6 +97,8 @@ impl Machine {
             amd: gpu.vendor == "amd",
             multiprocessors: gpu.multiprocessors.filter(|_| gpu.vendor == "nvidia"),
             hopper: gpu.architecture == Some(Architecture::Hopper),
+            fnuz_fp8: gpu.architecture == Some(Architecture::Cdna3)
+                && model.quantization == Quantization::Fp8,
             board_power_w: gpu.board_power_w,
             half_flops: half * 1e12,
         })
@@ -306,22 +311,25 @@ impl CostModel {
         Some((1.0 + x.powi(-4)).powf(-0.25))
     }
 
-    /// Time of a step's matrix products for `tokens` tokens: the non-expert and LM-head
-    /// FLOPs at the dense efficiency, the routed experts' (in a prefill chunk, `grouped`) at
-    /// the grouped-GEMM efficiency of `tokens · k / E` rows per expert, attention at its own.
-    /// A decode step's few rows per expert run as matrix-vector products bound by the
-    /// experts' reads, which the memory time already prices.
+    /// Time of a step's matrix products for `tokens` tokens: the decoder's non-expert FLOPs
+    /// and the LM head's (`head_flops`) at the dense efficiency, the routed experts' (in a
+    /// prefill chunk, `grouped`) at the grouped-GEMM efficiency of `tokens · k / E` rows per
+    /// expert, attention at its own; the decoder's FP8 weights on a FNUZ part at
+    /// [`Factors::amd_fp8_ratio`] (the LM head stays in the model dtype). A decode step's few
+    /// rows per expert run as matrix-vector products bound by the experts' reads, which the
+    /// memory time already prices.
     fn compute_time(
         &self,
         tokens: u64,
-        dense_flops: f64,
+        decoder_flops: f64,
+        head_flops: f64,
         attention_flops: f64,
         grouped: bool,
     ) -> f64 {
         let p = &self.shape.params;
         let n = tokens.max(1) as f64;
         let expert_flops = n * 2.0 * p.experts_per_token as f64 * p.expert_params;
-        let dense_flops = (dense_flops - expert_flops).max(0.0);
+        let dense_flops = (decoder_flops - expert_flops).max(0.0);
         let grouped = if !grouped || p.num_experts == 0 || self.factors.moe_half_tokens <= 0.0 {
             1.0
         } else {
@@ -332,20 +340,40 @@ impl CostModel {
         let weights = if self.quantized_products {
             flops * self.factors.quantized_compute_ratio * self.hopper_mma()
         } else {
-            flops * self.fp8_ratio()
+            flops
         };
-        dense_flops / weights
-            + expert_flops / (weights * grouped)
+        let fp8 = self.fp8_ratio();
+        dense_flops / (weights * fp8)
+            + head_flops / weights
+            + expert_flops / (weights * grouped * fp8)
             + attention_flops / (flops * self.attention_ratio())
     }
 
-    /// What FP8 weights' kernels keep of the family's AMD figures (1 elsewhere).
-    fn fp8_ratio(&self) -> f64 {
-        if self.machine.amd && self.machine.compute_dtype == "fp8" {
+    /// Whether [`Factors::amd_fp8_ratio`] applies: an FP8 checkpoint on a FNUZ part, not
+    /// read from a GGUF file.
+    pub fn fp8_ratio_applies(&self) -> bool {
+        self.machine.fnuz_fp8 && !self.quantized_products
+    }
+
+    /// What an FP8 checkpoint's kernels keep on a FNUZ part (1 elsewhere, and for GGUF
+    /// weights, which are not the checkpoint's FP8).
+    pub fn fp8_ratio(&self) -> f64 {
+        if self.fp8_ratio_applies() {
             self.factors.amd_fp8_ratio
         } else {
             1.0
         }
+    }
+
+    /// A step's weight reads as bytes at the dense bandwidth: the decoder's non-expert
+    /// weights (FP8 on a FNUZ part at [`Factors::amd_fp8_ratio`]), the LM head, and `touched`
+    /// routed experts at [`Factors::expert_bandwidth_ratio`] (and the FP8 ratio).
+    fn weight_read_bytes(&self, touched: f64) -> f64 {
+        let p = &self.shape.params;
+        let fp8 = self.fp8_ratio();
+        (p.dense_bytes - p.lm_head_bytes) / fp8
+            + p.lm_head_bytes
+            + touched * self.expert_read_bytes() / fp8
     }
 
     /// Attention's throughput relative to the dense products' on this GPU.
@@ -380,6 +408,12 @@ impl CostModel {
     /// expert reads run at [`Factors::expert_bandwidth_ratio`] of it.
     fn expert_read_bytes(&self) -> f64 {
         self.shape.params.expert_bytes / self.factors.expert_bandwidth_ratio.max(0.01)
+    }
+
+    /// Routing's fixed time per MoE layer per step on this GPU, µs (the vendor's overhead
+    /// ratio included).
+    pub fn routing_us(&self) -> f64 {
+        self.vendor_overhead() * self.factors.moe_layer_overhead_us
     }
 
     /// A step's fixed time: the engine's per-step work, each layer's, and each MoE layer's
@@ -426,7 +460,7 @@ impl CostModel {
     /// A step reading `weights` and `cache` (KV and recurrent state) bytes and computing
     /// `flops`, plus `overhead_s`.
     fn step(&self, weights: f64, cache: f64, compute: f64, overhead_s: f64) -> StepTime {
-        let memory = weights / (self.bandwidth() * self.fp8_ratio())
+        let memory = weights / self.bandwidth()
             + cache / (self.bandwidth() * self.factors.kv_bandwidth_ratio);
         let total = memory.max(compute) + overhead_s;
         StepTime {
@@ -451,12 +485,13 @@ impl CostModel {
         let queries = self.speculation.map_or(1, |x| x.tokens + 1);
         let rows = batch.max(1) * queries;
         let q = rows as f64;
-        let weights = p.dense_bytes + s.experts_touched(rows) * self.expert_read_bytes();
+        let weights = self.weight_read_bytes(s.experts_touched(rows));
         let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
             + b * 2.0 * s.state_bytes_per_sequence;
         let compute = self.compute_time(
             rows,
-            q * 2.0 * (p.decoder_macs_per_token + p.lm_head_macs_per_token),
+            q * 2.0 * p.decoder_macs_per_token,
+            q * 2.0 * p.lm_head_macs_per_token,
             q * s.attention_flops(context),
             false,
         );
@@ -480,27 +515,43 @@ impl CostModel {
     /// drafter's weights and computing its products, and paying its layers' fixed time.
     fn with_drafter(&self, target: StepTime, x: &Speculation, b: f64) -> StepTime {
         let p = &self.shape.params;
-        let (bytes, macs, layers) = match x.drafter {
+        // Bytes at the dense bandwidth, MACs at the dense throughput, layers and their
+        // fixed time each.
+        let (bytes, macs, layers, per_layer_us) = match x.drafter {
             Drafter::None => return target,
             Drafter::TargetLayers { layers } => {
+                // The model's own MTP layers: the decoder's share, with its weights' dtype,
+                // its routed experts and its MoE routing.
                 let share = layers as f64 / self.shape.layers.max(1) as f64;
-                let routed = self.shape.experts_touched(b.max(1.0) as u64) * p.expert_bytes;
+                let head = p.lm_head_bytes;
+                let decoder = self.weight_read_bytes(self.shape.experts_touched(b.max(1.0) as u64));
+                let routing = if self.shape.moe_layers > 0 {
+                    self.factors.moe_layer_overhead_us
+                } else {
+                    0.0
+                };
                 (
-                    share * (p.dense_bytes - p.lm_head_bytes + routed) + p.lm_head_bytes,
-                    share * p.decoder_macs_per_token + p.lm_head_macs_per_token,
+                    share * (decoder - head) + head,
+                    share * p.decoder_macs_per_token / self.fp8_ratio() + p.lm_head_macs_per_token,
                     layers,
+                    self.factors.layer_overhead_us + routing,
                 )
             }
             Drafter::Model {
                 bytes,
                 macs_per_token,
                 layers,
-            } => (bytes, macs_per_token, layers),
+            } => (
+                bytes,
+                macs_per_token,
+                layers,
+                self.factors.layer_overhead_us,
+            ),
         };
         let passes = x.tokens as f64;
         let memory = passes * bytes / self.bandwidth();
         let compute = passes * b * 2.0 * macs / self.flops();
-        let overhead = passes * layers as f64 * self.factors.layer_overhead_us * 1e-6;
+        let overhead = passes * layers as f64 * per_layer_us * 1e-6;
         let add = |a: Duration, s: f64| a + secs(s);
         let drafter = memory.max(compute) + overhead;
         StepTime {
@@ -529,7 +580,7 @@ impl CostModel {
             AttentionKernel::Fused => cached + tokens / 2,
             AttentionKernel::Materialized => cached + tokens,
         };
-        let weights = p.dense_bytes + s.experts_touched(tokens) * self.expert_read_bytes();
+        let weights = self.weight_read_bytes(s.experts_touched(tokens));
         let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
         let head = if last {
             2.0 * p.lm_head_macs_per_token
@@ -538,7 +589,8 @@ impl CostModel {
         };
         let compute = self.compute_time(
             tokens,
-            n * 2.0 * p.decoder_macs_per_token + head,
+            n * 2.0 * p.decoder_macs_per_token,
+            head,
             n * s.attention_flops(mid),
             true,
         );

@@ -229,6 +229,8 @@ impl CostModel {
     /// weight the file is a GGUF block type, whose products run quantized.
     pub fn with_weight_bytes(mut self, bytes: WeightBytes) -> CostModel {
         self.quantized_products = bytes.linear < 2.0;
+        // A GGUF file's weights are its own block types, not the checkpoint's FP8.
+        self.machine.fnuz_fp8 = false;
         let p = &mut self.shape.params;
         p.lm_head_bytes = p.lm_head_macs_per_token * bytes.lm_head;
         p.dense_bytes = p.dense_params * bytes.linear + p.lm_head_bytes;

@@ -356,12 +356,16 @@ pub(super) fn moe_shape(f: &Fields<'_>, model_type: &str) -> Option<MoeShape> {
         num_experts,
         expert_intermediate,
         shared_intermediate: shared,
-        first_dense_layers: f.u64(&["first_k_dense_replace"]).unwrap_or(0),
+        // ERNIE 4.5 names them `moe_layer_start_index` and `moe_layer_interval` (a layer is
+        // MoE from the start index on where `(index + 1) % interval == 0`, as Llama 4's step).
+        first_dense_layers: f
+            .u64(&["first_k_dense_replace", "moe_layer_start_index"])
+            .unwrap_or(0),
         experts_per_token: f
             .u64(&["num_experts_per_tok", "moe_topk", "top_k"])
             .unwrap_or(8),
         interleave_step: f
-            .u64(&["interleave_moe_layer_step"])
+            .u64(&["interleave_moe_layer_step", "moe_layer_interval"])
             .filter(|k| *k > 0)
             .unwrap_or(1),
         latent_size: f.u64(&["moe_latent_size"]).filter(|l| *l > 0),

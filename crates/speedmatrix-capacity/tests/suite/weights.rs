@@ -183,3 +183,38 @@ fn a_safetensors_index_total_is_split_as_the_counted_weights_are() {
     let doubled = weights(Some(2 * total), 2);
     assert!(doubled.abs_diff(2 * stage) <= 2, "{doubled} vs 2 × {stage}");
 }
+
+/// MoE layers as each family's modelling code decides them: DeepSeek's leading dense layers,
+/// Llama 4's interleaving, ERNIE 4.5's start index and interval (`(i + 1) % interval == 0`
+/// from the start index on); a dense model has none.
+#[test]
+fn moe_layers_follow_each_familys_rule() {
+    let moe = |extra: &str| {
+        ModelConfig::from_json(&format!(
+            r#"{{"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "torch_dtype": "bfloat16", "vocab_size": 32000,
+            "intermediate_size": 8192, "num_experts": 64, "num_experts_per_tok": 6,
+            "moe_intermediate_size": 1024, "max_position_embeddings": 4096{extra}}}"#
+        ))
+        .unwrap()
+        .moe_layers()
+    };
+    assert_eq!(moe(""), 28);
+    assert_eq!(moe(r#", "first_k_dense_replace": 3"#), 25);
+    assert_eq!(moe(r#", "interleave_moe_layer_step": 2"#), 14);
+    assert_eq!(
+        moe(r#", "moe_layer_start_index": 1, "moe_layer_interval": 1"#),
+        27
+    );
+    assert_eq!(
+        moe(r#", "moe_layer_start_index": 1, "moe_layer_interval": 2"#),
+        14
+    );
+    let dense = ModelConfig::from_json(
+        r#"{"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "torch_dtype": "bfloat16", "vocab_size": 32000,
+        "intermediate_size": 8192, "max_position_embeddings": 4096}"#,
+    )
+    .unwrap();
+    assert_eq!(dense.moe_layers(), 0);
+}

@@ -437,13 +437,27 @@ fn expert_reads_cost_their_bandwidth_ratio() {
         experts / bandwidth
     );
     assert_eq!(step(&dense(), 1.0).0, step(&dense(), 0.5).0);
+    // A prefill chunk reads every expert its tokens touch at the same ratio.
+    let chunk = |ratio: f64| {
+        let mut c = cost(&moe(), &gpu);
+        c.factors.expert_bandwidth_ratio = ratio;
+        c.prefill_chunk(512, 0, true).memory.as_secs_f64()
+    };
+    let experts = c.shape.experts_touched(512) * c.shape.params.expert_bytes;
+    let grew = chunk(0.5) - chunk(1.0);
+    assert!(
+        (grew - experts / bandwidth).abs() < 1e-6 * grew,
+        "{grew} s vs {} s",
+        experts / bandwidth
+    );
 }
 
-/// The AMD FP8 ratio slows FP8 weights on AMD parts only: a memory-bound decode step's weight
-/// reads by exactly their extra time, and neither an FP8 model on an NVIDIA part nor a BF16
-/// model on the AMD part.
+/// The AMD FP8 ratio slows an FP8 checkpoint on a FNUZ part (MI300X) only: a decode step's
+/// decoder weight reads (not its LM head, kept in the model dtype, nor its KV) and products
+/// by exactly their extra time; neither an FP8 model on an H100 or an MI355X (OCP FP8), a
+/// BF16 model on the MI300X, nor a GGUF file of the FP8 model.
 #[test]
-fn amd_fp8_ratio_touches_fp8_weights_on_amd_only() {
+fn amd_fp8_ratio_touches_fp8_checkpoints_on_fnuz_parts_only() {
     let fp8 = {
         let mut m = dense();
         m.quantization = speedmatrix_capacity::Quantization::Fp8;
@@ -452,24 +466,63 @@ fn amd_fp8_ratio_touches_fp8_weights_on_amd_only() {
     let step = |model: &ModelConfig, gpu: &str, ratio: f64| {
         let mut c = cost(model, &Gpu::lookup(gpu).unwrap());
         c.factors.amd_fp8_ratio = ratio;
-        (c.decode_step(1, 0), c)
+        (c.decode_step(1, 4096), c)
     };
     let (full, c) = step(&fp8, "mi300x", 1.0);
-    assert_eq!(c.machine.compute_dtype, "fp8");
     let (half, _) = step(&fp8, "mi300x", 0.5);
-    let weights = c.shape.params.dense_bytes;
+    let p = &c.shape.params;
     let bandwidth = c.machine.bandwidth_bytes_s
         * c.factors.bandwidth_efficiency
         * c.factors.amd_bandwidth_ratio;
+    let read = (p.dense_bytes - p.lm_head_bytes) / bandwidth;
     let grew = half.memory.as_secs_f64() - full.memory.as_secs_f64();
+    // Step times are whole nanoseconds: 2 ns of slack.
     assert!(
-        (grew - weights / bandwidth).abs() < 1e-6 * full.memory.as_secs_f64(),
-        "{grew} s vs {} s",
-        weights / bandwidth
+        (grew - read).abs() < 1e-6 * read + 2e-9,
+        "{grew} s vs {read} s"
     );
-    assert_eq!(step(&fp8, "h100-sxm", 1.0).0, step(&fp8, "h100-sxm", 0.5).0);
+    let flops = c.machine.peak_flops * c.factors.compute_efficiency * c.factors.amd_compute_ratio;
+    let products = 2.0 * p.decoder_macs_per_token / flops;
+    let grew = half.compute.as_secs_f64() - full.compute.as_secs_f64();
+    assert!(
+        (grew - products).abs() < 1e-6 * products + 2e-9,
+        "{grew} s vs {products} s"
+    );
+    for gpu in ["h100-sxm", "mi355x"] {
+        assert_eq!(step(&fp8, gpu, 1.0).0, step(&fp8, gpu, 0.5).0, "{gpu}");
+    }
     assert_eq!(
         step(&dense(), "mi300x", 1.0).0,
         step(&dense(), "mi300x", 0.5).0
     );
+    let gguf = |ratio: f64| {
+        let (_, c) = step(&fp8, "mi300x", ratio);
+        let c = c.with_weight_bytes(speedmatrix_predict::WeightBytes {
+            linear: 4.5 / 8.0,
+            expert: 4.5 / 8.0,
+            lm_head: 1.0,
+        });
+        c.decode_step(1, 4096)
+    };
+    assert_eq!(gguf(1.0), gguf(0.5));
+}
+
+/// A factors file written before the MoE and AMD FP8 terms loads with them neutral: no
+/// routing time, experts at the dense bandwidth, FP8 on AMD as 16-bit.
+#[test]
+fn factors_files_without_the_newer_terms_load_neutral() {
+    let mut json = serde_json::to_value(Factors::builtin("sglang").unwrap()).unwrap();
+    let map = json.as_object_mut().unwrap();
+    for key in [
+        "moe_layer_overhead_us",
+        "expert_bandwidth_ratio",
+        "amd_fp8_ratio",
+    ] {
+        assert!(map.remove(key).is_some(), "{key}");
+    }
+    let old: Factors = serde_json::from_value(json).unwrap();
+    assert_eq!(old.moe_layer_overhead_us, 0.0);
+    assert_eq!(old.expert_bandwidth_ratio, 1.0);
+    assert_eq!(old.amd_fp8_ratio, 1.0);
+    old.check().unwrap();
 }

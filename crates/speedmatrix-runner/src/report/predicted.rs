@@ -413,22 +413,35 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
             (1.0 - f.decode_overlap) * 100.0
         ));
     }
-    if cost.shape.moe_layers > 0
-        && (f.moe_layer_overhead_us > 0.0 || f.expert_bandwidth_ratio != 1.0)
-    {
-        lines.push(format!(
-            "Experts: routing adds {:.0} µs a step to each of the {} MoE layers, and routed \
-             experts' weights are read at {:.2} of the dense weights' bandwidth (fused-MoE \
-             kernels over many small matrices; fitted across this engine's MoE rigs, not per \
-             model).",
-            f.moe_layer_overhead_us, cost.shape.moe_layers, f.expert_bandwidth_ratio
-        ));
+    if cost.shape.moe_layers > 0 {
+        let mut parts = Vec::new();
+        if cost.routing_us() > 0.0 {
+            parts.push(format!(
+                "routing adds {:.0} µs a step to each of the {} MoE layers",
+                cost.routing_us(),
+                cost.shape.moe_layers
+            ));
+        }
+        if f.expert_bandwidth_ratio != 1.0 {
+            parts.push(format!(
+                "routed experts' weights are read at {:.2} of the dense weights' bandwidth \
+                 (fused-MoE kernels over many small matrices)",
+                f.expert_bandwidth_ratio
+            ));
+        }
+        if !parts.is_empty() {
+            lines.push(format!(
+                "Experts: {} (fitted across this engine's MoE rigs, not per model).",
+                parts.join("; ")
+            ));
+        }
     }
-    if cost.machine.amd && cost.machine.compute_dtype == "fp8" && f.amd_fp8_ratio != 1.0 {
+    if cost.fp8_ratio() != 1.0 {
         lines.push(format!(
-            "FP8 on AMD: FP8 weights read and multiplied at {:.2} of what 16-bit weights reach \
-             on this vendor (FNUZ conversion and block-FP8 kernels; fitted on few MI300X rigs).",
-            f.amd_fp8_ratio
+            "FP8 on AMD: the FP8 checkpoint's weights read and multiplied at {:.2} of what \
+             16-bit weights reach on this part (its FP8 is the FNUZ variant: converted at load, \
+             block-FP8 kernels; fitted on few MI300X rigs).",
+            cost.fp8_ratio()
         ));
     }
     if cost.quantized_products && f.quantized_compute_ratio != 1.0 {
