@@ -306,6 +306,7 @@ impl ModelConfig {
             match self.moe {
                 Some(moe)
                     if index >= moe.first_dense_layers
+                        && moe.last_layer.is_none_or(|last| index <= last)
                         && (index + 1).is_multiple_of(moe.interleave_step.max(1)) =>
                 {
                     // Latent experts work in `latent` wide, behind a projection each way.

@@ -140,6 +140,9 @@ pub struct MoeShape {
     /// Every how many layers one is MoE (`interleave_moe_layer_step`, Llama 4 Maverick: 2;
     /// the others use a dense MLP of `ModelConfig::intermediate_size`); 1: every layer.
     pub interleave_step: u64,
+    /// The last layer that may be MoE (`moe_layer_end_index`, ERNIE 4.5: inclusive; of a
+    /// list, its largest, as the modelling code takes it); `None`: to the last layer.
+    pub last_layer: Option<u64>,
     /// The experts' width when they work in a latent space (`moe_latent_size`, Nemotron 3
     /// Super): a projection from the hidden size into it and one back, per MoE layer.
     pub latent_size: Option<u64>,

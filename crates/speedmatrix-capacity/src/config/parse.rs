@@ -270,6 +270,7 @@ pub(super) fn check_envelope(m: &ModelConfig) -> Result<(), CapacityError> {
             ("num_experts_per_tok", x.experts_per_token, 10),
             ("interleave_moe_layer_step", x.interleave_step, 11),
             ("moe_latent_size", x.latent_size.unwrap_or(0), 17),
+            ("moe_layer_end_index", x.last_layer.unwrap_or(0), 11),
         ]);
     }
     if let Some(x) = &m.vision {
@@ -357,7 +358,8 @@ pub(super) fn moe_shape(f: &Fields<'_>, model_type: &str) -> Option<MoeShape> {
         expert_intermediate,
         shared_intermediate: shared,
         // ERNIE 4.5 names them `moe_layer_start_index` and `moe_layer_interval` (a layer is
-        // MoE from the start index on where `(index + 1) % interval == 0`, as Llama 4's step).
+        // MoE from the start index to `moe_layer_end_index` where `(index + 1) % interval ==
+        // 0`, as Llama 4's step).
         first_dense_layers: f
             .u64(&["first_k_dense_replace", "moe_layer_start_index"])
             .unwrap_or(0),
@@ -369,6 +371,9 @@ pub(super) fn moe_shape(f: &Fields<'_>, model_type: &str) -> Option<MoeShape> {
             .filter(|k| *k > 0)
             .unwrap_or(1),
         latent_size: f.u64(&["moe_latent_size"]).filter(|l| *l > 0),
+        last_layer: f
+            .value(&["moe_layer_end_index"])
+            .and_then(|v| as_u64(v).or_else(|| v.as_array()?.iter().filter_map(as_u64).max())),
     })
 }
 

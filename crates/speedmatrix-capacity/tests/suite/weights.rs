@@ -210,6 +210,12 @@ fn moe_layers_follow_each_familys_rule() {
         moe(r#", "moe_layer_start_index": 1, "moe_layer_interval": 2"#),
         14
     );
+    assert_eq!(
+        moe(r#", "moe_layer_start_index": 1, "moe_layer_end_index": 20"#),
+        20
+    );
+    // ERNIE-VL gives the end index per modality: the largest bounds the layers.
+    assert_eq!(moe(r#", "moe_layer_end_index": [10, 15]"#), 16);
     let dense = ModelConfig::from_json(
         r#"{"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
         "num_key_value_heads": 4, "torch_dtype": "bfloat16", "vocab_size": 32000,
