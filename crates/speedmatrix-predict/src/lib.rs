@@ -42,6 +42,7 @@ mod calibrate;
 mod cost;
 mod error;
 mod factors;
+mod machine;
 mod matrix;
 mod minimize;
 mod shape;
@@ -53,10 +54,11 @@ pub use crate::calibrate::{
     DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
 pub use crate::cost::{
-    AttentionKernel, Bound, CostModel, Drafter, Machine, SCORE_BYTES, Speculation, StepTime,
+    AttentionKernel, Bound, CostModel, Drafter, SCORE_BYTES, Speculation, StepTime,
 };
 pub use crate::error::PredictError;
 pub use crate::factors::Factors;
+pub use crate::machine::Machine;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
 pub use crate::minimize::{Restarts, minimize};
 pub use crate::shape::{AttentionGroup, ModelShape};
