@@ -764,8 +764,25 @@ fn page_lines(
     gpu: &str,
     extra: &[&str],
 ) -> Vec<String> {
+    one_cell(dir, config, engine, gpu, extra)
+        .prediction
+        .unwrap()
+        .assumptions
+}
+
+/// A one-cell prediction (0 × 1, prefill at 1K) of `config` under `engine` on `gpu`.
+fn one_cell(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    engine: &str,
+    gpu: &str,
+    extra: &[&str],
+) -> Report {
     let stem = config.file_stem().unwrap().display();
-    let out = dir.join(format!("{engine}-{gpu}-{stem}"));
+    let out = dir.join(format!(
+        "{engine}-{gpu}-{stem}-{}",
+        extra.join("").replace('-', "")
+    ));
     let output = bin()
         .arg("predict")
         .arg("--config")
@@ -777,7 +794,7 @@ fn page_lines(
         .output()
         .unwrap();
     stderr_after(&output, 0);
-    read_report(&out).prediction.unwrap().assumptions
+    read_report(&out)
 }
 
 /// The kernel terms fitted on llama.cpp say so on the page where they bind: the bandwidth
@@ -851,5 +868,44 @@ fn amd_fp8_term_is_named_on_amd_parts() {
     assert!(
         lines.iter().any(|a| a.starts_with("FP8 on AMD: ")),
         "{lines:?}"
+    );
+}
+
+/// Which steps launch without a CUDA graph is on the page: llama.cpp's batched steps, every
+/// step under vLLM's `--enforce-eager` (which now slows its decode), none under vLLM's default.
+#[test]
+fn eager_launches_are_priced_and_named() {
+    let dir = temp_dir("predict-eager");
+    let config = seed_config();
+    let graphs = |lines: &[String], prefix: &str| lines.iter().any(|a| a.starts_with(prefix));
+    let llama = page_lines(&dir, &config, "llamacpp", "rtx4090", &[]);
+    assert!(graphs(&llama, "CUDA graphs: "), "{llama:?}");
+    let vllm = one_cell(&dir, &config, "vllm", "h100-sxm", &[]);
+    let eager = one_cell(&dir, &config, "vllm", "h100-sxm", &["--enforce-eager"]);
+    let lines = |r: &Report| r.prediction.clone().unwrap().assumptions;
+    assert!(!graphs(&lines(&vllm), "CUDA graphs: "));
+    assert!(!graphs(&lines(&vllm), "--enforce-eager: "));
+    assert!(
+        graphs(&lines(&eager), "--enforce-eager: "),
+        "{:?}",
+        lines(&eager)
+    );
+    assert!(
+        lines(&vllm).iter().all(|a| !a.contains("enforce-eager")),
+        "{:?}",
+        lines(&vllm)
+    );
+    let rate = |r: &Report| {
+        r.decode[0]
+            .measurements
+            .as_ref()
+            .unwrap()
+            .total_tokens_per_s
+    };
+    assert!(
+        rate(&eager) < rate(&vllm),
+        "{} vs {}",
+        rate(&eager),
+        rate(&vllm)
     );
 }

@@ -9,10 +9,12 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use argmin::core::CostFunction;
 use serde_json::Value;
-use speedmatrix_capacity::{Gpu, ModelConfig, Quantization, VllmFlags};
-use speedmatrix_predict::{AttentionKernel, CostModel, Factors, Restarts, WeightBytes, minimize};
+use speedmatrix_capacity::{Gpu, LlamaCppFlags, ModelConfig, Quantization, VllmFlags};
+use speedmatrix_predict::{
+    AttentionKernel, CostModel, Factors, Graphs, Restarts, WeightBytes, minimize,
+};
 
-use crate::fit_predict_free::Fixed;
+use crate::fit_predict_free::{CONSUMER_RATIO, Fixed, START};
 use crate::util::project_root;
 
 #[derive(Debug, clap::Args)]
@@ -140,6 +142,8 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
     let tp = u32::try_from(r["tp"].as_u64().unwrap_or(1))?;
     let flags = VllmFlags {
         tensor_parallel_size: tp,
+        // `--enforce-eager`: no step replays a CUDA graph.
+        enforce_eager: r["enforce_eager"].as_bool().unwrap_or(false),
         ..VllmFlags::default()
     };
     let mut cost = CostModel::new(&model, &gpu, &flags, Factors::builtin("vllm")?)?;
@@ -148,7 +152,15 @@ fn rig(r: &Value) -> anyhow::Result<Rig> {
     }
     if engine == "llamacpp" {
         // llama.cpp prefills in micro-batches of n_ubatch: 512 unless the source ran `-ub`.
-        cost.chunk = r["ubatch"].as_u64().unwrap_or(512).max(1);
+        // Its CUDA backend replays a graph for one-token steps only.
+        cost.graphs = Graphs::SingleToken;
+        let ubatch = r["ubatch"].as_u64().unwrap_or(512).max(1);
+        cost.chunk = ubatch;
+        // One sequence a stream (llama-bench; llama-batched-bench without `-kvu`).
+        cost = cost.with_window_cache(&LlamaCppFlags {
+            n_ubatch: ubatch,
+            ..LlamaCppFlags::default()
+        });
         // llama-bench without `-fa 1` (mid-2024 and older builds: no "fa" column in its
         // table) writes the attention scores to memory.
         if r["flash_attn"].as_bool() == Some(false) {
@@ -289,7 +301,7 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     // `consumer_compute_ratio`'s); the ratios within what a backend can plausibly reach.
     v[0] = v[0].min(1.0);
     v[1] = v[1].min(1.0);
-    for i in [2, 3, 4, 5, 13, 21] {
+    for i in [2, 3, 4, 5, 13, 21, 24] {
         v[i] = v[i].max(0.0);
     }
     v[9] = v[9].clamp(0.0, 4096.0);
@@ -319,62 +331,6 @@ fn factors_of(p: &[f64], fixed: &Fixed) -> Factors {
     (v[7], v[8]) = (1.0, 0.0);
     Factors::from_vec(v)
 }
-
-/// Where every family's fit starts and what its weak prior pulls toward: round figures from
-/// what the kernels are known to do, never a previous fit's output, so that a fit (and each
-/// cross-validation fold) depends on the data alone and reruns give the same factors.
-pub(crate) const START: Factors = Factors {
-    // Bandwidth-bound kernels reach ~80 % of the peak, GEMMs ~half of the dense peak.
-    bandwidth_efficiency: 0.8,
-    compute_efficiency: 0.5,
-    // A scheduler step, a running sequence and an NVLink-class small all-reduce.
-    step_overhead_ms: 0.3,
-    sequence_overhead_us: 10.0,
-    allreduce_latency_us: 10.0,
-    request_overhead_ms: 5.0,
-    consumer_compute_ratio: CONSUMER_RATIO,
-    kv_bandwidth_ratio: 1.0,
-    kv_saturation_streams: 0.0,
-    moe_half_tokens: 16.0,
-    // FlashAttention-2 reaches 50–73 % of an A100's peak (Dao, 2023), GEMMs ~70–85 %.
-    attention_compute_ratio: 0.8,
-    amd_bandwidth_ratio: 1.0,
-    amd_compute_ratio: 1.0,
-    // A decoder layer's ten-odd small kernels and their waits: single-stream decode on
-    // 8×B200 under SGLang spends 65–150 µs a layer beyond its reads (gpt-oss-120b 36 layers
-    // in 2.3 ms, Qwen3-235B 94 layers in 10 ms), llama.cpp's un-graphed CUDA ~15 launches.
-    layer_overhead_us: 80.0,
-    amd_overhead_ratio: 1.0,
-    amd_attention_ratio: 1.0,
-    // Little's law: a multiprocessor's 32-odd resident warps each keeping one 16-byte load
-    // per thread in flight hold ~16 KB against ~700 ns of HBM latency: ~20 GB/s.
-    multiprocessor_bandwidth_gb_s: 20.0,
-    // llama.cpp's quantized products against cuBLAS on F16 weights: no prior either way.
-    quantized_compute_ratio: 1.0,
-    // FlashAttention-2's mma.sync kernels reach 35 % of an H100's peak where FlashAttention-3's
-    // wgmma reaches 75 % (Shah et al., 2024), and 50–73 % of an A100's (Dao, 2023).
-    hopper_mma_ratio: 0.6,
-    // An H100 SXM's 989 dense TFLOPS at its 700 W and a 4090's 330 at 450 W: under a long
-    // GEMM both run below their boost clocks, the former more; ~1 TFLOPS a watt binds there.
-    power_tflops_per_watt: 1.0,
-    // GEMMs stream their weights while the tensor cores work: no prior for llama.cpp's
-    // small-batch kernels either way, so the overlapped (server) form.
-    decode_overlap: 1.0,
-    // A MoE layer's routing kernels beyond a dense MLP's (router product, top-k, sorting
-    // tokens by expert, the grouped GEMMs' extra launches, the weighted combine): about
-    // four more launch-bound kernels of ~5 µs each.
-    moe_layer_overhead_us: 20.0,
-    // Fused-MoE kernels at decode batch sizes reach a lower share of the peak than a dense
-    // matrix-vector product: no measured prior, so none either way.
-    expert_bandwidth_ratio: 1.0,
-    // No prior either way for FP8 on AMD parts.
-    amd_fp8_ratio: 1.0,
-};
-
-/// GeForce tensor cores run FP16 with FP16 accumulate at twice the
-/// FP32-accumulate rate the catalog lists (GA102 and AD102 whitepapers):
-/// a property of the parts, fixed rather than fitted.
-const CONSUMER_RATIO: f64 = 2.0;
 
 /// Soft-L1 on log errors: quadratic for small errors, linear past ~25 %,
 /// so one odd rig cannot drag every factor.
@@ -425,7 +381,56 @@ pub(crate) fn data_loss(rigs: &mut [&mut Rig], factors: Factors) -> f64 {
     total / n
 }
 
+/// A family's factors from `rigs`. Rigs that launch every step without a CUDA graph (vLLM
+/// under `--enforce-eager`) show one term the others cannot: it is fitted on them after the
+/// rest, with the rest held, so that one such rig cannot move the family's other factors.
 pub(crate) fn fit(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> {
+    let (mut eager, rest): (Vec<&mut Rig>, Vec<&mut Rig>) = rigs
+        .into_iter()
+        .partition(|r| r.cost.graphs == Graphs::Never);
+    if eager.is_empty() || rest.is_empty() {
+        return fit_jointly(eager.into_iter().chain(rest).collect(), fixed);
+    }
+    let held = Fixed::for_rigs(fixed.start, rest.iter().map(|r| &**r));
+    let factors = fit_jointly(rest, held)?;
+    if held.eager {
+        // The rest already show the term (llama.cpp's batched decode).
+        return Ok(factors);
+    }
+    Ok(fit_eager_term(&mut eager, factors, fixed.start))
+}
+
+/// `factors` with the eager layer time alone fitted on `rigs` (a golden-section search on
+/// its log, with the same weak pull toward `start` as the joint fit).
+fn fit_eager_term(rigs: &mut [&mut Rig], factors: Factors, start: Factors) -> Factors {
+    const OFFSET: f64 = 1.0;
+    let with = |x: f64| {
+        let mut v = factors.to_vec();
+        v[24] = (x.exp() - OFFSET).max(0.0);
+        Factors::from_vec(v)
+    };
+    let x0 = (start.eager_layer_overhead_us + OFFSET).ln();
+    let mut loss =
+        |x: f64| data_loss(rigs, with(x)) + PRIOR_WEIGHT * ((x - x0) / 4f64.ln()).powi(2);
+    let (mut a, mut b) = (OFFSET.ln(), (10_000.0 + OFFSET).ln());
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut c, mut d) = (b - ratio * (b - a), a + ratio * (b - a));
+    let (mut fc, mut fd) = (loss(c), loss(d));
+    while b - a > 1e-6 {
+        if fc < fd {
+            (b, d, fd) = (d, c, fc);
+            c = b - ratio * (b - a);
+            fc = loss(c);
+        } else {
+            (a, c, fc) = (c, d, fd);
+            d = a + ratio * (b - a);
+            fd = loss(d);
+        }
+    }
+    with((a + b) / 2.0)
+}
+
+fn fit_jointly(rigs: Vec<&mut Rig>, fixed: Fixed) -> anyhow::Result<Factors> {
     let start = fixed.start.to_vec();
     let x0: Vec<f64> = fixed
         .free()

@@ -1,6 +1,6 @@
-//! Which factors a family's fit frees: only those its rigs can show.
+//! Where a family's fit starts, and which factors it frees: only those its rigs can show.
 
-use speedmatrix_predict::Factors;
+use speedmatrix_predict::{Factors, Graphs};
 
 use crate::fit_predict::{Figure, Rig};
 
@@ -40,6 +40,11 @@ pub(crate) struct Fixed {
     /// The decode overlap is fitted: llama.cpp rigs with several streams decoding at once
     /// (llama-batched-bench); the server engines' GEMMs overlap their reads (1).
     pub(crate) batched_llamacpp: bool,
+    /// The eager layer time is fitted: some rigs have steps that launch their kernels
+    /// without a CUDA graph and steps that replay one (llama.cpp's batched decode beside its
+    /// single-stream decode; vLLM under `--enforce-eager`). Held at the prior otherwise: it
+    /// prices `--enforce-eager` where no rig shows it.
+    pub(crate) eager: bool,
 }
 
 impl Fixed {
@@ -71,6 +76,13 @@ impl Fixed {
                         .iter()
                         .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1))
                 }),
+            eager: rigs.clone().any(|r| {
+                r.cost.graphs == Graphs::Never
+                    || (r.cost.graphs == Graphs::SingleToken
+                        && r.figures
+                            .iter()
+                            .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1)))
+            }),
         }
     }
 
@@ -112,6 +124,9 @@ impl Fixed {
         if self.amd_fp8 {
             free.push((23, 0.0));
         }
+        if self.eager {
+            free.push((24, 1.0));
+        }
         free.extend(
             self.kernel_terms()
                 .into_iter()
@@ -121,3 +136,62 @@ impl Fixed {
         free
     }
 }
+
+/// Where every family's fit starts and what its weak prior pulls toward: round figures from
+/// what the kernels are known to do, never a previous fit's output, so that a fit (and each
+/// cross-validation fold) depends on the data alone and reruns give the same factors.
+pub(crate) const START: Factors = Factors {
+    // Bandwidth-bound kernels reach ~80 % of the peak, GEMMs ~half of the dense peak.
+    bandwidth_efficiency: 0.8,
+    compute_efficiency: 0.5,
+    // A scheduler step, a running sequence and an NVLink-class small all-reduce.
+    step_overhead_ms: 0.3,
+    sequence_overhead_us: 10.0,
+    allreduce_latency_us: 10.0,
+    request_overhead_ms: 5.0,
+    consumer_compute_ratio: CONSUMER_RATIO,
+    kv_bandwidth_ratio: 1.0,
+    kv_saturation_streams: 0.0,
+    moe_half_tokens: 16.0,
+    // FlashAttention-2 reaches 50–73 % of an A100's peak (Dao, 2023), GEMMs ~70–85 %.
+    attention_compute_ratio: 0.8,
+    amd_bandwidth_ratio: 1.0,
+    amd_compute_ratio: 1.0,
+    // A decoder layer's ten-odd small kernels and their waits: single-stream decode on
+    // 8×B200 under SGLang spends 65–150 µs a layer beyond its reads (gpt-oss-120b 36 layers
+    // in 2.3 ms, Qwen3-235B 94 layers in 10 ms), llama.cpp's un-graphed CUDA ~15 launches.
+    layer_overhead_us: 80.0,
+    amd_overhead_ratio: 1.0,
+    amd_attention_ratio: 1.0,
+    // Little's law: a multiprocessor's 32-odd resident warps each keeping one 16-byte load
+    // per thread in flight hold ~16 KB against ~700 ns of HBM latency: ~20 GB/s.
+    multiprocessor_bandwidth_gb_s: 20.0,
+    // llama.cpp's quantized products against cuBLAS on F16 weights: no prior either way.
+    quantized_compute_ratio: 1.0,
+    // FlashAttention-2's mma.sync kernels reach 35 % of an H100's peak where FlashAttention-3's
+    // wgmma reaches 75 % (Shah et al., 2024), and 50–73 % of an A100's (Dao, 2023).
+    hopper_mma_ratio: 0.6,
+    // An H100 SXM's 989 dense TFLOPS at its 700 W and a 4090's 330 at 450 W: under a long
+    // GEMM both run below their boost clocks, the former more; ~1 TFLOPS a watt binds there.
+    power_tflops_per_watt: 1.0,
+    // GEMMs stream their weights while the tensor cores work: no prior for llama.cpp's
+    // small-batch kernels either way, so the overlapped (server) form.
+    decode_overlap: 1.0,
+    // A MoE layer's routing kernels beyond a dense MLP's (router product, top-k, sorting
+    // tokens by expert, the grouped GEMMs' extra launches, the weighted combine): about
+    // four more launch-bound kernels of ~5 µs each.
+    moe_layer_overhead_us: 20.0,
+    // Fused-MoE kernels at decode batch sizes reach a lower share of the peak than a dense
+    // matrix-vector product: no measured prior, so none either way.
+    expert_bandwidth_ratio: 1.0,
+    // No prior either way for FP8 on AMD parts.
+    amd_fp8_ratio: 1.0,
+    // A decoder layer's ~15 kernels launched from the host at ~5 µs each, where a graph
+    // replay launches them back to back.
+    eager_layer_overhead_us: 75.0,
+};
+
+/// GeForce tensor cores run FP16 with FP16 accumulate at twice the
+/// FP32-accumulate rate the catalog lists (GA102 and AD102 whitepapers):
+/// a property of the parts, fixed rather than fitted.
+pub(crate) const CONSUMER_RATIO: f64 = 2.0;

@@ -83,6 +83,31 @@ impl Default for LlamaCppFlags {
     }
 }
 
+impl LlamaCppFlags {
+    /// Sequences one cache serves and whether they share it: llama-server's automatic slot
+    /// count is 4 sharing one unified cache; `-np N` gives N, unified under `--kv-unified`.
+    fn sequences(&self) -> (u64, bool) {
+        match self.n_parallel {
+            None => (4, true),
+            Some(n) => (u64::from(n.max(1)), self.unified),
+        }
+    }
+
+    /// Cells a stream's cache keeps for a sliding-window (or chunked) layer of `window`
+    /// tokens, before the stream's context caps it: `llama_kv_cache_iswa` sizes it
+    /// `pad256(window × (unified ? n_parallel : 1) + n_ubatch)`, one ubatch beyond the
+    /// windows it serves, and uses its cells as a ring (`None` under `--swa-full`: every
+    /// cell of the context).
+    pub fn swa_cells(&self, window: u64) -> Option<u64> {
+        if self.swa_full {
+            return None;
+        }
+        let (n_seq, unified) = self.sequences();
+        let want = window * if unified { n_seq } else { 1 } + self.n_ubatch;
+        Some(want.div_ceil(PAD) * PAD)
+    }
+}
+
 /// What llama-server would allocate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaCppPrediction {
@@ -161,10 +186,7 @@ pub fn predict_llamacpp(
     };
     let n_ctx = n_ctx_seq * streams;
     let swa_cells = model.layers.iter().find_map(|k| match k {
-        LayerKind::SlidingWindow { window } if !flags.swa_full => {
-            let want = window * if unified { n_seq } else { 1 } + flags.n_ubatch;
-            Some((want.min(n_ctx_seq)).div_ceil(PAD) * PAD)
-        }
+        LayerKind::SlidingWindow { window } => flags.swa_cells(*window).map(|c| c.min(n_ctx_seq)),
         _ => None,
     });
     let row = |kind: LayerKind| -> u64 {

@@ -134,6 +134,8 @@ pub struct CostModel {
     /// The weights stay in a GGUF block type through the products (see
     /// [`Factors::quantized_compute_ratio`]); set by [`CostModel::with_weight_bytes`].
     pub quantized_products: bool,
+    /// Which steps replay a CUDA graph.
+    pub graphs: Graphs,
 }
 
 /// How an engine computes attention.
@@ -150,6 +152,24 @@ pub enum AttentionKernel {
     /// block is skipped), runs `soft_max_ext` over it, and multiplies V by it: every score is
     /// written and read through memory ([`SCORE_BYTES`] each).
     Materialized,
+}
+
+/// Which steps replay a CUDA graph (their kernels captured once and launched as one) and
+/// which launch every kernel from the host, paying [`Factors::eager_layer_overhead_us`] a
+/// layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Graphs {
+    /// Decode steps replay one (vLLM, SGLang and TensorRT-LLM capture their decode batch
+    /// sizes); prefill's fixed time is fitted as it runs.
+    #[default]
+    Decode,
+    /// Only single-token steps: llama.cpp's CUDA backend turns graphs off when an addition's
+    /// second operand has more than one row (`ggml-cuda.cu`: "disable CUDA graphs for batch
+    /// size > 1"), so batched decode steps and every prefill ubatch launch eagerly.
+    SingleToken,
+    /// None: vLLM under `--enforce-eager`.
+    Never,
 }
 
 /// Bytes each attention score moves when the score matrix goes through memory: the f32
@@ -325,12 +345,24 @@ impl CostModel {
         self.vendor_overhead() * self.factors.moe_layer_overhead_us
     }
 
-    /// A step's fixed time: the engine's per-step work, each layer's, and each MoE layer's
-    /// routing beyond it.
-    fn fixed_step_s(&self) -> f64 {
+    /// The fixed time of a step of `rows` query tokens: the engine's per-step work, each
+    /// layer's (more when the step launches its kernels without a graph), and each MoE
+    /// layer's routing beyond it.
+    fn fixed_step_s(&self, rows: u64) -> f64 {
+        let eager = match self.graphs {
+            Graphs::Decode => false,
+            Graphs::SingleToken => rows > 1,
+            Graphs::Never => true,
+        };
+        let layer_us = self.factors.layer_overhead_us
+            + if eager {
+                self.factors.eager_layer_overhead_us
+            } else {
+                0.0
+            };
         self.vendor_overhead()
             * (self.factors.step_overhead_ms * 1e-3
-                + self.shape.layers as f64 * self.factors.layer_overhead_us * 1e-6
+                + self.shape.layers as f64 * layer_us * 1e-6
                 + self.shape.moe_layers as f64 * self.factors.moe_layer_overhead_us * 1e-6)
     }
 
@@ -404,7 +436,7 @@ impl CostModel {
             q * s.attention_flops(context),
             false,
         );
-        let overhead = self.fixed_step_s()
+        let overhead = self.fixed_step_s(rows)
             + b * self.factors.sequence_overhead_us * 1e-6
             + self.communication(rows);
         let target = self
@@ -503,7 +535,7 @@ impl CostModel {
             n * s.attention_flops(mid),
             true,
         );
-        let overhead = self.fixed_step_s() + self.communication(tokens);
+        let overhead = self.fixed_step_s(tokens) + self.communication(tokens);
         self.step(weights, cache, compute, overhead)
             .then_memory(self.score_time(tokens, cached + tokens))
     }

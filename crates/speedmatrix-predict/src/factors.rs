@@ -127,6 +127,13 @@ pub struct Factors {
     /// block-FP8 kernels rather than the vendor's tuned 16-bit GEMMs.
     #[serde(default = "one")]
     pub amd_fp8_ratio: f64,
+    /// Time per decoder layer per step beyond `layer_overhead_us` when the step launches its
+    /// kernels one by one instead of replaying a CUDA graph, µs (see [`crate::Graphs`]): each
+    /// launch's host call and the gap before the next kernel starts, which a graph replay
+    /// removes. On a GB10 under llama.cpp a dense model's step grows by ~90 µs a layer from
+    /// one stream (graph) to two (no graph) where its reads barely grow. 0: as a graph.
+    #[serde(default)]
+    pub eager_layer_overhead_us: f64,
 }
 
 fn one() -> f64 {
@@ -160,6 +167,7 @@ impl Factors {
         "moe_layer_overhead_us",
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
+        "eager_layer_overhead_us",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -199,6 +207,7 @@ impl Factors {
             (0.0, 10_000.0),
             ratio,
             ratio,
+            (0.0, 10_000.0),
         ];
         match self
             .named()
@@ -237,11 +246,12 @@ impl Factors {
             self.moe_layer_overhead_us,
             self.expert_bandwidth_ratio,
             self.amd_fp8_ratio,
+            self.eager_layer_overhead_us,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -270,6 +280,7 @@ impl Factors {
             moe_layer_overhead_us: v[21],
             expert_bandwidth_ratio: v[22],
             amd_fp8_ratio: v[23],
+            eager_layer_overhead_us: v[24],
         }
     }
 }

@@ -48,13 +48,15 @@ mod minimize;
 mod shape;
 
 use serde::Deserialize;
-use speedmatrix_capacity::{Gpu, ModelConfig, SpeculativeMethod, VllmFlags, batch_defaults};
+use speedmatrix_capacity::{
+    Gpu, LlamaCppFlags, ModelConfig, SpeculativeMethod, VllmFlags, batch_defaults,
+};
 
 pub use crate::calibrate::{
     DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
 pub use crate::cost::{
-    AttentionKernel, Bound, CostModel, Drafter, SCORE_BYTES, Speculation, StepTime,
+    AttentionKernel, Bound, CostModel, Drafter, Graphs, SCORE_BYTES, Speculation, StepTime,
 };
 pub use crate::error::PredictError;
 pub use crate::factors::Factors;
@@ -240,6 +242,21 @@ impl CostModel {
         self
     }
 
+    /// The same model with its sliding-window (and chunked) layers reading the cache
+    /// llama.cpp keeps for them, not just the window: the cache holds
+    /// [`LlamaCppFlags::swa_cells`] cells a stream, one ubatch beyond the window, used as a
+    /// ring, and its attention reads every cell of the view (the cells outside the window
+    /// are masked, not skipped). With `-ub 2048` a Gemma 3 layer's 1,024-token window reads
+    /// 3,072 cells.
+    pub fn with_window_cache(mut self, flags: &LlamaCppFlags) -> CostModel {
+        for group in &mut self.shape.attention {
+            if let Some(window) = group.window {
+                group.window = flags.swa_cells(window);
+            }
+        }
+        self
+    }
+
     /// `model` on `gpu` under vLLM-style `flags` (tensor parallelism, KV
     /// dtype, token budget), with `factors`.
     pub fn new(
@@ -258,6 +275,11 @@ impl CostModel {
             speculation: None,
             attention: AttentionKernel::Fused,
             quantized_products: false,
+            graphs: if flags.enforce_eager {
+                Graphs::Never
+            } else {
+                Graphs::Decode
+            },
         })
     }
 

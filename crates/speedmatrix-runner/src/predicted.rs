@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use speedmatrix_capacity::{
-    CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, ModelConfig, Prediction, ServerLimits,
-    VllmFlags,
+    CapacityGrid, CellVerdict, EngineFlags, Gpu, GridSpec, LlamaCppFlags, ModelConfig, Prediction,
+    ServerLimits, VllmFlags,
 };
 use speedmatrix_predict::{
-    AttentionKernel, CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile,
+    AttentionKernel, CostModel, DecodeEstimate, DecodeProtocol, EngineFactors, FactorsFile, Graphs,
     Observation, PrefillEstimate, RigCalibration, WeightBytes,
 };
 use speedmatrix_report::Report;
@@ -148,8 +148,16 @@ pub fn predict_matrix(inputs: &PredictInputs) -> Result<PredictedMatrix, RunnerE
     }
     // llama.cpp prefills in micro-batches of --ubatch-size (Ollama's runner in 512s).
     match (&inputs.flags, inputs.engine) {
-        (EngineFlags::LlamaCpp(f), _) => cost.chunk = f.n_ubatch.max(1),
-        (_, Engine::LlamaCpp | Engine::Ollama) => cost.chunk = 512,
+        (EngineFlags::LlamaCpp(f), _) => {
+            cost.chunk = f.n_ubatch.max(1);
+            cost.graphs = Graphs::SingleToken;
+            cost = cost.with_window_cache(f);
+        }
+        (_, Engine::LlamaCpp | Engine::Ollama) => {
+            cost.chunk = 512;
+            cost.graphs = Graphs::SingleToken;
+            cost = cost.with_window_cache(&LlamaCppFlags::default());
+        }
         _ => {}
     }
     cost.attention = inputs.attention;

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use speedmatrix_capacity::{Gpu, ModelConfig, VllmFlags};
-use speedmatrix_predict::{CostModel, Factors};
+use speedmatrix_capacity::{Gpu, LlamaCppFlags, ModelConfig, VllmFlags};
+use speedmatrix_predict::{CostModel, Factors, Graphs};
 use speedmatrix_units::{Concurrency, Tokens};
 
 /// A Llama-shaped dense model in bf16 with 8 KV heads.
@@ -193,6 +193,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "moe_layer_overhead_us",
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
+        "eager_layer_overhead_us",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -517,6 +518,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
         "moe_layer_overhead_us",
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
+        "eager_layer_overhead_us",
     ] {
         assert!(map.remove(key).is_some(), "{key}");
     }
@@ -524,5 +526,97 @@ fn factors_files_without_the_newer_terms_load_neutral() {
     assert_eq!(old.moe_layer_overhead_us, 0.0);
     assert_eq!(old.expert_bandwidth_ratio, 1.0);
     assert_eq!(old.amd_fp8_ratio, 1.0);
+    assert_eq!(old.eager_layer_overhead_us, 0.0);
     old.check().unwrap();
+}
+
+/// Which steps pay the eager layer time: none under graphs for decode; llama.cpp's steps of
+/// more than one token (batched decode, prefill ubatches) but not its one-stream decode;
+/// every step under `--enforce-eager`. Each pays exactly its layers times the term.
+#[test]
+fn eager_steps_pay_their_layers_launches() {
+    let gpu = Gpu::lookup("h100-sxm").unwrap();
+    let model = dense();
+    let layers = model.layers.len() as f64;
+    let grew = |graphs: Graphs, step: &dyn Fn(&CostModel) -> Duration| {
+        let mut c = cost(&model, &gpu);
+        c.graphs = graphs;
+        c.factors.eager_layer_overhead_us = 0.0;
+        let base = step(&c).as_secs_f64();
+        c.factors.eager_layer_overhead_us = 100.0;
+        step(&c).as_secs_f64() - base
+    };
+    let one: &dyn Fn(&CostModel) -> Duration = &|c| c.decode_step(1, 4096).total;
+    let two: &dyn Fn(&CostModel) -> Duration = &|c| c.decode_step(2, 4096).total;
+    let chunk: &dyn Fn(&CostModel) -> Duration = &|c| c.prefill_chunk(512, 0, true).total;
+    let want = layers * 100e-6;
+    for (graphs, step, paid) in [
+        (Graphs::Decode, one, 0.0),
+        (Graphs::Decode, two, 0.0),
+        (Graphs::Decode, chunk, 0.0),
+        (Graphs::SingleToken, one, 0.0),
+        (Graphs::SingleToken, two, want),
+        (Graphs::SingleToken, chunk, want),
+        (Graphs::Never, one, want),
+        (Graphs::Never, chunk, want),
+    ] {
+        let got = grew(graphs, step);
+        assert!((got - paid).abs() < 1e-9, "{graphs:?}: {got} s vs {paid} s");
+    }
+    // `--enforce-eager` in the flags is what sets it.
+    let eager = CostModel::new(
+        &model,
+        &gpu,
+        &VllmFlags {
+            enforce_eager: true,
+            ..VllmFlags::default()
+        },
+        Factors::builtin("vllm").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(eager.graphs, Graphs::Never);
+    assert_eq!(cost(&model, &gpu).graphs, Graphs::Decode);
+}
+
+/// llama.cpp's sliding-window layers read their whole cache (window plus one ubatch, padded
+/// to 256 cells), not the window: the same as vLLM's up to the window, more beyond it up to
+/// the cache, flat after; full-attention layers are untouched; `--swa-full` reads it all.
+#[test]
+fn llamacpp_window_caches_read_one_ubatch_beyond_the_window() {
+    let gpu = Gpu::lookup("h100-sxm").unwrap();
+    // Gemma 3's pattern: five sliding layers of 1,024 tokens, then a global one.
+    let gemma = ModelConfig::from_json(
+        r#"{"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 12,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "intermediate_size": 10240, "vocab_size": 262208, "sliding_window": 1024,
+        "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 131072}"#,
+    )
+    .unwrap();
+    let base = cost(&gemma, &gpu);
+    let flags = |ubatch: u64, swa_full: bool| LlamaCppFlags {
+        n_ubatch: ubatch,
+        swa_full,
+        ..LlamaCppFlags::default()
+    };
+    let windowed = cost(&gemma, &gpu).with_window_cache(&flags(2048, false));
+    let full = cost(&gemma, &gpu).with_window_cache(&flags(2048, true));
+    let per_token = |c: &CostModel| c.shape.kv_bytes(1);
+    assert_eq!(per_token(&base), per_token(&windowed));
+    // 10 sliding layers, 2 global: at 3,072 cells and beyond, the sliding ones stop growing.
+    let row = per_token(&base) / 12.0;
+    for (ctx, sliding) in [(1000u64, 1000u64), (2000, 2000), (3072, 3072), (9000, 3072)] {
+        let want = row * (2 * ctx + 10 * sliding) as f64;
+        let got = windowed.shape.kv_bytes(ctx);
+        assert!((got - want).abs() < 1e-6 * want, "{ctx}: {got} vs {want}");
+        let vllm = row * (2 * ctx + 10 * ctx.min(1024)) as f64;
+        assert!(
+            (base.shape.kv_bytes(ctx) - vllm).abs() < 1e-6 * vllm,
+            "{ctx}"
+        );
+        assert!((full.shape.kv_bytes(ctx) - row * 12.0 * ctx as f64).abs() < 1e-6 * want);
+    }
+    // The default ubatch of 512 pads 1,536 cells.
+    let small = cost(&gemma, &gpu).with_window_cache(&flags(512, false));
+    assert!((small.shape.kv_bytes(9000) - row * (2 * 9000 + 10 * 1536) as f64).abs() < 1.0);
 }

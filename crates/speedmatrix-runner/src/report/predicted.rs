@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use speedmatrix_capacity::{CapacityGrid, CellVerdict, FitRule, SpeculativeMethod};
 use speedmatrix_predict::{
-    CostModel, DecodeEstimate, Drafter, EngineFactors, PrefillEstimate, RigCalibration,
+    CostModel, DecodeEstimate, Drafter, EngineFactors, Graphs, PrefillEstimate, RigCalibration,
 };
 use speedmatrix_report::{
     Capacity, CellStatus, DecodeCell, DecodeMeasurements, EngineInfo, Hardware, KvCapacity,
@@ -302,8 +302,7 @@ fn assumptions(s: &Sources<'_>) -> Vec<String> {
             s.grid.pool_tokens
         ),
         format!(
-            "Not modelled: {}CPU offload, pipeline parallelism, enforce-eager, queueing past \
-             max_num_seqs.",
+            "Not modelled: {}CPU offload, pipeline parallelism, queueing past max_num_seqs.",
             if cost.speculation.is_some() {
                 ""
             } else {
@@ -443,6 +442,22 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
              block-FP8 kernels; fitted on few MI300X rigs).",
             cost.fp8_ratio()
         ));
+    }
+    let eager = f.eager_layer_overhead_us;
+    match cost.graphs {
+        Graphs::SingleToken if eager > 0.0 => lines.push(format!(
+            "CUDA graphs: one-stream decode steps replay one; batched steps and prefill ubatches \
+             launch each kernel (llama.cpp turns graphs off above one token), {eager:.0} µs more \
+             a layer a step over {} layers.",
+            cost.shape.layers
+        )),
+        Graphs::Never => lines.push(format!(
+            "--enforce-eager: every step launches each kernel without a CUDA graph, {eager:.0} µs \
+             more a layer a step over {} layers (the family's factor; docs/predict.md says what \
+             it rests on).",
+            cost.shape.layers
+        )),
+        _ => {}
     }
     if cost.quantized_products && f.quantized_compute_ratio != 1.0 {
         lines.push(format!(
