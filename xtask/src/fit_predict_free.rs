@@ -40,6 +40,12 @@ pub(crate) struct Fixed {
     /// The decode overlap is fitted: llama.cpp rigs with several streams decoding at once
     /// (llama-batched-bench); the server engines' GEMMs overlap their reads (1).
     pub(crate) batched_llamacpp: bool,
+    /// Routing's independence γ is fitted: llama.cpp rigs decoding several streams of a MoE
+    /// model (a few to 32 tokens a step, where uniform and skewed routing part). The server
+    /// engines' MoE rigs run at concurrencies where nearly every expert is touched either
+    /// way: freed there, γ trades against the expert and routing terms and their held-out
+    /// decode error grows (vLLM's median 20 → 29 %).
+    pub(crate) routing: bool,
     /// The eager layer time is fitted: some rigs have steps that launch their kernels
     /// without a CUDA graph and steps that replay one (llama.cpp's batched decode beside its
     /// single-stream decode; vLLM under `--enforce-eager`). Held at the prior otherwise: it
@@ -76,6 +82,13 @@ impl Fixed {
                         .iter()
                         .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1))
                 }),
+            routing: llamacpp
+                && rigs.clone().any(|r| {
+                    r.cost.shape.params.num_experts > 0
+                        && r.figures
+                            .iter()
+                            .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1))
+                }),
             eager: rigs.clone().any(|r| {
                 r.cost.graphs == Graphs::Never
                     || (r.cost.graphs == Graphs::SingleToken
@@ -89,13 +102,14 @@ impl Fixed {
     /// The kernel terms a family frees only where its rigs show them: each one's index in
     /// [`Factors::to_vec`], whether it is free, the value it holds otherwise (no effect),
     /// and the range the fit keeps it in.
-    pub(crate) fn kernel_terms(&self) -> [(usize, bool, f64, (f64, f64)); 5] {
+    pub(crate) fn kernel_terms(&self) -> [(usize, bool, f64, (f64, f64)); 6] {
         [
             (16, self.multiprocessors, 0.0, (5.0, 500.0)),
             (17, self.quantized, 1.0, (0.25, 2.0)),
             (18, self.hopper, 1.0, (0.2, 1.0)),
             (19, self.power, 0.0, (0.05, 10.0)),
             (20, self.batched_llamacpp, 1.0, (0.01, 1.0)),
+            (25, self.routing, 1.0, (0.3, 1.0)),
         ]
     }
 
@@ -189,6 +203,8 @@ pub(crate) const START: Factors = Factors {
     // A decoder layer's ~15 kernels launched from the host at ~5 µs each, where a graph
     // replay launches them back to back.
     eager_layer_overhead_us: 75.0,
+    // Uniform routing: no prior for how much a batch's tokens share their experts.
+    routing_independence: 1.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the

@@ -339,6 +339,14 @@ impl CostModel {
         self.shape.params.expert_bytes / self.factors.expert_bandwidth_ratio.max(0.01)
     }
 
+    /// Distinct routed experts per MoE layer a step of `tokens` tokens reads: as many as
+    /// `tokens^γ` uniformly routed tokens touch (γ [`Factors::routing_independence`]).
+    pub fn experts_touched(&self, tokens: u64) -> f64 {
+        let gamma = self.factors.routing_independence.clamp(0.1, 1.0);
+        self.shape
+            .experts_touched_by((tokens.max(1) as f64).powf(gamma))
+    }
+
     /// Routing's fixed time per MoE layer per step on this GPU, µs (the vendor's overhead
     /// ratio included).
     pub fn routing_us(&self) -> f64 {
@@ -426,7 +434,7 @@ impl CostModel {
         let queries = self.speculation.map_or(1, |x| x.tokens + 1);
         let rows = batch.max(1) * queries;
         let q = rows as f64;
-        let weights = self.weight_read_bytes(s.experts_touched(rows));
+        let weights = self.weight_read_bytes(self.experts_touched(rows));
         let cache = (b + self.factors.kv_saturation_streams) * s.kv_bytes(context)
             + b * 2.0 * s.state_bytes_per_sequence;
         let compute = self.compute_time(
@@ -465,7 +473,7 @@ impl CostModel {
                 // its routed experts and its MoE routing.
                 let share = layers as f64 / self.shape.layers.max(1) as f64;
                 let head = p.lm_head_bytes;
-                let decoder = self.weight_read_bytes(self.shape.experts_touched(b.max(1.0) as u64));
+                let decoder = self.weight_read_bytes(self.experts_touched(b.max(1.0) as u64));
                 let routing = if self.shape.moe_layers > 0 {
                     self.factors.moe_layer_overhead_us
                 } else {
@@ -521,7 +529,7 @@ impl CostModel {
             AttentionKernel::Fused => cached + tokens / 2,
             AttentionKernel::Materialized => cached + tokens,
         };
-        let weights = self.weight_read_bytes(s.experts_touched(tokens));
+        let weights = self.weight_read_bytes(self.experts_touched(tokens));
         let cache = s.kv_bytes(cached + tokens) + 2.0 * s.state_bytes_per_sequence;
         let head = if last {
             2.0 * p.lm_head_macs_per_token

@@ -134,6 +134,12 @@ pub struct Factors {
     /// one stream (graph) to two (no graph) where its reads barely grow. 0: as a graph.
     #[serde(default)]
     pub eager_layer_overhead_us: f64,
+    /// How independently a step's tokens pick their experts, γ in (0, 1]: `b` tokens touch
+    /// as many distinct experts as `b^γ` tokens routed uniformly at random would. Real
+    /// routing is skewed (popular experts are shared within a batch), so a batch reads fewer
+    /// distinct experts than uniform routing's expectation; one token is exact either way.
+    #[serde(default = "one")]
+    pub routing_independence: f64,
 }
 
 fn one() -> f64 {
@@ -168,6 +174,7 @@ impl Factors {
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
+        "routing_independence",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -208,6 +215,7 @@ impl Factors {
             ratio,
             ratio,
             (0.0, 10_000.0),
+            (0.1, 1.0),
         ];
         match self
             .named()
@@ -247,11 +255,12 @@ impl Factors {
             self.expert_bandwidth_ratio,
             self.amd_fp8_ratio,
             self.eager_layer_overhead_us,
+            self.routing_independence,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 26;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -281,6 +290,7 @@ impl Factors {
             expert_bandwidth_ratio: v[22],
             amd_fp8_ratio: v[23],
             eager_layer_overhead_us: v[24],
+            routing_independence: v[25],
         }
     }
 }

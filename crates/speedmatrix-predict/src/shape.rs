@@ -127,13 +127,19 @@ impl ModelShape {
     /// Routed experts per MoE layer that `tokens` tokens touch, expected
     /// under uniform routing: `E · (1 − (1 − k/E)^tokens)`.
     pub fn experts_touched(&self, tokens: u64) -> f64 {
+        self.experts_touched_by(tokens as f64)
+    }
+
+    /// [`ModelShape::experts_touched`] for a real-valued count of independently routed
+    /// tokens (see [`crate::Factors::routing_independence`]).
+    pub fn experts_touched_by(&self, tokens: f64) -> f64 {
         let p = &self.params;
         if p.num_experts == 0 {
             return 0.0;
         }
         let e = p.num_experts as f64;
         let k = (p.experts_per_token as f64).min(e);
-        e * (1.0 - (1.0 - k / e).powf(tokens as f64))
+        e * (1.0 - (1.0 - k / e).powf(tokens.max(1.0)))
     }
 }
 

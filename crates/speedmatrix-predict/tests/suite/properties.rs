@@ -194,6 +194,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
+        "routing_independence",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -519,6 +520,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
         "expert_bandwidth_ratio",
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
+        "routing_independence",
     ] {
         assert!(map.remove(key).is_some(), "{key}");
     }
@@ -527,6 +529,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
     assert_eq!(old.expert_bandwidth_ratio, 1.0);
     assert_eq!(old.amd_fp8_ratio, 1.0);
     assert_eq!(old.eager_layer_overhead_us, 0.0);
+    assert_eq!(old.routing_independence, 1.0);
     old.check().unwrap();
 }
 
@@ -619,4 +622,28 @@ fn llamacpp_window_caches_read_one_ubatch_beyond_the_window() {
     // The default ubatch of 512 pads 1,536 cells.
     let small = cost(&gemma, &gpu).with_window_cache(&flags(512, false));
     assert!((small.shape.kv_bytes(9000) - row * (2 * 9000 + 10 * 1536) as f64).abs() < 1.0);
+}
+
+proptest! {
+    /// Under γ = 1 a step reads uniform routing's expected experts; below 1 a batch reads
+    /// fewer (never fewer than one token's `k`), one token exactly `k`, and more tokens never
+    /// fewer experts.
+    #[test]
+    fn routing_independence_shares_experts_within_a_batch(gamma in 0.1f64..1.0, batch in 2u64..4_096,
+                                                          more in 1u64..512) {
+        let gpu = Gpu::lookup("h100-sxm").unwrap();
+        let mut c = cost(&moe(), &gpu);
+        c.factors.routing_independence = 1.0;
+        let uniform = c.experts_touched(batch);
+        prop_assert!((uniform - c.shape.experts_touched(batch)).abs() < 1e-9);
+        c.factors.routing_independence = gamma;
+        let shared = c.experts_touched(batch);
+        prop_assert!(shared <= uniform + 1e-9 && shared >= 8.0 - 1e-9, "{shared} vs {uniform}");
+        prop_assert!((c.experts_touched(1) - 8.0).abs() < 1e-9);
+        prop_assert!(c.experts_touched(batch + more) >= shared - 1e-9);
+        // The bytes follow: a memory-bound decode step reads no more than under uniform routing.
+        let skewed = c.decode_step(batch.min(64), 1024).memory;
+        c.factors.routing_independence = 1.0;
+        prop_assert!(skewed <= c.decode_step(batch.min(64), 1024).memory);
+    }
 }

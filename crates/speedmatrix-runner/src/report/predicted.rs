@@ -428,6 +428,13 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
                 f.expert_bandwidth_ratio
             ));
         }
+        if f.routing_independence < 1.0 {
+            parts.push(format!(
+                "a batch of b tokens reads as many distinct experts as b^{:.2} uniformly routed \
+                 tokens would (routing is skewed: popular experts are shared)",
+                f.routing_independence
+            ));
+        }
         if !parts.is_empty() {
             lines.push(format!(
                 "Experts: {} (fitted across this engine's MoE rigs, not per model).",
