@@ -909,3 +909,36 @@ fn eager_launches_are_priced_and_named() {
         rate(&vllm)
     );
 }
+
+/// A latent-attention model's page names the MLA layers' extra time and what it rests on;
+/// a grouped-query model's does not.
+#[test]
+fn latent_attention_layers_are_priced_and_named() {
+    let dir = temp_dir("predict-mla");
+    // DeepSeek-V2-Lite's shape: 27 MLA layers, the first with a dense MLP.
+    let config = dir.join("deepseek-v2-lite.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,
+        "q_lora_rank": null, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+        "v_head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2,
+        "first_k_dense_replace": 1, "vocab_size": 102400, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 163840}"#,
+    )
+    .unwrap();
+    let named = |r: &Report| {
+        r.prediction
+            .clone()
+            .unwrap()
+            .assumptions
+            .into_iter()
+            .find(|a| a.starts_with("Latent attention (MLA): "))
+    };
+    let mla = one_cell(&dir, &config, "vllm", "h100-sxm", &[]);
+    let line = named(&mla).expect("the MLA model's page names its latent layers");
+    assert!(line.contains("each of the 27 MLA layers adds"), "{line}");
+    let gqa = one_cell(&dir, &seed_config(), "vllm", "h100-sxm", &[]);
+    assert_eq!(named(&gqa), None);
+}

@@ -51,6 +51,9 @@ pub(crate) struct Fixed {
     /// single-stream decode; vLLM under `--enforce-eager`). Held at the prior otherwise: it
     /// prices `--enforce-eager` where no rig shows it.
     pub(crate) eager: bool,
+    /// The MLA layer time is fitted: some rigs run a multi-head latent attention model
+    /// (DeepSeek-V3, Kimi, GLM-4.7-Flash). Held at the prior otherwise.
+    pub(crate) mla: bool,
 }
 
 impl Fixed {
@@ -96,6 +99,7 @@ impl Fixed {
                             .iter()
                             .any(|f| matches!(f, Figure::Decode { n, .. } if *n > 1)))
             }),
+            mla: rigs.clone().any(|r| r.cost.shape.mla_layers > 0),
         }
     }
 
@@ -140,6 +144,9 @@ impl Fixed {
         }
         if self.eager {
             free.push((24, 1.0));
+        }
+        if self.mla {
+            free.push((26, 1.0));
         }
         free.extend(
             self.kernel_terms()
@@ -205,6 +212,9 @@ pub(crate) const START: Factors = Factors {
     eager_layer_overhead_us: 75.0,
     // Uniform routing: no prior for how much a batch's tokens share their experts.
     routing_independence: 1.0,
+    // Absorbed MLA's ~six extra small kernels a layer (q down/up, latent projection, two
+    // norms, the two absorption products) at ~5 µs each.
+    mla_layer_overhead_us: 30.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the

@@ -353,9 +353,15 @@ impl CostModel {
         self.vendor_overhead() * self.factors.moe_layer_overhead_us
     }
 
+    /// A latent-attention layer's extra fixed time per step on this GPU beyond a
+    /// grouped-query layer's, µs (the vendor's overhead ratio included).
+    pub fn mla_us(&self) -> f64 {
+        self.vendor_overhead() * self.factors.mla_layer_overhead_us
+    }
+
     /// The fixed time of a step of `rows` query tokens: the engine's per-step work, each
-    /// layer's (more when the step launches its kernels without a graph), and each MoE
-    /// layer's routing beyond it.
+    /// layer's (more when the step launches its kernels without a graph), each MoE layer's
+    /// routing and each MLA layer's extra projections beyond it.
     fn fixed_step_s(&self, rows: u64) -> f64 {
         let eager = match self.graphs {
             Graphs::Decode => false,
@@ -371,7 +377,8 @@ impl CostModel {
         self.vendor_overhead()
             * (self.factors.step_overhead_ms * 1e-3
                 + self.shape.layers as f64 * layer_us * 1e-6
-                + self.shape.moe_layers as f64 * self.factors.moe_layer_overhead_us * 1e-6)
+                + self.shape.moe_layers as f64 * self.factors.moe_layer_overhead_us * 1e-6
+                + self.shape.mla_layers as f64 * self.factors.mla_layer_overhead_us * 1e-6)
     }
 
     /// Two all-reduces of `tokens × hidden` bf16 values per layer.
@@ -479,11 +486,17 @@ impl CostModel {
                 } else {
                     0.0
                 };
+                // MTP layers are the decoder's kind: latent attention where it has it.
+                let latent = if self.shape.mla_layers > 0 {
+                    self.factors.mla_layer_overhead_us
+                } else {
+                    0.0
+                };
                 (
                     share * (decoder - head) + head,
                     share * p.decoder_macs_per_token / self.fp8_ratio() + p.lm_head_macs_per_token,
                     layers,
-                    self.factors.layer_overhead_us + routing,
+                    self.factors.layer_overhead_us + routing + latent,
                 )
             }
             Drafter::Model {

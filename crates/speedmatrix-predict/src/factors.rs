@@ -140,6 +140,12 @@ pub struct Factors {
     /// distinct experts than uniform routing's expectation; one token is exact either way.
     #[serde(default = "one")]
     pub routing_independence: f64,
+    /// Time per multi-head latent attention (MLA) layer per step beyond `layer_overhead_us`,
+    /// µs: absorbed MLA decode runs the query's down and up projections, the latent's
+    /// projection, two extra norms and the two absorption products around its attention
+    /// kernel, about six more launch-bound kernels than a grouped-query layer. 0: as GQA.
+    #[serde(default)]
+    pub mla_layer_overhead_us: f64,
 }
 
 fn one() -> f64 {
@@ -175,6 +181,7 @@ impl Factors {
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
         "routing_independence",
+        "mla_layer_overhead_us",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -216,6 +223,7 @@ impl Factors {
             ratio,
             (0.0, 10_000.0),
             (0.1, 1.0),
+            (0.0, 10_000.0),
         ];
         match self
             .named()
@@ -256,11 +264,12 @@ impl Factors {
             self.amd_fp8_ratio,
             self.eager_layer_overhead_us,
             self.routing_independence,
+            self.mla_layer_overhead_us,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 26;
+    pub const COUNT: usize = 27;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -291,6 +300,7 @@ impl Factors {
             amd_fp8_ratio: v[23],
             eager_layer_overhead_us: v[24],
             routing_independence: v[25],
+            mla_layer_overhead_us: v[26],
         }
     }
 }

@@ -36,6 +36,8 @@ pub struct ModelShape {
     pub layers: u64,
     /// Of those, the layers whose MLP is a mixture of experts.
     pub moe_layers: u64,
+    /// Of those, the layers whose attention is multi-head latent attention (MLA).
+    pub mla_layers: u64,
     /// Hidden size (all-reduce payload per token).
     pub hidden_size: u64,
 }
@@ -94,6 +96,17 @@ impl ModelShape {
             state_bytes_per_sequence: state,
             layers: model.layers.len() as u64,
             moe_layers: model.moe_layers(),
+            // An MLA model's full-attention layers are its latent ones (hybrids such as
+            // Kimi Linear keep their linear layers apart).
+            mla_layers: if model.mla.is_some() {
+                model
+                    .layers
+                    .iter()
+                    .filter(|k| matches!(k, LayerKind::FullAttention))
+                    .count() as u64
+            } else {
+                0
+            },
             hidden_size: model.hidden_size,
         })
     }

@@ -195,6 +195,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
         "routing_independence",
+        "mla_layer_overhead_us",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -521,6 +522,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
         "amd_fp8_ratio",
         "eager_layer_overhead_us",
         "routing_independence",
+        "mla_layer_overhead_us",
     ] {
         assert!(map.remove(key).is_some(), "{key}");
     }
@@ -530,7 +532,49 @@ fn factors_files_without_the_newer_terms_load_neutral() {
     assert_eq!(old.amd_fp8_ratio, 1.0);
     assert_eq!(old.eager_layer_overhead_us, 0.0);
     assert_eq!(old.routing_independence, 1.0);
+    assert_eq!(old.mla_layer_overhead_us, 0.0);
     old.check().unwrap();
+}
+
+/// A DeepSeek-shaped MLA model of `layers` layers.
+fn mla(layers: u64) -> ModelConfig {
+    ModelConfig::from_json(&format!(
+        r#"{{"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": {layers},
+        "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+        "q_lora_rank": 1536, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1,
+        "first_k_dense_replace": 3, "vocab_size": 129280, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 163840}}"#
+    ))
+    .unwrap()
+}
+
+/// Every latent-attention layer pays the MLA term once a step, decode and prefill alike,
+/// and a grouped-query model pays nothing.
+#[test]
+fn mla_layers_pay_their_extra_projections() {
+    let gpu = Gpu::lookup("b200").unwrap();
+    let flags = VllmFlags {
+        tensor_parallel_size: 8,
+        ..VllmFlags::default()
+    };
+    for (model, latent) in [(mla(12), 12u64), (mla(61), 61), (dense(), 0)] {
+        let c = CostModel::new(&model, &gpu, &flags, Factors::builtin("sglang").unwrap()).unwrap();
+        assert_eq!(c.shape.mla_layers, latent);
+        let grew = |step: &dyn Fn(&CostModel) -> Duration| {
+            let mut c = c.clone();
+            c.factors.mla_layer_overhead_us = 0.0;
+            let base = step(&c).as_secs_f64();
+            c.factors.mla_layer_overhead_us = 50.0;
+            step(&c).as_secs_f64() - base
+        };
+        let want = latent as f64 * 50e-6;
+        let decode = grew(&|c| c.decode_step(4, 2048).total);
+        let prefill = grew(&|c| c.prefill_chunk(512, 0, true).total);
+        assert!((decode - want).abs() < 1e-9, "decode {decode} != {want}");
+        assert!((prefill - want).abs() < 1e-9, "prefill {prefill} != {want}");
+    }
 }
 
 /// Which steps pay the eager layer time: none under graphs for decode; llama.cpp's steps of

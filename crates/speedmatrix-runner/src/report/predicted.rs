@@ -442,6 +442,15 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
             ));
         }
     }
+    if cost.shape.mla_layers > 0 && cost.mla_us() > 0.0 {
+        lines.push(format!(
+            "Latent attention (MLA): each of the {} MLA layers adds {:.0} µs a step for its \
+             extra small kernels (query down and up projections, the latent's projection and \
+             norms, the two absorption products; fitted across this engine's MLA rigs).",
+            cost.shape.mla_layers,
+            cost.mla_us()
+        ));
+    }
     if cost.fp8_ratio() != 1.0 {
         lines.push(format!(
             "FP8 on AMD: the FP8 checkpoint's weights read and multiplied at {:.2} of what \
