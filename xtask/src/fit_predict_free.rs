@@ -140,7 +140,7 @@ impl Fixed {
             free.extend([(11, 0.0), (12, 0.0), (14, 0.0), (15, 0.0)]);
         }
         if self.amd_fp8 {
-            free.push((23, 0.0));
+            free.extend([(23, 0.0), (27, 1.0)]);
         }
         if self.eager {
             free.push((24, 1.0));
@@ -215,6 +215,9 @@ pub(crate) const START: Factors = Factors {
     // Absorbed MLA's ~six extra small kernels a layer (q down/up, latent projection, two
     // norms, the two absorption products) at ~5 µs each.
     mla_layer_overhead_us: 30.0,
+    // Block-FP8 linears quantize their activations per token group first: about four more
+    // kernels a layer (~10 µs each on CDNA3).
+    amd_fp8_layer_overhead_us: 40.0,
 };
 
 /// GeForce tensor cores run FP16 with FP16 accumulate at twice the

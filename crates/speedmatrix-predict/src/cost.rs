@@ -359,9 +359,20 @@ impl CostModel {
         self.vendor_overhead() * self.factors.mla_layer_overhead_us
     }
 
+    /// What an FP8 checkpoint adds to each layer's fixed time on a FNUZ part, µs (0
+    /// elsewhere; see [`Factors::amd_fp8_layer_overhead_us`]).
+    pub fn fp8_layer_us(&self) -> f64 {
+        if self.fp8_ratio_applies() {
+            self.factors.amd_fp8_layer_overhead_us
+        } else {
+            0.0
+        }
+    }
+
     /// The fixed time of a step of `rows` query tokens: the engine's per-step work, each
     /// layer's (more when the step launches its kernels without a graph), each MoE layer's
-    /// routing and each MLA layer's extra projections beyond it.
+    /// routing and each MLA layer's extra projections beyond it, and what an FP8 checkpoint's
+    /// kernels add on a FNUZ part.
     fn fixed_step_s(&self, rows: u64) -> f64 {
         let eager = match self.graphs {
             Graphs::Decode => false,
@@ -379,6 +390,8 @@ impl CostModel {
                 + self.shape.layers as f64 * layer_us * 1e-6
                 + self.shape.moe_layers as f64 * self.factors.moe_layer_overhead_us * 1e-6
                 + self.shape.mla_layers as f64 * self.factors.mla_layer_overhead_us * 1e-6)
+            // Already an AMD figure: not scaled by the vendor's overhead ratio.
+            + self.shape.layers as f64 * self.fp8_layer_us() * 1e-6
     }
 
     /// Two all-reduces of `tokens × hidden` bf16 values per layer.

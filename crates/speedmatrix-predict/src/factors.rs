@@ -146,6 +146,13 @@ pub struct Factors {
     /// kernel, about six more launch-bound kernels than a grouped-query layer. 0: as GQA.
     #[serde(default)]
     pub mla_layer_overhead_us: f64,
+    /// Time per decoder layer per step an FP8 checkpoint adds on a FNUZ part (CDNA3), µs:
+    /// its block-scaled FP8 weights run through the engine's block-FP8 GEMM and fused-MoE
+    /// kernels, whose fixed cost at decode batch sizes the vendor's tuned 16-bit kernels do
+    /// not pay. Beside [`Factors::amd_fp8_ratio`] (what such weights' bytes and products
+    /// cost), this is what a step pays whatever its size. 0: none.
+    #[serde(default)]
+    pub amd_fp8_layer_overhead_us: f64,
 }
 
 fn one() -> f64 {
@@ -182,6 +189,7 @@ impl Factors {
         "eager_layer_overhead_us",
         "routing_independence",
         "mla_layer_overhead_us",
+        "amd_fp8_layer_overhead_us",
     ];
 
     /// Each factor with its name, in declaration order.
@@ -224,6 +232,7 @@ impl Factors {
             (0.0, 10_000.0),
             (0.1, 1.0),
             (0.0, 10_000.0),
+            (0.0, 10_000.0),
         ];
         match self
             .named()
@@ -265,11 +274,12 @@ impl Factors {
             self.eager_layer_overhead_us,
             self.routing_independence,
             self.mla_layer_overhead_us,
+            self.amd_fp8_layer_overhead_us,
         ]
     }
 
     /// How many factors there are.
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
 
     /// Factors from a vector in declaration order.
     pub fn from_vec(v: [f64; Factors::COUNT]) -> Factors {
@@ -301,6 +311,7 @@ impl Factors {
             eager_layer_overhead_us: v[24],
             routing_independence: v[25],
             mla_layer_overhead_us: v[26],
+            amd_fp8_layer_overhead_us: v[27],
         }
     }
 }

@@ -62,15 +62,17 @@ pub(crate) struct Args {
     #[arg(long)]
     no_matrix: bool,
     /// Decode context lengths of the matrix. Longer rows cost minutes of CPU prefill to warm
-    /// the prefix cache for every stream (16K × 16 streams: about 2 minutes on 2 cores).
-    #[arg(long, default_value = "0,1k,4k")]
+    /// the prefix cache for every stream (16K × 16 streams: about 2 minutes on 2 cores; 4K
+    /// rather than 2K costs CI about a minute more).
+    #[arg(long, default_value = "0,1k,2k")]
     contexts: String,
     /// Concurrencies of the matrix. With the default max tokens the 32 column is over the 1 GiB
     /// cache in every row (32 × cdiv(16 + 16,384, 128) = 4,128 blocks > 4,095 usable).
     #[arg(long, default_value = "1,2,4,8,16,32")]
     concurrency: String,
-    /// Cold prefill points of the matrix.
-    #[arg(long, default_value = "1k,4k,16k")]
+    /// Cold prefill points of the matrix (16K would add ~35 s of CPU prefill to every CI run:
+    /// its TTFT is 34 s on 2 cores).
+    #[arg(long, default_value = "1k,4k,8k")]
     prefill_contexts: String,
     /// Measurement window of each matrix cell, in seconds.
     #[arg(long, default_value_t = 8)]

@@ -196,6 +196,7 @@ fn factors_out_of_range_are_refused_by_name() {
         "eager_layer_overhead_us",
         "routing_independence",
         "mla_layer_overhead_us",
+        "amd_fp8_layer_overhead_us",
     ];
     assert_eq!(names.len(), Factors::COUNT);
     for (i, name) in names.iter().enumerate() {
@@ -523,6 +524,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
         "eager_layer_overhead_us",
         "routing_independence",
         "mla_layer_overhead_us",
+        "amd_fp8_layer_overhead_us",
     ] {
         assert!(map.remove(key).is_some(), "{key}");
     }
@@ -533,6 +535,7 @@ fn factors_files_without_the_newer_terms_load_neutral() {
     assert_eq!(old.eager_layer_overhead_us, 0.0);
     assert_eq!(old.routing_independence, 1.0);
     assert_eq!(old.mla_layer_overhead_us, 0.0);
+    assert_eq!(old.amd_fp8_layer_overhead_us, 0.0);
     old.check().unwrap();
 }
 
@@ -574,6 +577,48 @@ fn mla_layers_pay_their_extra_projections() {
         let prefill = grew(&|c| c.prefill_chunk(512, 0, true).total);
         assert!((decode - want).abs() < 1e-9, "decode {decode} != {want}");
         assert!((prefill - want).abs() < 1e-9, "prefill {prefill} != {want}");
+    }
+}
+
+/// An FP8 checkpoint on a CDNA3 part pays the FP8 layer term on every layer of every step;
+/// the same checkpoint on an H100, and 16-bit weights on the MI300X, pay nothing.
+#[test]
+fn fp8_checkpoints_on_cdna3_pay_their_layers_fp8_kernels() {
+    let fp8 = ModelConfig::from_json(
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "torch_dtype": "bfloat16", "vocab_size": 128256,
+        "intermediate_size": 14336, "max_position_embeddings": 131072,
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}"#,
+    )
+    .unwrap();
+    let mi300x = Gpu::lookup("mi300x").unwrap();
+    let h100 = Gpu::lookup("h100-sxm").unwrap();
+    for (model, gpu, paid) in [
+        (&fp8, &mi300x, true),
+        (&fp8, &h100, false),
+        (&dense(), &mi300x, false),
+    ] {
+        let c = cost(model, gpu);
+        let grew = |step: &dyn Fn(&CostModel) -> Duration| {
+            let mut c = c.clone();
+            c.factors.amd_fp8_layer_overhead_us = 0.0;
+            let base = step(&c).as_secs_f64();
+            c.factors.amd_fp8_layer_overhead_us = 100.0;
+            step(&c).as_secs_f64() - base
+        };
+        let want = if paid { 32.0 * 100e-6 } else { 0.0 };
+        let decode = grew(&|c| c.decode_step(8, 2048).total);
+        let prefill = grew(&|c| c.prefill_chunk(512, 0, true).total);
+        assert!(
+            (decode - want).abs() < 1e-9,
+            "{}: decode {decode} != {want}",
+            gpu.key
+        );
+        assert!(
+            (prefill - want).abs() < 1e-9,
+            "{}: prefill {prefill} != {want}",
+            gpu.key
+        );
     }
 }
 

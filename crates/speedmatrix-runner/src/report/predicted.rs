@@ -451,12 +451,13 @@ fn kernel_lines(cost: &speedmatrix_predict::CostModel) -> Vec<String> {
             cost.mla_us()
         ));
     }
-    if cost.fp8_ratio() != 1.0 {
+    if cost.fp8_ratio() != 1.0 || cost.fp8_layer_us() > 0.0 {
         lines.push(format!(
             "FP8 on AMD: the FP8 checkpoint's weights read and multiplied at {:.2} of what \
-             16-bit weights reach on this part (its FP8 is the FNUZ variant: converted at load, \
-             block-FP8 kernels; fitted on few MI300X rigs).",
-            cost.fp8_ratio()
+             16-bit weights reach on this part, and {:.0} µs more a layer a step (its FP8 is the \
+             FNUZ variant: converted at load, block-FP8 kernels; fitted on few MI300X rigs).",
+            cost.fp8_ratio(),
+            cost.fp8_layer_us()
         ));
     }
     let eager = f.eager_layer_overhead_us;
