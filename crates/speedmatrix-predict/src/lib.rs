@@ -46,6 +46,7 @@ mod machine;
 mod matrix;
 mod minimize;
 mod shape;
+mod speculation;
 
 use serde::Deserialize;
 use speedmatrix_capacity::{
@@ -55,15 +56,14 @@ use speedmatrix_capacity::{
 pub use crate::calibrate::{
     DecodeProtocol, Observation, Residual, RigCalibration, calibrate, predict as predict_figure,
 };
-pub use crate::cost::{
-    AttentionKernel, Bound, CostModel, Drafter, Graphs, SCORE_BYTES, Speculation, StepTime,
-};
+pub use crate::cost::{AttentionKernel, Bound, CostModel, Graphs, SCORE_BYTES, StepTime};
 pub use crate::error::PredictError;
 pub use crate::factors::Factors;
 pub use crate::machine::Machine;
 pub use crate::matrix::{DecodeEstimate, MatrixSpec, PrefillEstimate};
 pub use crate::minimize::{Restarts, minimize};
 pub use crate::shape::{AttentionGroup, ModelShape};
+pub use crate::speculation::{Drafter, Speculation};
 
 const BUILTIN_FACTORS: &str = include_str!("../data/factors.json");
 

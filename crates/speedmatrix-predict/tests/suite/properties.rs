@@ -553,6 +553,20 @@ fn mla(layers: u64) -> ModelConfig {
     .unwrap()
 }
 
+/// How much `step`'s time grows when the factor `set` writes goes from 0 to `value`.
+fn time_added(
+    c: &CostModel,
+    set: fn(&mut Factors, f64),
+    value: f64,
+    step: &dyn Fn(&CostModel) -> Duration,
+) -> f64 {
+    let mut c = c.clone();
+    set(&mut c.factors, 0.0);
+    let base = step(&c).as_secs_f64();
+    set(&mut c.factors, value);
+    step(&c).as_secs_f64() - base
+}
+
 /// Every latent-attention layer pays the MLA term once a step, decode and prefill alike,
 /// and a grouped-query model pays nothing.
 #[test]
@@ -566,11 +580,7 @@ fn mla_layers_pay_their_extra_projections() {
         let c = CostModel::new(&model, &gpu, &flags, Factors::builtin("sglang").unwrap()).unwrap();
         assert_eq!(c.shape.mla_layers, latent);
         let grew = |step: &dyn Fn(&CostModel) -> Duration| {
-            let mut c = c.clone();
-            c.factors.mla_layer_overhead_us = 0.0;
-            let base = step(&c).as_secs_f64();
-            c.factors.mla_layer_overhead_us = 50.0;
-            step(&c).as_secs_f64() - base
+            time_added(&c, |f, v| f.mla_layer_overhead_us = v, 50.0, step)
         };
         let want = latent as f64 * 50e-6;
         let decode = grew(&|c| c.decode_step(4, 2048).total);
@@ -600,11 +610,7 @@ fn fp8_checkpoints_on_cdna3_pay_their_layers_fp8_kernels() {
     ] {
         let c = cost(model, gpu);
         let grew = |step: &dyn Fn(&CostModel) -> Duration| {
-            let mut c = c.clone();
-            c.factors.amd_fp8_layer_overhead_us = 0.0;
-            let base = step(&c).as_secs_f64();
-            c.factors.amd_fp8_layer_overhead_us = 100.0;
-            step(&c).as_secs_f64() - base
+            time_added(&c, |f, v| f.amd_fp8_layer_overhead_us = v, 100.0, step)
         };
         let want = if paid { 32.0 * 100e-6 } else { 0.0 };
         let decode = grew(&|c| c.decode_step(8, 2048).total);
